@@ -1,0 +1,39 @@
+"""fxrules: declarative pattern-rewrite rules for PyTorch FX graphs.
+
+Pipeline: ``grammar/fxr.lark`` -> :mod:`fxrules.parser` (syntax tree) ->
+:mod:`fxrules.resolve` (rule IR, :mod:`fxrules.ir`) -> :mod:`fxrules.matcher`
+-> :mod:`fxrules.rewriter` -> :mod:`fxrules.report`, driven by
+:mod:`fxrules.engine`; :mod:`fxrules.loader` reads files and includes.
+"""
+
+from fxrules.diagnostics import (
+    Diagnostic,
+    FxrApplyError,
+    FxrConvergenceError,
+    FxrError,
+    FxrLoadError,
+    FxrSyntaxError,
+    FxrUsageError,
+    Span,
+)
+from fxrules.engine import apply
+from fxrules.ir import Rule, RuleSet
+from fxrules.loader import load, parse
+from fxrules.report import Report
+
+__all__ = [
+    "Diagnostic",
+    "FxrApplyError",
+    "FxrConvergenceError",
+    "FxrError",
+    "FxrLoadError",
+    "FxrSyntaxError",
+    "FxrUsageError",
+    "Report",
+    "Rule",
+    "RuleSet",
+    "Span",
+    "apply",
+    "load",
+    "parse",
+]

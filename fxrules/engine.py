@@ -1,0 +1,325 @@
+"""``apply``: the driver that runs a rule set over a graph module in passes, all or nothing.
+
+1. Check the inputs; load the rules; check every helper a rule calls exists.
+2. Scan the original graph read-only until a rule fires; if none does, stop:
+   the module is untouched.
+3. Otherwise copy the graph and run passes on the copy.  A pass visits its
+   candidate nodes in graph order; at each node, the rules indexed under its
+   key are tried in file order and the first match is rewritten at once.
+   Nodes a rewrite creates are not matched again in the same pass.  Pass 1
+   visits every node; later passes visit only the nodes within pattern depth
+   (along use edges) of what the previous pass changed.
+4. At a fixpoint, remove dead code, lint, install the new graph, recompile,
+   and delete the submodules the rewrite left unreferenced.  Any failure
+   restores the original graph and removes the attributes helpers added.
+
+Cost: one index lookup per visited node, plus the matching of the rules
+filed under that node's key: ``O(nodes + candidates x pattern size)``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx
+
+from fxrules import helpers as bundled_helpers
+from fxrules.diagnostics import FxrApplyError, FxrConvergenceError, FxrError, FxrUsageError
+from fxrules.ir import AltTemplate, AnchorKey, HelperTemplate, OpTemplate, Rule, RuleSet, SeqTemplate, Template, walk
+from fxrules.loader import load
+from fxrules.matcher import Matcher, Skip
+from fxrules.metadata import propagate_shapes
+from fxrules.report import Report, ReportBuilder
+from fxrules.rewriter import Rewriter, Transaction
+
+RulesArgument = str | Path | RuleSet | Sequence["str | Path | RuleSet"]
+
+
+def load_rules(rules: RulesArgument, allow: Iterable[str] = ()) -> RuleSet:
+    """Turn the ``rules`` argument of ``apply`` (path, bundled name, RuleSet, or a list of them) into one RuleSet."""
+    if isinstance(rules, RuleSet):
+        return rules
+    if isinstance(rules, str | Path):
+        return load(rules, allow)
+    if isinstance(rules, list | tuple) and rules:
+        parts = [load_rules(r, allow) for r in rules]
+        combined = parts[0]
+        for part in parts[1:]:
+            combined = combined + part
+        return combined
+    raise FxrUsageError(
+        f"rules must be a path, a bundled ruleset name such as 'algebra.fxr', a RuleSet, or a list of these; "
+        f"got {type(rules).__name__}"
+    )
+
+
+def _check_module(gm: Any) -> torch.fx.GraphModule:
+    if isinstance(gm, torch.fx.GraphModule):
+        return gm
+    if isinstance(gm, torch.nn.Module):
+        raise FxrUsageError(
+            f"apply needs a torch.fx.GraphModule, got the plain module {type(gm).__name__}: "
+            "trace it first, e.g. gm = torch.fx.symbolic_trace(model)"
+        )
+    raise FxrUsageError(f"apply needs a torch.fx.GraphModule, got {type(gm).__name__}")
+
+
+def _helper_table(ruleset: RuleSet, user_helpers: Mapping[str, Callable[..., Any]] | None) -> dict[str, Callable[..., Any]]:
+    table = {**bundled_helpers.BUNDLED, **(user_helpers or {})}
+    for rule in ruleset:
+        for output in rule.replacement:
+            for template in walk(output):
+                helper = template.target if isinstance(template, OpTemplate) else template
+                if isinstance(helper, HelperTemplate) and helper.name not in table:
+                    raise FxrApplyError(
+                        f"{helper.span}: rule {rule.name} calls unknown helper '@{helper.name}'; bundled helpers "
+                        f"are {', '.join(sorted(bundled_helpers.BUNDLED))}; pass others with helpers={{...}}"
+                    )
+    return table
+
+
+def pattern_depth(template: Template) -> int:
+    """The longest chain of operations from a pattern output down to its captures."""
+    if isinstance(template, OpTemplate):
+        return 1 + max((pattern_depth(t) for t in template.operands()), default=0)
+    if isinstance(template, AltTemplate | SeqTemplate):
+        parts = template.options if isinstance(template, AltTemplate) else template.items
+        return max((pattern_depth(t) for t in parts), default=0)
+    return 0
+
+
+class _Index:
+    """Rules by the key of the node they can anchor at, in file order."""
+
+    def __init__(self, gm: torch.fx.GraphModule, ruleset: RuleSet) -> None:
+        self.gm = gm
+        self.by_anchor = ruleset.by_anchor
+        self.order = {rule.name: i for i, rule in enumerate(ruleset)}
+        self._cache: dict[tuple[str, Any], tuple[Rule, ...]] = {}
+
+    def rules_at(self, node: torch.fx.Node) -> tuple[Rule, ...]:
+        op = node.op
+        if op in ("placeholder", "output"):
+            return ()
+        key = (op, node.target)
+        try:
+            return self._cache[key]
+        except KeyError:
+            rules = self._cache[key] = self._lookup(node)
+            return rules
+        except TypeError:  # an unhashable target
+            return self._lookup(node)
+
+    def _lookup(self, node: torch.fx.Node) -> tuple[Rule, ...]:
+        keys: list[AnchorKey] = []
+        if node.op == "call_function":
+            keys.append(("call_function", node.target))
+            packet = getattr(node.target, "overloadpacket", None)
+            if packet is not None:
+                keys.append(("call_function", packet))
+        elif node.op == "call_method":
+            keys.append(("call_method", node.target))
+        elif node.op == "call_module":
+            module = self.gm.get_submodule(str(node.target))
+            keys += [("call_module", cls) for cls in type(module).__mro__]
+        elif node.op == "get_attr":
+            keys.append(("get_attr", None))
+        found = {rule.name: rule for key in keys for rule in self.by_anchor.get(key, ())}
+        return tuple(sorted(found.values(), key=lambda rule: self.order[rule.name]))
+
+
+class _Run:
+    """One ``apply``: the passes over a working copy, then the commit."""
+
+    def __init__(self, gm: torch.fx.GraphModule, ruleset: RuleSet, helpers: Mapping[str, Callable[..., Any]],
+                 max_passes: int, explain: bool) -> None:
+        self.gm = gm
+        self.ruleset = ruleset
+        self.helpers = helpers
+        self.max_passes = max_passes
+        self.explain = explain
+        self.report = ReportBuilder(ruleset)
+        self.index = _Index(gm, ruleset)
+        self.depth = max((pattern_depth(o) for rule in ruleset for o in rule.pattern), default=1)
+        self.multi_output = any(len(rule.pattern) > 1 for rule in ruleset)
+
+    def execute(self) -> Report:
+        started = time.perf_counter()
+        nodes_before = len(self.gm.graph.nodes)
+        if not self._anything_fires():
+            return self.report.build(nodes_before, nodes_before, time.perf_counter() - started)
+        working = _copy_graph(self.gm.graph)
+        transaction = Transaction(self.gm)
+        try:
+            self._passes(working, transaction)
+            self._commit(working)
+        except BaseException:
+            transaction.rollback()
+            raise
+        return self.report.build(nodes_before, len(self.gm.graph.nodes), time.perf_counter() - started)
+
+    def _anything_fires(self) -> bool:
+        """A read-only scan of the original graph: is there any usable match at all?"""
+        matcher = Matcher(self.gm, explain=False)
+        for node in self.gm.graph.nodes:
+            for rule in self.index.rules_at(node):
+                try:
+                    if matcher.match(rule, node) is not None:
+                        return True
+                except Skip:
+                    continue
+        if self.explain:  # nothing fired, but the user asked why: run one recording pass
+            self._visit(list(self.gm.graph.nodes), Matcher(self.gm, explain=True), None)
+        return False
+
+    def _passes(self, working: torch.fx.Graph, transaction: Transaction) -> None:
+        rewriter = Rewriter(self.gm, working, self.helpers, transaction)
+        candidates = list(working.nodes)
+        for number in range(1, self.max_passes + 1):
+            self.report.passes = number
+            matcher = Matcher(self.gm, explain=self.explain)
+            fired, touched = self._visit(candidates, matcher, rewriter)
+            if not fired:
+                return
+            candidates = self._worklist(touched)
+        raise FxrConvergenceError(
+            f"rules still firing after max_passes={self.max_passes} passes: {', '.join(sorted(fired))}; "
+            "they may undo each other or grow the graph"
+        )
+
+    def _visit(self, candidates: list[torch.fx.Node], matcher: Matcher,
+               rewriter: Rewriter | None) -> tuple[set[str], set[torch.fx.Node]]:
+        fired: set[str] = set()
+        touched: set[torch.fx.Node] = set()
+        claimed: set[torch.fx.Node] = set()
+        for node in candidates:
+            if node._erased or node in claimed:
+                continue
+            for rule in self.index.rules_at(node):
+                if self._try(rule, node, matcher, rewriter, claimed, touched):
+                    fired.add(rule.name)
+                    break
+        return fired, touched
+
+    def _try(self, rule: Rule, node: torch.fx.Node, matcher: Matcher, rewriter: Rewriter | None,
+             claimed: set[torch.fx.Node], touched: set[torch.fx.Node]) -> bool:
+        self.report.attempted(rule)
+        started = time.perf_counter()
+        try:
+            match = matcher.match(rule, node)
+            if match is not None and claimed.intersection(match.nodes):
+                raise Skip("overlap", "part of this match was created by another rewrite in this pass")
+        except Skip as skip:
+            self.report.skipped(rule, node.name, skip.reason, skip.detail)
+            return False
+        finally:
+            self.report.match_seconds += time.perf_counter() - started
+        if match is None:
+            if matcher.misses.best is not None and matcher.misses.best.progress > 0:
+                self.report.missed(matcher.misses.best)
+            return False
+        if rewriter is None:
+            return False
+        return self._rewrite(rule, node, match, rewriter, claimed, touched)
+
+    def _rewrite(self, rule: Rule, node: torch.fx.Node, match: Any, rewriter: Rewriter,
+                 claimed: set[torch.fx.Node], touched: set[torch.fx.Node]) -> bool:
+        started = time.perf_counter()
+        try:
+            change = rewriter.rewrite(match)
+        except Skip as skip:
+            self.report.skipped(rule, node.name, skip.reason, skip.detail)
+            return False
+        except FxrError as error:
+            raise FxrApplyError(f"{rule.span}: rule {rule.name} failed at node '{node.name}': {error}") from error
+        except Exception as error:
+            raise FxrApplyError(f"{rule.span}: rule {rule.name} failed at node '{node.name}': "
+                                f"{type(error).__name__}: {error}") from error
+        finally:
+            self.report.rewrite_seconds += time.perf_counter() - started
+        self.report.fired(rule, node.name)
+        claimed.update(change.created)
+        touched.update(change.created)
+        touched.update(change.touched)
+        return True
+
+    def _worklist(self, touched: set[torch.fx.Node]) -> list[torch.fx.Node]:
+        """Every node whose pattern region may contain a changed node, in graph order."""
+        seeds = {n for n in touched if not n._erased}
+        if self.multi_output:  # further outputs hang off shared inputs: look upstream too
+            seeds |= _neighbourhood(seeds, self.depth, lambda n: n.all_input_nodes)
+        region = seeds | _neighbourhood(seeds, self.depth, lambda n: n.users)
+        return sorted(region, key=lambda n: n._sort_key)
+
+    def _commit(self, working: torch.fx.Graph) -> None:
+        gm = self.gm
+        original = gm.graph
+        referenced_before = {str(n.target) for n in original.find_nodes(op="call_module")}
+        try:
+            working.eliminate_dead_code()
+            working.lint()
+            gm.graph = working
+            gm.recompile()
+        except Exception as error:
+            gm.graph = original
+            gm.recompile()
+            raise FxrApplyError(f"the rewritten graph is invalid, so nothing was changed: {error}") from error
+        referenced_after = {str(n.target) for n in working.find_nodes(op="call_module")}
+        for name in sorted(referenced_before - referenced_after):
+            gm.delete_submodule(name)
+
+
+def _neighbourhood(seeds: set[torch.fx.Node], depth: int,
+                   step: Callable[[torch.fx.Node], Iterable[torch.fx.Node]]) -> set[torch.fx.Node]:
+    found: set[torch.fx.Node] = set()
+    frontier = set(seeds)
+    for _ in range(depth):
+        frontier = {m for n in frontier for m in step(n)} - found
+        found |= frontier
+    return found
+
+
+def _copy_graph(graph: torch.fx.Graph) -> torch.fx.Graph:
+    """A copy of ``graph`` (same node names and metadata) that passes can change freely."""
+    copy = torch.fx.Graph(owning_module=graph.owning_module, tracer_cls=graph._tracer_cls)
+    copy._codegen = graph._codegen
+    value_map: dict[torch.fx.Node, torch.fx.Node] = {}
+    output = copy.graph_copy(graph, value_map)
+    copy.output(output, type_expr=getattr(graph.find_nodes(op="output")[0], "type", None))
+    return copy
+
+
+def apply(
+    gm: torch.fx.GraphModule,
+    rules: RulesArgument,
+    *,
+    example_inputs: Sequence[Any] | None = None,
+    allow: Iterable[str] = (),
+    helpers: Mapping[str, Callable[..., Any]] | None = None,
+    max_passes: int = 100,
+    explain: bool = False,
+) -> Report:
+    """Rewrite ``gm`` in place with ``rules`` until no rule fires, and report what happened.
+
+    ``rules`` is a path, a bundled ruleset name (``"algebra.fxr"``), a
+    ``RuleSet``, or a list of them.  With ``example_inputs``, shape metadata
+    is propagated first so typed captures and guards can use it.  If anything
+    fails, ``gm`` is left exactly as it was and an ``FxrError`` is raised.
+    """
+    module = _check_module(gm)
+    ruleset = load_rules(rules, allow)
+    helper_table = _helper_table(ruleset, helpers)
+    if max_passes < 1:
+        raise FxrUsageError(f"max_passes must be at least 1, got {max_passes}")
+    try:
+        module.graph.lint()
+    except Exception as error:
+        raise FxrUsageError(f"the graph fails lint() before any rewrite, so fxrules will not touch it: {error}") \
+            from error
+    if example_inputs is not None:
+        propagate_shapes(module, example_inputs)
+    return _Run(module, ruleset, helper_table, max_passes, explain).execute()

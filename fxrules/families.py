@@ -1,0 +1,104 @@
+"""Families: how each spelling of an operation maps its arguments onto the family's.
+
+A family's parameters are its first member's.  Every other member's
+parameter maps to the family parameter of the same name, else to the one at
+the same position (if that one is not taken by name); a member parameter
+that maps nowhere must hold its default for the member to match, so
+``F.relu(x, inplace=True)`` is not ``relu(x)``.  A module member (``nn.Softmax``)
+takes the family's remaining parameters from its attributes (``dim``), and its
+other constructor arguments must hold their defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+import torch
+
+from fxrules.ir import Family, FamilyMember, OpKind
+from fxrules.signatures import BoundCall, constructor_defaults
+
+_MISSING = object()
+
+
+def family_parameters(family: Family) -> tuple[str, ...]:
+    """The family's parameter names: its first member's call parameters (and constructor ones for a module)."""
+    primary = family.primary
+    names = primary.signature.parameters if primary.signature else ()
+    if primary.kind is OpKind.MODULE:
+        names += tuple(n for n in constructor_defaults(primary.target) if n not in names)
+    return names
+
+
+def parameter_map(member: FamilyMember, family_params: tuple[str, ...]) -> Mapping[str, str]:
+    """Member parameter name -> family parameter name, by name first, then by position."""
+    member_params = member.signature.parameters if member.signature else ()
+    mapping = {name: name for name in member_params if name in family_params}
+    taken = set(mapping.values())
+    positional = member.signature.overloads[0].parameters if member.signature else {}
+    for position, name in enumerate(member_params):
+        if name in mapping or position >= len(family_params):
+            continue
+        kind = positional[name].kind
+        target = family_params[position]
+        if target not in taken and kind is not kind.KEYWORD_ONLY:
+            mapping[name] = target
+            taken.add(target)
+    return mapping
+
+
+@attrs.frozen
+class MemberCall:
+    """A node's call of one family member, re-expressed in the family's parameters."""
+
+    bound: BoundCall | None  # None: the member's arguments could not be mapped
+    reason: str = ""
+
+
+def map_member_call(
+    member: FamilyMember, family: Family, bound: BoundCall, module: torch.nn.Module | None = None
+) -> MemberCall:
+    """Translate a member call bound to the member's parameters into the family's parameters."""
+    family_params = family_parameters(family)
+    mapping = parameter_map(member, family_params)
+    explicit: dict[str, Any] = {}
+    for name, value in bound.explicit.items():
+        if name in mapping:
+            explicit[mapping[name]] = value
+        elif not _is_default(bound, member, name, value):
+            return MemberCall(None, f"{member} argument '{name}' is not at its default")
+    defaults = {mapping[name]: value for name, value in bound.defaults.items() if name in mapping}
+    if module is not None:
+        for name, default in constructor_defaults(type(module)).items():
+            value = getattr(module, name, _MISSING)
+            if value is _MISSING:
+                continue
+            if name in family_params and name not in explicit:
+                explicit[name] = value
+            elif name not in family_params and not _equal_default(value, default):
+                return MemberCall(None, f"{type(module).__name__}.{name} is {value!r}, not its default {default!r}")
+    if family.primary.signature is not None:
+        for name, value in family.primary.signature.defaults.items():
+            defaults.setdefault(name, value)
+    return MemberCall(BoundCall(explicit, defaults))
+
+
+def _is_default(bound: BoundCall, member: FamilyMember, name: str, value: Any) -> bool:
+    signature = member.signature
+    if signature is None:
+        return False
+    for overload in signature.overloads:
+        parameter = overload.parameters.get(name)
+        if parameter is not None and parameter.default is not parameter.empty:
+            return _equal_default(value, parameter.default)
+    return False
+
+
+def _equal_default(value: Any, default: Any) -> bool:
+    if isinstance(value, torch.fx.Node):
+        return False
+    if isinstance(value, list | tuple) and isinstance(default, list | tuple):
+        return list(value) == list(default)
+    return type(value) is type(default) and value == default

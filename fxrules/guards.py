@@ -1,0 +1,217 @@
+"""The ``where:`` guard language: checked into IR at load time, interpreted at match time.
+
+Guards are data, never Python code: a small interpreter walks the guard IR
+over the values a match bound.  It allows literals, bound names, ``and or
+not``, comparisons, arithmetic, indexing, ``len/all/any/min/max/abs``, the
+tensor attributes ``.shape .ndim .dtype .device`` and methods ``.numel()
+.size() .dim()`` (from shape metadata), public non-callable attributes of
+captured modules, and for ``Attr`` captures ``.target`` and the tensor
+attributes of their value.  Private and dunder attributes are load errors.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from fxrules import syntax_tree as st
+from fxrules.diagnostics import DiagnosticSink, Span, did_you_mean
+from fxrules.ir import (
+    Guard,
+    GuardAttr,
+    GuardBinary,
+    GuardBool,
+    GuardCall,
+    GuardCompare,
+    GuardConst,
+    GuardExpr,
+    GuardIndex,
+    GuardName,
+    GuardSeq,
+    GuardUnary,
+)
+from fxrules.metadata import MissingMetadata, TensorInfo
+
+FUNCTIONS: Mapping[str, Callable[..., Any]] = {"len": len, "all": all, "any": any, "min": min, "max": max, "abs": abs}
+TENSOR_METHODS = frozenset({"numel", "size", "dim"})
+DTYPE_NAMES = {name for name in dir(torch) if isinstance(getattr(torch, name, None), torch.dtype)}
+
+BINARY: Mapping[str, Callable[[Any, Any], Any]] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
+    "%": operator.mod, "**": operator.pow,
+}
+COMPARE: Mapping[str, Callable[[Any, Any], bool]] = {
+    "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+    "is": operator.is_, "is not": operator.is_not, "in": lambda a, b: a in b, "not in": lambda a, b: a not in b,
+}
+
+
+class GuardError(Exception):
+    """A guard could not be evaluated on this match (e.g. an index out of range): no match."""
+
+
+class GuardBuilder:
+    """Checks a ``where`` clause and turns it into guard IR."""
+
+    def __init__(self, sink: DiagnosticSink, bound: set[str], scope_resolver: Any) -> None:
+        self.sink = sink
+        self.bound = bound
+        self.scope_resolver = scope_resolver
+        self.reads: set[str] = set()
+
+    def build(self, conditions: tuple[st.Expr, ...]) -> Guard:
+        return Guard(tuple(self.expr(c) for c in conditions), frozenset(self.reads))
+
+    def fail(self, span: Span, message: str, hint: str | None = None) -> GuardConst:
+        self.sink.error(span, message, hint)
+        return GuardConst(False, span)
+
+    def expr(self, node: st.Expr) -> GuardExpr:
+        if isinstance(node, st.Constant):
+            return GuardConst(node.value, node.span)
+        if isinstance(node, st.Name):
+            return self.name(node)
+        if isinstance(node, st.Attribute):
+            return self.attribute(node)
+        if isinstance(node, st.Call):
+            return self.call(node)
+        if isinstance(node, st.Subscript):
+            if len(node.index) != 1 or isinstance(node.index[0], st.SliceExpr):
+                return self.fail(node.span, "a guard may index with one value, as in x.shape[0]")
+            return GuardIndex(self.expr(node.value), self.expr(node.index[0]), node.span)
+        if isinstance(node, st.BinOp):
+            if node.op not in BINARY:
+                return self.fail(node.span, f"operator '{node.op}' is not available in guards")
+            return GuardBinary(node.op, self.expr(node.left), self.expr(node.right), node.span)
+        if isinstance(node, st.UnaryOp):
+            return GuardUnary(node.op, self.expr(node.operand), node.span)
+        if isinstance(node, st.Not):
+            return GuardUnary("not", self.expr(node.operand), node.span)
+        if isinstance(node, st.BoolOp):
+            return GuardBool(node.op, tuple(self.expr(v) for v in node.values), node.span)
+        if isinstance(node, st.Compare):
+            return GuardCompare(self.expr(node.left), node.ops, tuple(self.expr(c) for c in node.comparators),
+                                node.span)
+        if isinstance(node, st.ListExpr | st.TupleExpr):
+            return GuardSeq(tuple(self.expr(i) for i in node.items), node.span)
+        return self.fail(node.span, "this expression is not available in guards")
+
+    def name(self, node: st.Name) -> GuardExpr:
+        if node.id in self.bound:
+            self.reads.add(node.id)
+            return GuardName(node.id, node.span)
+        if node.id in DTYPE_NAMES:
+            return GuardConst(getattr(torch, node.id), node.span)
+        if node.id in {"nan", "inf"}:
+            return GuardConst(float(node.id), node.span)
+        return self.fail(node.span, f"the guard reads '{node.id}', which the pattern does not bind",
+                         did_you_mean(node.id, self.bound))
+
+    def attribute(self, node: st.Attribute) -> GuardExpr:
+        parts = st.dotted_parts(node)
+        if parts and parts[0] not in self.bound and self.scope_resolver.scope.namespace.is_root(parts[0]):
+            value = self.scope_resolver.resolve_dotted(parts, node.span)
+            return GuardConst(value, node.span)
+        if node.attr.startswith("_"):
+            return self.fail(node.span, f"'.{node.attr}': guards may not read private or dunder attributes")
+        return GuardAttr(self.expr(node.value), node.attr, node.span)
+
+    def call(self, node: st.Call) -> GuardExpr:
+        args = tuple(self.expr(a) for a in node.args)
+        if node.keywords:
+            return self.fail(node.keywords[0].span, "guard functions take no keyword arguments")
+        if isinstance(node.func, st.Name) and node.func.id in FUNCTIONS:
+            return GuardCall(node.func.id, args, node.span)
+        if isinstance(node.func, st.Attribute) and node.func.attr in TENSOR_METHODS:
+            return GuardCall(node.func.attr, args, node.span, receiver=self.expr(node.func.value))
+        return self.fail(node.func.span, "guards may call only len, all, any, min, max, abs and the tensor methods "
+                                         ".numel(), .size(), .dim()")
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+class Unbound(Exception):
+    """A name the guard reads is not bound yet (the matcher evaluates guards as early as it can)."""
+
+
+def holds(guard: Guard, lookup: Callable[[str], Any]) -> bool:
+    """True when every condition of ``guard`` holds.
+
+    ``lookup(name)`` returns a bound value (a :class:`TensorInfo` for tensors).
+    Raises :class:`GuardError` for a guard that fails to evaluate and
+    :class:`MissingMetadata` when a tensor attribute is unknown.
+    """
+    return all(bool(evaluate(condition, lookup)) for condition in guard.conditions)
+
+
+def evaluate(expr: GuardExpr, lookup: Callable[[str], Any]) -> Any:
+    try:
+        return _evaluate(expr, lookup)
+    except (GuardError, MissingMetadata, Unbound):
+        raise
+    except Exception as error:  # noqa: BLE001 - any failure of a guard means "no match", with its text
+        raise GuardError(f"{expr.span}: {type(error).__name__}: {error}") from error
+
+
+def _evaluate(expr: GuardExpr, lookup: Callable[[str], Any]) -> Any:
+    if isinstance(expr, GuardConst):
+        return expr.value
+    if isinstance(expr, GuardName):
+        return lookup(expr.name)
+    if isinstance(expr, GuardBool):
+        if expr.op == "and":
+            return all(_evaluate(v, lookup) for v in expr.values)
+        return any(_evaluate(v, lookup) for v in expr.values)
+    if isinstance(expr, GuardUnary):
+        value = _evaluate(expr.operand, lookup)
+        return {"not": operator.not_, "-": operator.neg, "+": operator.pos}[expr.op](value)
+    if isinstance(expr, GuardBinary):
+        return BINARY[expr.op](_evaluate(expr.left, lookup), _evaluate(expr.right, lookup))
+    if isinstance(expr, GuardCompare):
+        left = _evaluate(expr.left, lookup)
+        for op, comparator in zip(expr.ops, expr.comparators, strict=True):
+            right = _evaluate(comparator, lookup)
+            if not COMPARE[op](left, right):
+                return False
+            left = right
+        return True
+    if isinstance(expr, GuardIndex):
+        return _evaluate(expr.value, lookup)[_evaluate(expr.index, lookup)]
+    if isinstance(expr, GuardSeq):
+        return [_evaluate(i, lookup) for i in expr.items]
+    if isinstance(expr, GuardAttr):
+        return read_attribute(_evaluate(expr.value, lookup), expr.attr)
+    assert isinstance(expr, GuardCall)
+    args = [_evaluate(a, lookup) for a in expr.args]
+    if expr.receiver is None:
+        return FUNCTIONS[expr.func](*args)
+    receiver = _evaluate(expr.receiver, lookup)
+    if not isinstance(receiver, TensorInfo | torch.Tensor):
+        raise GuardError(f"{expr.span}: .{expr.func}() needs a tensor, got {type(receiver).__name__}")
+    return getattr(receiver, expr.func)(*args)
+
+
+TENSOR_ATTRIBUTES = frozenset({"shape", "ndim", "dtype", "device", "requires_grad", "is_floating_point"})
+DTYPE_ATTRIBUTES = frozenset({"is_floating_point", "is_complex", "is_signed", "itemsize"})
+
+
+def read_attribute(value: Any, attr: str) -> Any:
+    """The read-only attribute reads a guard may do, by the kind of value."""
+    if isinstance(value, TensorInfo):
+        return value.attribute(attr)
+    if isinstance(value, torch.Tensor) and attr in TENSOR_ATTRIBUTES:
+        return getattr(value, attr)
+    if isinstance(value, torch.dtype) and attr in DTYPE_ATTRIBUTES:
+        return getattr(value, attr)
+    if isinstance(value, torch.nn.Module):
+        result = getattr(value, attr)
+        if callable(result) and not isinstance(result, torch.nn.Module):
+            raise GuardError(f"'{type(value).__name__}.{attr}' is a method; guards read attributes only")
+        return result
+    if hasattr(value, "guard_attributes") and attr in value.guard_attributes:
+        return getattr(value, attr)
+    raise GuardError(f"a guard cannot read '.{attr}' of {type(value).__name__}")

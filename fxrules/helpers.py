@@ -1,0 +1,53 @@
+"""Rewrite-time helpers bundled with fxrules (``@fold_conv_bn(c, bn)`` in a replacement).
+
+A helper is a plain Python function called while a rewrite is built.  It
+receives the bound values (modules, literals, tensors of ``Attr`` captures,
+and :class:`fxrules.rewriter.HelperTensor` views of tensor captures) and
+returns an ``nn.Module`` (called through a new submodule), a tensor (a new
+buffer read with ``get_attr``) or a Python literal (inlined).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.nn.utils.fusion import fuse_conv_bn_eval, fuse_linear_bn_eval
+
+_BATCH_NORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)
+
+
+def _check_batch_norm(bn: Any, helper: str) -> None:
+    if not isinstance(bn, _BATCH_NORMS):
+        raise TypeError(f"{helper}: expected a BatchNorm module, got {type(bn).__name__}")
+    if bn.training:
+        raise ValueError(f"{helper}: {type(bn).__name__} is in training mode; only eval-mode BatchNorm folds")
+    if bn.running_mean is None or bn.running_var is None:
+        raise ValueError(f"{helper}: {type(bn).__name__} tracks no running statistics")
+
+
+def fold_conv_bn(conv: torch.nn.Module, bn: torch.nn.Module) -> torch.nn.Module:
+    """A convolution (1d/2d/3d, any groups, with or without bias) with an eval-mode BatchNorm folded in."""
+    if not isinstance(conv, torch.nn.Conv1d | torch.nn.Conv2d | torch.nn.Conv3d):
+        raise TypeError(f"fold_conv_bn: expected Conv1d/2d/3d, got {type(conv).__name__}")
+    _check_batch_norm(bn, "fold_conv_bn")
+    if conv.training:
+        raise ValueError("fold_conv_bn: the convolution is in training mode")
+    return fuse_conv_bn_eval(conv, bn)
+
+
+def fold_linear_bn(linear: torch.nn.Module, bn: torch.nn.Module) -> torch.nn.Module:
+    """A Linear layer with a following eval-mode BatchNorm1d folded in."""
+    if not isinstance(linear, torch.nn.Linear):
+        raise TypeError(f"fold_linear_bn: expected Linear, got {type(linear).__name__}")
+    _check_batch_norm(bn, "fold_linear_bn")
+    if linear.training:
+        raise ValueError("fold_linear_bn: the Linear layer is in training mode")
+    if linear.out_features != bn.num_features:
+        raise ValueError(f"fold_linear_bn: Linear has {linear.out_features} outputs, BatchNorm "
+                         f"{bn.num_features} features")
+    return fuse_linear_bn_eval(linear, bn)
+
+
+BUNDLED: dict[str, Callable[..., Any]] = {"fold_conv_bn": fold_conv_bn, "fold_linear_bn": fold_linear_bn}

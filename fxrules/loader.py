@@ -1,0 +1,193 @@
+"""Loading rule files: ``parse`` and ``load``, includes, the prelude, and the content cache.
+
+``load`` resolves a path, or the name of a bundled ruleset, parses it, follows
+its ``include``s (relative to the including file, then among the bundled
+rulesets; ``.fxr`` files only; cycles are errors naming the cycle), and
+returns a :class:`RuleSet`.  Results are cached by the content of every file
+involved, so calling ``apply(gm, "fusions.fxr")`` in a loop parses once.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Iterable
+from pathlib import Path
+
+import attrs
+
+from fxrules import bundled
+from fxrules import syntax_tree as st
+from fxrules.diagnostics import DiagnosticSink, FxrLoadError, FxrUsageError, Span
+from fxrules.ir import Rule, RuleSet
+from fxrules.parser import parse_syntax
+from fxrules.resolve import RuleResolver, Scope, ScopeResolver
+from fxrules.targets import Namespace
+
+
+@attrs.frozen
+class SourceFile:
+    """One rule file's text and where it came from (a path on disk, or a bundled name)."""
+
+    name: str  # what diagnostics print
+    text: str
+    directory: Path | None  # where its own includes are looked up first
+
+    @property
+    def identity(self) -> str:
+        return str(self.directory / Path(self.name).name) if self.directory else self.name
+
+    def current_text(self) -> str | None:
+        """The file's text as it is now (None if it is gone)."""
+        if self.directory is None:
+            fresh = _read_bundled(Path(self.name).name)
+            return fresh.text if fresh else None
+        path = self.directory / Path(self.name).name
+        return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def _read_bundled(name: str) -> SourceFile | None:
+    entry = bundled.ruleset(name)
+    if entry is None:
+        return None
+    return SourceFile(f"rulesets/{name}", entry.read_text(encoding="utf-8"), None)
+
+
+def _read_path(path: Path) -> SourceFile:
+    return SourceFile(str(path), path.read_text(encoding="utf-8"), path.resolve().parent)
+
+
+@functools.cache
+def _prelude_scope() -> Scope:
+    """The families every file starts with, from the bundled ``prelude.fxr``."""
+    source = _read_bundled(bundled.PRELUDE)
+    assert source is not None, "the bundled prelude.fxr is missing"
+    scope = Scope(Namespace.create(), {}, set())
+    _Loading(()).resolve(source, scope)
+    return scope
+
+
+@attrs.define
+class _Loading:
+    """One ``load``: the include chain (for cycles) and the files read (for the cache)."""
+
+    allow: tuple[str, ...]
+    chain: list[str] = attrs.Factory(list)
+    files: dict[str, SourceFile] = attrs.Factory(dict)
+
+    def resolve(self, source: SourceFile, scope: Scope) -> list[Rule]:
+        """Resolve one file's items into rules, updating ``scope`` with its declarations."""
+        self.files[source.identity] = source
+        self.chain.append(source.identity)
+        try:
+            syntax = parse_syntax(source.text, source.name)
+            sink = DiagnosticSink(source.text, source.name)
+            rules = self._items(syntax, source, scope, sink)
+            _check_duplicates(rules, sink)
+            sink.raise_if_any()
+            return rules
+        finally:
+            self.chain.pop()
+
+    def _items(self, syntax: st.File, source: SourceFile, scope: Scope, sink: DiagnosticSink) -> list[Rule]:
+        rules: list[Rule] = []
+        items = ScopeResolver(sink, scope)
+        for item in syntax.items:
+            if isinstance(item, st.Use):
+                items.use(item)
+            elif isinstance(item, st.FamilyDecl):
+                items.family(item)
+            elif isinstance(item, st.CommutativeDecl):
+                items.commutative(item)
+            elif isinstance(item, st.Include):
+                rules += self._include(item, source, scope, sink)
+            else:
+                rule = RuleResolver(sink, scope, item).resolve()
+                if rule is not None:
+                    rules.append(rule)
+        return rules
+
+    def _include(self, item: st.Include, source: SourceFile, scope: Scope, sink: DiagnosticSink) -> list[Rule]:
+        if not item.path.endswith(".fxr"):
+            sink.error(item.span, f"include must name a .fxr file, not '{item.path}'")
+            return []
+        included = self._find_include(item.path, source)
+        if included is None:
+            sink.error(item.span, f"included file '{item.path}' not found",
+                       f"looked next to {source.name} and among the bundled rulesets: {bundled.ruleset_names()}")
+            return []
+        if included.identity in self.chain:
+            cycle = [*self.chain[self.chain.index(included.identity):], included.identity]
+            sink.error(item.span, "include cycle: " + " -> ".join(Path(c).name for c in cycle))
+            return []
+        try:
+            return self.resolve(included, scope)
+        except FxrLoadError as error:
+            sink.extend(error.diagnostics)
+            return []
+
+    @staticmethod
+    def _find_include(path: str, source: SourceFile) -> SourceFile | None:
+        if source.directory is not None:
+            candidate = source.directory / path
+            if candidate.is_file():
+                return _read_path(candidate)
+        return _read_bundled(path)
+
+
+def _check_duplicates(rules: list[Rule], sink: DiagnosticSink) -> None:
+    first: dict[str, Span] = {}
+    for rule in rules:
+        if rule.name in first:
+            sink.error(rule.span, f"duplicate rule name '{rule.name}' (first defined at {first[rule.name]})",
+                       "rule names key the report: give each rule its own")
+        else:
+            first[rule.name] = rule.span
+
+
+_cache: dict[tuple[str, tuple[str, ...]], tuple[list[tuple[SourceFile, str]], RuleSet]] = {}
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _load_source(source: SourceFile, allow: Iterable[str]) -> RuleSet:
+    allowed = tuple(allow)
+    key = (source.identity, allowed)
+    cached = _cache.get(key)
+    if cached is not None and _still_current(cached[0], source):
+        return cached[1]
+    loading = _Loading(allowed)
+    base = _prelude_scope().copy()
+    base.namespace = Namespace.create(allowed)
+    rules = loading.resolve(source, base)
+    ruleset = RuleSet(tuple(rules), source.name)
+    _cache[key] = ([(f, _digest(f.text)) for f in loading.files.values()], ruleset)
+    return ruleset
+
+
+def _still_current(files: list[tuple[SourceFile, str]], source: SourceFile) -> bool:
+    for file, digest in files:
+        text = source.text if file.identity == source.identity else file.current_text()
+        if text is None or _digest(text) != digest:
+            return False
+    return True
+
+
+def parse(text: str, filename: str = "<string>", allow: Iterable[str] = ()) -> RuleSet:
+    """Parse and resolve ``.fxr`` text (its includes are looked up among the bundled rulesets)."""
+    return _load_source(SourceFile(filename, text, None), allow)
+
+
+def load(path_or_name: str | Path, allow: Iterable[str] = ()) -> RuleSet:
+    """Load a rule file by path, or a bundled ruleset by name (``"algebra.fxr"``)."""
+    path = Path(path_or_name)
+    if path.is_file():
+        return _load_source(_read_path(path), allow)
+    source = _read_bundled(str(path_or_name))
+    if source is None:
+        raise FxrUsageError(
+            f"no rule file '{path_or_name}': not a file, and not a bundled ruleset ({', '.join(bundled.ruleset_names())})"
+        )
+    return _load_source(source, allow)

@@ -1,0 +1,652 @@
+"""Matching one rule's pattern at one anchor node of an FX graph.
+
+Algorithm, for a rule whose pattern outputs are ``o1 .. ok`` at anchor ``n``:
+
+1. match ``o1`` at ``n``: an operation template checks the node's op and
+   target (or family member), then its arguments, normalized to parameter
+   names, recursively; captures bind (and unify) values, typed captures are
+   checked as they bind, interior names must map to one node each;
+2. match each further output ``oi`` among the users of nodes already bound;
+3. check, in order: the guard (once everything is bound), that interior nodes
+   have no users outside the match, that no impure node is deleted unless the
+   pattern names its target exactly, and that no capture depends on a matched
+   node (the rewrite would create a cycle).
+
+Choices (alternatives ``A | B``, commutative operand order, lists) are
+explored by backtracking generators; a pattern of ``p`` operations costs
+``O(p)`` per anchor without choices.  Failures are reported to a
+:class:`MissTracker` so ``explain=True`` can say why a rule did not fire.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import attrs
+import torch
+import torch.fx
+
+from fxrules.diagnostics import Span
+from fxrules.families import map_member_call
+from fxrules.guards import GuardError, holds
+from fxrules.ir import (
+    AltTemplate,
+    AttrType,
+    Capture,
+    CaptureType,
+    DimRest,
+    DimSymbol,
+    Literal,
+    ModuleType,
+    NodeType,
+    OpKind,
+    OpTemplate,
+    Rule,
+    ScalarType,
+    SeqTemplate,
+    SequenceType,
+    SliceTemplate,
+    Template,
+    TensorType,
+    Wildcard,
+    walk,
+)
+from fxrules.metadata import MissingMetadata, tensor_info
+from fxrules.signatures import BoundCall, CallSignature
+
+_MISSING = object()
+
+
+def literal_equal(expected: Any, actual: Any) -> bool:
+    """Literal equality of the rule language: same type, ``nan == nan``, ``-0.0 != 0.0``, list == tuple."""
+    if isinstance(expected, list | tuple) and isinstance(actual, list | tuple):
+        return len(expected) == len(actual) and all(map(literal_equal, expected, actual))
+    if isinstance(expected, slice) and isinstance(actual, slice):
+        return all(literal_equal(getattr(expected, p), getattr(actual, p)) for p in ("start", "stop", "step"))
+    if type(expected) is not type(actual):
+        return False
+    if isinstance(expected, float):
+        if math.isnan(expected) or math.isnan(actual):
+            return math.isnan(expected) and math.isnan(actual)
+        return expected == actual and math.copysign(1.0, expected) == math.copysign(1.0, actual)
+    return bool(expected == actual)
+
+
+@attrs.frozen
+class State:
+    """What a partial match has bound: names to values, operation templates to nodes."""
+
+    bindings: Mapping[str, Any] = attrs.field(factory=dict)
+    nodes: Mapping[int, torch.fx.Node] = attrs.field(factory=dict)  # id(OpTemplate) -> node
+    modules: Mapping[str, str] = attrs.field(factory=dict)  # module capture -> qualified name
+
+    def bind(self, name: str, value: Any) -> State:
+        return attrs.evolve(self, bindings={**self.bindings, name: value})
+
+    def map_node(self, template: OpTemplate, node: torch.fx.Node) -> State:
+        bindings = {**self.bindings, template.name: node} if template.name else self.bindings
+        return attrs.evolve(self, nodes={**self.nodes, id(template): node}, bindings=bindings)
+
+
+@attrs.frozen
+class Match:
+    """A complete match: ready to be rewritten."""
+
+    rule: Rule
+    outputs: tuple[torch.fx.Node, ...]
+    nodes: tuple[torch.fx.Node, ...]  # every node the pattern's operations matched
+    bindings: Mapping[str, Any]
+    modules: Mapping[str, str]
+
+    @property
+    def anchor(self) -> torch.fx.Node:
+        return self.outputs[0]
+
+
+@attrs.frozen
+class Miss:
+    """Why a match attempt failed: the furthest it got and the first condition that failed there."""
+
+    rule: str
+    anchor: str
+    progress: int  # operations matched before the failure
+    condition: str  # target, argument, literal, type, guard, escaping user, impure, cycle, metadata
+    detail: str
+    span: Span
+
+    def __str__(self) -> str:
+        return f"{self.rule} at {self.anchor}: {self.condition}: {self.detail} ({self.span})"
+
+
+class MissTracker:
+    """Keeps the furthest failure of the current attempt (only when explaining)."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.best: Miss | None = None
+        self.rule = ""
+        self.anchor = ""
+
+    def start(self, rule: Rule, anchor: torch.fx.Node) -> None:
+        self.best = None
+        self.rule = rule.name
+        self.anchor = anchor.name
+
+    def fail(self, state: State, condition: str, detail: str, span: Span) -> None:
+        if not self.enabled:
+            return
+        progress = len(state.nodes)
+        if self.best is None or progress > self.best.progress:
+            self.best = Miss(self.rule, self.anchor, progress, condition, detail, span)
+
+
+class Skip(Exception):  # noqa: N818 - a control-flow signal carrying the skip reason
+    """The pattern matched but the match cannot be used; ``reason`` says why."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+class Matcher:
+    """Matches rules at nodes of one graph module."""
+
+    def __init__(self, gm: torch.fx.GraphModule, explain: bool = False) -> None:
+        self.gm = gm
+        self.misses = MissTracker(explain)
+        self._bound_cache: dict[tuple[int, int], BoundCall | None] = {}
+        self.rule_types: Mapping[str, CaptureType] = {}
+
+    # ---------------------------------------------------------------- entry point
+
+    def match(self, rule: Rule, anchor: torch.fx.Node) -> Match | None:
+        """The first complete match of ``rule`` anchored at ``anchor``, or None; raises :class:`Skip`."""
+        self.misses.start(rule, anchor)
+        self.rule_types = rule.types
+        skip: Skip | None = None
+        for state in self._outputs(rule, anchor):
+            try:
+                self._check(rule, state)
+            except Skip as reason:
+                skip = skip or reason
+                continue
+            return self._finish(rule, state)
+        if skip is not None:
+            raise skip
+        return None
+
+    def _outputs(self, rule: Rule, anchor: torch.fx.Node) -> Iterator[State]:
+        first, *others = rule.pattern
+        for state in self.match_template(first, anchor, State()):
+            yield from self._other_outputs(others, state)
+
+    def _other_outputs(self, outputs: list[Template], state: State) -> Iterator[State]:
+        if not outputs:
+            yield state
+            return
+        head, *tail = outputs
+        for candidate in self._candidates_near(state):
+            for next_state in self.match_template(head, candidate, state):
+                yield from self._other_outputs(tail, next_state)
+
+    def _candidates_near(self, state: State) -> list[torch.fx.Node]:
+        """Nodes that may be further outputs: users of what the match bound so far."""
+        bound = [*state.nodes.values(), *(v for v in state.bindings.values() if isinstance(v, torch.fx.Node))]
+        mapped = set(state.nodes.values())
+        seen: dict[torch.fx.Node, None] = {}
+        for node in bound:
+            for user in node.users:
+                if user not in mapped:
+                    seen[user] = None
+        return list(seen)
+
+    # ---------------------------------------------------------------- templates
+
+    def match_template(self, template: Template, value: Any, state: State) -> Iterator[State]:
+        if isinstance(template, OpTemplate):
+            yield from self.match_op(template, value, state)
+        elif isinstance(template, Capture):
+            yield from self.match_capture(template, value, state)
+        elif isinstance(template, Literal):
+            if isinstance(value, torch.fx.Node) or not literal_equal(template.value, value):
+                self.misses.fail(state, "literal", f"expected {template.value!r}, found {_show(value)}",
+                                 template.span)
+                return
+            yield state
+        elif isinstance(template, Wildcard):
+            yield state
+        elif isinstance(template, AltTemplate):
+            for option in template.options:
+                yield from self.match_template(option, value, state)
+        elif isinstance(template, SeqTemplate):
+            if not isinstance(value, list | tuple) or len(value) != len(template.items):
+                self.misses.fail(state, "argument", f"expected a sequence of {len(template.items)}, found "
+                                                    f"{_show(value)}", template.span)
+                return
+            yield from self.match_all(template.items, value, state)
+        elif isinstance(template, SliceTemplate):
+            if not isinstance(value, slice):
+                self.misses.fail(state, "argument", f"expected a slice, found {_show(value)}", template.span)
+                return
+            parts = (template.start, template.stop, template.step)
+            yield from self.match_all(parts, (value.start, value.stop, value.step), state)
+
+    def match_all(self, templates: tuple[Template, ...], values: Any, state: State) -> Iterator[State]:
+        if not templates:
+            yield state
+            return
+        for next_state in self.match_template(templates[0], values[0], state):
+            yield from self.match_all(templates[1:], values[1:], next_state)
+
+    def match_capture(self, template: Capture, value: Any, state: State) -> Iterator[State]:
+        name = template.name
+        if name in state.bindings:
+            previous = state.bindings[name]
+            same = previous is value if isinstance(previous, torch.fx.Node) or isinstance(value, torch.fx.Node) \
+                else literal_equal(previous, value)
+            if not same:
+                self.misses.fail(state, "argument", f"'{name}' is bound to {_show(previous)} but here is "
+                                                    f"{_show(value)}", template.span)
+                return
+            yield state
+            return
+        declared = self.rule_types.get(name)
+        if declared is not None:
+            state = self.check_type(name, declared, value, state, template.span)  # type: ignore[assignment]
+            if state is None:
+                return
+        yield state.bind(name, value)
+
+    # ---------------------------------------------------------------- operations
+
+    def match_op(self, template: OpTemplate, value: Any, state: State) -> Iterator[State]:
+        if not isinstance(value, torch.fx.Node):
+            self.misses.fail(state, "target", f"expected {template.describe()}, found {_show(value)}", template.span)
+            return
+        node = value
+        if id(template) in state.nodes:
+            if state.nodes[id(template)] is node:
+                yield state
+            else:
+                self.misses.fail(state, "argument", f"'{template.name}' is used twice but the graph has two "
+                                                    "different nodes", template.span)
+            return
+        if node in state.nodes.values():
+            self.misses.fail(state, "target", f"node '{node.name}' is already matched by another operation",
+                             template.span)
+            return
+        bound = self._node_call(template, node, state)
+        if bound is _MISSING:
+            return
+        state = state.map_node(template, node)
+        if template.binds is not None:
+            state = self._bind_module_or_attr(template, node, state)  # type: ignore[assignment]
+            if state is None:
+                return
+        if template.kind is OpKind.ATTR:
+            yield state
+            return
+        yield from self.match_arguments(template, node, bound, state)
+
+    def _node_call(self, template: OpTemplate, node: torch.fx.Node, state: State) -> Any:
+        """The node's arguments bound to the template's parameters; None: as written; _MISSING: no match."""
+        kind, target = template.kind, template.target
+        if kind is OpKind.FAMILY:
+            return self._family_call(template, node, state)
+        module = self._module(node) if node.op == "call_module" else None
+        fits = (
+            (kind is OpKind.FUNCTION and node.op == "call_function" and _same_function(target, node.target))
+            or (kind is OpKind.METHOD and node.op == "call_method" and node.target == target)
+            or (kind is OpKind.MODULE and module is not None and isinstance(module, target))
+            or (kind is OpKind.ATTR and node.op == "get_attr")
+        )
+        if not fits:
+            self.misses.fail(state, "target", f"expected {template.describe()}, found {_describe_node(node, module)}",
+                             template.span)
+            return _MISSING
+        if template.bound is None or template.signature is None:
+            return None
+        return self._bind_node(template.signature, node)
+
+    def _family_call(self, template: OpTemplate, node: torch.fx.Node, state: State) -> Any:
+        family = template.target
+        module = self._module(node) if node.op == "call_module" else None
+        member = None
+        for candidate in family.members:
+            if (candidate.kind.value == node.op and (
+                    (candidate.kind is OpKind.FUNCTION and _same_function(candidate.target, node.target))
+                    or (candidate.kind is OpKind.METHOD and candidate.target == node.target)
+                    or (candidate.kind is OpKind.MODULE and type(module) is candidate.target))):
+                member = candidate
+                break
+        if member is None:
+            self.misses.fail(state, "target", f"expected a member of family {family.name}, found "
+                                              f"{_describe_node(node, module)}", template.span)
+            return _MISSING
+        if member.signature is None or template.bound is None:
+            return None
+        bound = self._bind_node(member.signature, node)
+        if bound is None:
+            return None
+        mapped = map_member_call(member, family, bound, module)
+        if mapped.bound is None:
+            self.misses.fail(state, "argument", mapped.reason, template.span)
+            return _MISSING
+        return mapped.bound
+
+    def _bind_node(self, signature: CallSignature, node: torch.fx.Node) -> BoundCall | None:
+        key = (id(node), id(signature))
+        if key not in self._bound_cache:
+            self._bound_cache[key] = signature.bind(node.args, node.kwargs)
+        return self._bound_cache[key]
+
+    def match_arguments(self, template: OpTemplate, node: torch.fx.Node, bound: BoundCall | None,
+                        state: State) -> Iterator[State]:
+        orders = [False, True] if template.commutative else [False]
+        for swapped in orders:
+            if bound is None:
+                yield from self._as_written(template, node, state, swapped)
+            else:
+                yield from self._by_name(template, bound, state, swapped)
+
+    def _by_name(self, template: OpTemplate, bound: BoundCall, state: State, swapped: bool) -> Iterator[State]:
+        expected = dict(template.bound or {})
+        if swapped:
+            names = list(expected)[:2]
+            if len(names) < 2:
+                return
+            expected[names[0]], expected[names[1]] = expected[names[1]], expected[names[0]]
+        for name in bound.explicit:
+            if name in expected or template.rest:
+                continue
+            if name not in bound.defaults or not _holds_default(bound.explicit[name], bound.defaults[name]):
+                self.misses.fail(state, "argument", f"argument '{name}' is {_show(bound.explicit[name])}; the "
+                                                    "pattern leaves it out, so it must hold its default",
+                                 template.span)
+                return
+        values = []
+        for name in expected:
+            value = bound.value(name, _MISSING)
+            if value is _MISSING:
+                self.misses.fail(state, "argument", f"argument '{name}' is not given", template.span)
+                return
+            values.append(value)
+        yield from self.match_all(tuple(expected.values()), values, state)
+
+    def _as_written(self, template: OpTemplate, node: torch.fx.Node, state: State, swapped: bool) -> Iterator[State]:
+        args = list(node.args)
+        if swapped:
+            if len(args) < 2:
+                return
+            args[0], args[1] = args[1], args[0]
+        if len(args) < len(template.args) or (len(args) > len(template.args) and not template.rest):
+            self.misses.fail(state, "argument", f"expected {len(template.args)} positional argument(s), found "
+                                                f"{len(args)}", template.span)
+            return
+        names = [name for name, _ in template.kwargs]
+        if any(name not in names for name in node.kwargs) and not template.rest or any(
+                name not in node.kwargs for name in names):
+            self.misses.fail(state, "argument", f"keyword arguments differ: expected {names}, found "
+                                                f"{list(node.kwargs)}", template.span)
+            return
+        templates = (*template.args, *(t for _, t in template.kwargs))
+        values = (*args[: len(template.args)], *(node.kwargs[name] for name in names))
+        yield from self.match_all(templates, values, state)
+
+    # ---------------------------------------------------------------- modules, attributes, types
+
+    def _module(self, node: torch.fx.Node) -> torch.nn.Module | None:
+        try:
+            return self.gm.get_submodule(str(node.target))
+        except AttributeError:
+            return None
+
+    def _bind_module_or_attr(self, template: OpTemplate, node: torch.fx.Node, state: State) -> State | None:
+        name = template.binds
+        assert name is not None
+        value: Any = node if template.kind is OpKind.ATTR else self._module(node)
+        previous = state.bindings.get(name, _MISSING)
+        if previous is not _MISSING and previous is not value:
+            self.misses.fail(state, "argument", f"'{name}' is bound to another module", template.span)
+            return None
+        if template.kind is OpKind.MODULE:
+            state = attrs.evolve(state, modules={**state.modules, name: str(node.target)})
+        return state.bind(name, value)
+
+    def check_type(self, name: str, declared: CaptureType, value: Any, state: State, span: Span) -> State | None:
+        problem = None
+        if isinstance(declared, TensorType):
+            if not isinstance(value, torch.fx.Node):
+                problem = f"'{name}' must be a tensor, found {_show(value)}"
+            else:
+                return self._check_tensor(name, declared, value, state, span)
+        elif isinstance(declared, ScalarType):
+            if not _scalar_fits(declared.name, value):
+                problem = f"'{name}' must be a {declared.name} literal, found {_show(value)}"
+        elif isinstance(declared, SequenceType):
+            if not isinstance(value, list | tuple) or (
+                    declared.element == "Tensor" and not all(isinstance(v, torch.fx.Node) for v in value)):
+                problem = f"'{name}' must be a {declared.name}, found {_show(value)}"
+        elif isinstance(declared, NodeType | AttrType | ModuleType) and not isinstance(value, torch.fx.Node):
+            problem = f"'{name}' must be a node, found {_show(value)}"
+        if problem:
+            self.misses.fail(state, "type", problem, span)
+            return None
+        return state
+
+    def _check_tensor(self, name: str, declared: TensorType, node: torch.fx.Node, state: State,
+                      span: Span) -> State | None:
+        try:
+            info = tensor_info(node)
+        except MissingMetadata as missing:
+            raise Skip("missing metadata", f"'{name}' needs shape metadata: {missing} "
+                                           "(pass example_inputs= to apply, or use torch.export)") from None
+        if declared.dtypes is not None and info.dtype not in declared.dtypes:
+            self.misses.fail(state, "type", f"'{name}' has dtype {info.dtype}, expected one of "
+                                            f"{', '.join(map(str, declared.dtypes))}", span)
+            return None
+        if declared.dims is None:
+            return state
+        unified = unify_dims(declared.dims, tuple(info.shape), state.bindings)
+        if unified is None:
+            self.misses.fail(state, "type", f"'{name}' has shape {tuple(info.shape)}, which does not fit "
+                                            f"{_show_dims(declared.dims)}", span)
+            return None
+        for symbol, size in unified.items():
+            state = state.bind(symbol, size)
+        return state
+
+    # ---------------------------------------------------------------- after the structure matched
+
+    def _check(self, rule: Rule, state: State) -> None:
+        if rule.guard is not None:
+            self._check_guard(rule, state)
+        matched = set(state.nodes.values())
+        outputs = {state.nodes[id(t)] for t in rule.pattern if isinstance(t, OpTemplate)}
+        for node in matched - outputs:
+            escaping = [u.name for u in node.users if u not in matched]
+            if escaping:
+                raise Skip("escaping user", f"'{node.name}' is also used by {', '.join(escaping)} outside the match")
+        for template in _op_templates(rule):
+            node = state.nodes.get(id(template))
+            if node is not None and node.is_impure() and not self._named_exactly(template, node):
+                raise Skip("impure", f"'{node.name}' has side effects and the pattern does not name its target")
+        captured = [v for v in state.bindings.values() if isinstance(v, torch.fx.Node) and v not in matched]
+        if _depends_on(captured, matched):
+            raise Skip("cycle", "a capture depends on a node of the match; rewriting would create a cycle")
+
+    def _check_guard(self, rule: Rule, state: State) -> None:
+        assert rule.guard is not None
+
+        def lookup(name: str) -> Any:
+            return guard_value(state.bindings[name], self.gm)
+
+        try:
+            ok = holds(rule.guard, lookup)
+        except MissingMetadata as missing:
+            raise Skip("missing metadata", f"the guard needs shape metadata: {missing} "
+                                           "(pass example_inputs= to apply, or use torch.export)") from None
+        except GuardError as error:
+            raise Skip("guard error", str(error)) from None
+        if not ok:
+            self.misses.fail(state, "guard", "the where: condition is false", rule.guard.conditions[0].span)
+            raise Skip("guard false", "the where: condition is false")
+
+    def _named_exactly(self, template: OpTemplate, node: torch.fx.Node) -> bool:
+        if template.kind is OpKind.MODULE:
+            return type(self._module(node)) is template.target
+        return template.kind in (OpKind.FUNCTION, OpKind.METHOD, OpKind.FAMILY)
+
+    def _finish(self, rule: Rule, state: State) -> Match:
+        outputs = tuple(state.nodes[id(t)] for t in rule.pattern if isinstance(t, OpTemplate))
+        if len(outputs) != len(rule.pattern):  # an alternative output: find its node through the bindings
+            outputs = tuple(_output_node(t, state) for t in rule.pattern)
+        return Match(rule, outputs, tuple(state.nodes.values()), dict(state.bindings), dict(state.modules))
+
+
+def _output_node(template: Template, state: State) -> torch.fx.Node:
+    if isinstance(template, AltTemplate):
+        for option in template.options:
+            if isinstance(option, OpTemplate) and id(option) in state.nodes:
+                return state.nodes[id(option)]
+            if isinstance(option, AltTemplate):
+                return _output_node(option, state)
+    assert isinstance(template, OpTemplate)
+    return state.nodes[id(template)]
+
+
+def _op_templates(rule: Rule) -> Iterator[OpTemplate]:
+    for output in rule.pattern:
+        for template in walk(output):
+            if isinstance(template, OpTemplate):
+                yield template
+
+
+def _depends_on(captured: list[torch.fx.Node], matched: set[torch.fx.Node]) -> bool:
+    """True when a captured node is computed from a matched node (searching only after the earliest match)."""
+    if not captured or not matched:
+        return False
+    earliest = min(n._sort_key for n in matched)  # FX keeps a sortable position on every node
+    stack = [c for c in captured if c._sort_key > earliest]
+    seen: set[torch.fx.Node] = set()
+    while stack:
+        node = stack.pop()
+        if node in matched:
+            return True
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.extend(n for n in node.all_input_nodes if n._sort_key > earliest or n in matched)
+    return False
+
+
+def unify_dims(dims: tuple[Any, ...], shape: tuple[Any, ...], bound: Mapping[str, Any]) -> dict[str, Any] | None:
+    """Bind symbolic dims against a shape; None when literal dims differ or a symbol disagrees."""
+    rest = [i for i, d in enumerate(dims) if isinstance(d, DimRest)]
+    if rest:
+        head, tail = dims[: rest[0]], dims[rest[0] + 1:]
+        if len(shape) < len(head) + len(tail):
+            return None
+        pairs = list(zip(head, shape[: len(head)], strict=True))
+        pairs += list(zip(tail, shape[len(shape) - len(tail):], strict=True))
+    else:
+        if len(shape) != len(dims):
+            return None
+        pairs = list(zip(dims, shape, strict=True))
+    found: dict[str, Any] = {}
+    for dim, size in pairs:
+        if isinstance(dim, DimSymbol):
+            known = found.get(dim.name, bound.get(dim.name, _MISSING))
+            if known is not _MISSING and known != size:
+                return None
+            found[dim.name] = size
+        elif dim != size:
+            return None
+    return found
+
+
+class AttrValue:
+    """What a guard sees of an ``Attr`` capture: its qualified name and its tensor's attributes."""
+
+    guard_attributes = frozenset({"target", "shape", "ndim", "dtype", "device"})
+
+    def __init__(self, target: str, value: Any) -> None:
+        self.target = target
+        self._value = value
+
+    def __getattr__(self, name: str) -> Any:
+        if name in {"shape", "ndim", "dtype", "device"}:
+            return getattr(self._value, name)
+        raise AttributeError(name)
+
+    def numel(self) -> int:
+        return int(self._value.numel())
+
+
+def guard_value(value: Any, gm: torch.fx.GraphModule) -> Any:
+    """A bound value as guards see it: tensors as :class:`TensorInfo`, ``get_attr`` nodes as :class:`AttrValue`."""
+    if isinstance(value, torch.fx.Node):
+        if value.op == "get_attr":
+            return AttrValue(str(value.target), operator.attrgetter(str(value.target))(gm))
+        return tensor_info(value)
+    if isinstance(value, list | tuple):
+        return type(value)(guard_value(v, gm) for v in value)
+    return value
+
+
+def _same_function(expected: Any, actual: Any) -> bool:
+    if expected is actual:
+        return True
+    packet = getattr(actual, "overloadpacket", None)
+    return packet is not None and packet is expected
+
+
+def _scalar_fits(type_name: str, value: Any) -> bool:
+    if isinstance(value, torch.fx.Node):
+        return False
+    if type_name == "int":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if type_name == "float":
+        return isinstance(value, float)
+    if type_name == "bool":
+        return isinstance(value, bool)
+    if type_name == "str":
+        return isinstance(value, str)
+    return isinstance(value, int | float | bool)
+
+
+def _holds_default(value: Any, default: Any) -> bool:
+    if isinstance(value, torch.fx.Node):
+        return False
+    if isinstance(value, list | tuple) and isinstance(default, list | tuple):
+        return literal_equal(list(default), list(value))
+    if default is None or isinstance(default, bool) or value is None or isinstance(value, bool):
+        return value is default or (type(value) is type(default) and value == default)
+    if isinstance(value, int | float) and isinstance(default, int | float):
+        return value == default  # `alpha=1` and `alpha=1.0` are both the default
+    return bool(value == default)
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, torch.fx.Node):
+        return f"node '{value.name}'"
+    return repr(value)
+
+
+def _show_dims(dims: tuple[Any, ...]) -> str:
+    shown = ["..." if isinstance(d, DimRest) else d.name if isinstance(d, DimSymbol) else str(d) for d in dims]
+    return f"Tensor[{', '.join(shown)}]"
+
+
+def _describe_node(node: torch.fx.Node, module: torch.nn.Module | None) -> str:
+    if node.op == "call_module" and module is not None:
+        return f"call_module {type(module).__name__} '{node.name}'"
+    if node.op == "call_function":
+        name = getattr(node.target, "__name__", str(node.target))
+        return f"{name} '{node.name}'"
+    return f"{node.op} {node.target} '{node.name}'"
+

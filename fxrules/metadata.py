@@ -1,0 +1,140 @@
+"""Shape and dtype metadata of FX nodes: reading it, computing it, and carrying it to new nodes.
+
+Metadata comes from ``node.meta["val"]`` (torch.export and Dynamo put
+FakeTensors there) or ``node.meta["tensor_meta"]`` (``ShapeProp``).  Guards
+and typed captures see it through :class:`TensorInfo`; a node without it
+raises :class:`MissingMetadata`, which makes the rule skip with a reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.fx
+from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata, _extract_tensor_metadata
+
+
+class MissingMetadata(Exception):  # noqa: N818 - it is a condition, not a failure
+    """A rule needs shape or dtype metadata that the graph does not carry."""
+
+
+class TensorInfo:
+    """What guards and types may know about a tensor value: shape, dtype, device."""
+
+    __slots__ = ("device", "dtype", "shape")
+
+    def __init__(self, shape: Sequence[Any], dtype: torch.dtype, device: torch.device | None) -> None:
+        self.shape = torch.Size(shape) if all(isinstance(s, int) for s in shape) else tuple(shape)
+        self.dtype = dtype
+        self.device = device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> Any:
+        count: Any = 1
+        for size in self.shape:
+            count = count * size
+        return count
+
+    def size(self, dim: int | None = None) -> Any:
+        return self.shape if dim is None else self.shape[dim]
+
+    def dim(self) -> int:
+        return self.ndim
+
+    def attribute(self, name: str) -> Any:
+        if name in {"shape", "ndim", "dtype", "device"}:
+            return getattr(self, name)
+        if name == "is_floating_point":
+            return self.dtype.is_floating_point
+        raise AttributeError(f"a guard cannot read '.{name}' of a tensor")
+
+    def __repr__(self) -> str:
+        return f"TensorInfo(shape={tuple(self.shape)}, dtype={self.dtype})"
+
+
+def _from_value(value: Any) -> TensorInfo | None:
+    if isinstance(value, torch.Tensor):
+        return TensorInfo(tuple(value.shape), value.dtype, value.device)
+    if isinstance(value, TensorMetadata):
+        return TensorInfo(tuple(value.shape), value.dtype, None)
+    return None
+
+
+def tensor_info(node: torch.fx.Node) -> TensorInfo:
+    """The metadata of a tensor-valued node, or :class:`MissingMetadata`."""
+    meta = node.meta
+    info = _from_value(meta.get("val")) or _from_value(meta.get("tensor_meta"))
+    if info is None:
+        raise MissingMetadata(f"node '{node.name}' has no shape metadata")
+    return info
+
+
+def has_metadata(node: torch.fx.Node) -> bool:
+    return "val" in node.meta or "tensor_meta" in node.meta
+
+
+def graph_has_metadata(graph: torch.fx.Graph) -> bool:
+    """True when the graph's inputs carry metadata (so new nodes should get it too)."""
+    placeholders = graph.find_nodes(op="placeholder")
+    return bool(placeholders) and all(has_metadata(p) for p in placeholders)
+
+
+def propagate_shapes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:
+    """Fill ``tensor_meta`` of every node by running the graph on ``example_inputs`` (``ShapeProp``)."""
+    ShapeProp(gm).propagate(*example_inputs)
+
+
+def _as_meta_tensor(value: Any) -> Any:
+    if isinstance(value, torch.fx.Node):
+        if "val" in value.meta:
+            return value.meta["val"]
+        tensor_meta = value.meta.get("tensor_meta")
+        if isinstance(tensor_meta, TensorMetadata):
+            return torch.empty(tensor_meta.shape, dtype=tensor_meta.dtype, device="meta")
+        raise MissingMetadata(value.name)
+    return value
+
+
+def infer_metadata(node: torch.fx.Node) -> None:
+    """Give a new node metadata by running its operation on its inputs' metadata (best effort).
+
+    Inputs that carry FakeTensors run under their fake mode; ``tensor_meta``
+    inputs run on the meta device.  Where that is impossible the node simply
+    gets no metadata, as a node of a graph without metadata would.
+    """
+    try:
+        args = torch.fx.node.map_aggregate(node.args, _as_meta_tensor)
+        kwargs = torch.fx.node.map_aggregate(node.kwargs, _as_meta_tensor)
+        fake_mode = _fake_mode(args, kwargs)
+        with fake_mode if fake_mode is not None else contextlib.nullcontext():
+            result = _run(node, args, kwargs)
+    except Exception:  # noqa: BLE001 - metadata of a new node is best effort by design
+        return
+    if isinstance(result, torch.Tensor):
+        if fake_mode is not None:
+            node.meta["val"] = result
+        else:
+            node.meta["tensor_meta"] = _extract_tensor_metadata(result)
+
+
+def _run(node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
+    if node.op == "call_function":
+        return node.target(*args, **kwargs)
+    if node.op == "call_method":
+        receiver, *rest = args
+        return getattr(receiver, node.target)(*rest, **kwargs)
+    return None  # a call_module's output metadata would need the module run on fake weights
+
+
+def _fake_mode(args: Any, kwargs: Any) -> Any:
+    found = []
+    torch.fx.node.map_aggregate((args, kwargs), lambda v: found.append(getattr(v, "fake_mode", None)) or v)
+    modes = [m for m in found if m is not None]
+    return modes[0] if modes else None
+

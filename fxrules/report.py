@@ -1,0 +1,179 @@
+"""What an ``apply`` did: per-rule counts, where rules fired, why matches were skipped, near misses.
+
+:class:`ReportBuilder` accumulates while the engine runs; :class:`Report` is
+the frozen result, printable as a table (``str(report)``) and exportable for
+tools (``report.to_dict()``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from typing import Any
+
+import attrs
+
+from fxrules.ir import Rule, RuleSet
+from fxrules.matcher import Miss
+
+#: How many skipped matches and near misses a rule keeps (the counts are always complete).
+KEEP_EXAMPLES = 20
+KEEP_MISSES = 3
+
+
+class StopReason(enum.Enum):
+    """Why the passes ended."""
+
+    FIXPOINT = "fixpoint"  # a pass fired nothing (or nothing ever fired)
+
+
+@attrs.frozen
+class SkippedMatch:
+    """A pattern that matched but could not be used, and why."""
+
+    reason: str  # escaping user, impure, cycle, guard false, guard error, missing metadata, overlap, order
+    node: str
+    detail: str
+
+
+@attrs.frozen
+class RuleReport:
+    name: str
+    location: str
+    fired: int
+    anchors: tuple[str, ...]
+    skipped: tuple[SkippedMatch, ...]
+    skip_counts: dict[str, int]
+    notes: tuple[str, ...]
+    near_misses: tuple[Miss, ...]
+    attempts: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "location": self.location, "fired": self.fired, "anchors": list(self.anchors),
+            "skipped": [attrs.asdict(s) for s in self.skipped], "skip_counts": dict(self.skip_counts),
+            "notes": list(self.notes), "attempts": self.attempts,
+            "near_misses": [{**attrs.asdict(m, filter=lambda a, _: a.name != "span"), "location": str(m.span)}
+                            for m in self.near_misses],
+        }
+
+
+@attrs.frozen
+class Report:
+    """The result of one ``apply``."""
+
+    rules: tuple[RuleReport, ...]
+    passes: int
+    stop_reason: StopReason
+    nodes_before: int
+    nodes_after: int
+    match_seconds: float
+    rewrite_seconds: float
+    total_seconds: float
+
+    @property
+    def total_fired(self) -> int:
+        return sum(r.fired for r in self.rules)
+
+    def fired(self, rule_name: str) -> int:
+        return self[rule_name].fired
+
+    def __getitem__(self, rule_name: str) -> RuleReport:
+        for rule in self.rules:
+            if rule.name == rule_name:
+                return rule
+        raise KeyError(rule_name)
+
+    def counts(self) -> dict[str, int]:
+        """Rule name -> times fired, for the rules that fired."""
+        return {r.name: r.fired for r in self.rules if r.fired}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rules": [r.to_dict() for r in self.rules], "passes": self.passes,
+            "stop_reason": self.stop_reason.value, "nodes_before": self.nodes_before,
+            "nodes_after": self.nodes_after, "match_seconds": self.match_seconds,
+            "rewrite_seconds": self.rewrite_seconds, "total_seconds": self.total_seconds,
+        }
+
+    def __str__(self) -> str:
+        width = max([len(r.name) for r in self.rules] + [4])
+        lines = [f"{'rule':<{width}}  {'fired':>5}  {'skipped':>7}  where"]
+        for rule in self.rules:
+            where = ", ".join(rule.anchors[:4]) + (" ..." if len(rule.anchors) > 4 else "")
+            lines.append(f"{rule.name:<{width}}  {rule.fired:>5}  {sum(rule.skip_counts.values()):>7}  {where}")
+        lines.append(f"{self.total_fired} rewrites in {self.passes} pass(es); nodes {self.nodes_before} -> "
+                     f"{self.nodes_after}; {self.total_seconds * 1000:.1f} ms")
+        lines += self._details()
+        return "\n".join(lines)
+
+    def _details(self) -> list[str]:
+        lines: list[str] = []
+        for rule in self.rules:
+            for reason, count in sorted(rule.skip_counts.items()):
+                example = next(s for s in rule.skipped if s.reason == reason)
+                lines.append(f"  skipped {rule.name} x{count} ({reason}): {example.node}: {example.detail}")
+            lines += [f"  note {rule.name}: {note}" for note in rule.notes]
+            lines += [f"  near miss {miss}" for miss in rule.near_misses]
+        return lines
+
+
+@attrs.define
+class _RuleStats:
+    fired: int = 0
+    anchors: list[str] = attrs.Factory(list)
+    skipped: dict[tuple[str, str], SkippedMatch] = attrs.Factory(dict)
+    skip_counts: Counter[str] = attrs.Factory(Counter)
+    misses: list[Miss] = attrs.Factory(list)
+    attempts: int = 0
+
+
+@attrs.define
+class ReportBuilder:
+    """Accumulates what the engine saw, rule by rule."""
+
+    ruleset: RuleSet
+    stats: dict[str, _RuleStats] = attrs.field(init=False)
+    passes: int = 0
+    match_seconds: float = 0.0
+    rewrite_seconds: float = 0.0
+
+    def __attrs_post_init__(self) -> None:
+        self.stats = {rule.name: _RuleStats() for rule in self.ruleset}
+
+    def fired(self, rule: Rule, anchor: str) -> None:
+        stats = self.stats[rule.name]
+        stats.fired += 1
+        stats.anchors.append(anchor)
+
+    def attempted(self, rule: Rule) -> None:
+        self.stats[rule.name].attempts += 1
+
+    def skipped(self, rule: Rule, node: str, reason: str, detail: str) -> None:
+        stats = self.stats[rule.name]
+        key = (reason, node)
+        if key in stats.skipped:
+            return
+        stats.skip_counts[reason] += 1
+        if len(stats.skipped) < KEEP_EXAMPLES:
+            stats.skipped[key] = SkippedMatch(reason, node, detail)
+
+    def missed(self, miss: Miss) -> None:
+        misses = self.stats[miss.rule].misses
+        if any(m.anchor == miss.anchor and m.condition == miss.condition for m in misses):
+            return
+        misses.append(miss)
+        misses.sort(key=lambda m: -m.progress)
+        del misses[KEEP_MISSES:]
+
+    def build(self, nodes_before: int, nodes_after: int, total_seconds: float) -> Report:
+        rules = []
+        for rule in self.ruleset:
+            stats = self.stats[rule.name]
+            rules.append(RuleReport(
+                name=rule.name, location=str(rule.span), fired=stats.fired, anchors=tuple(stats.anchors),
+                skipped=tuple(stats.skipped.values()), skip_counts=dict(stats.skip_counts), notes=rule.notes,
+                near_misses=tuple(stats.misses), attempts=stats.attempts,
+            ))
+        return Report(tuple(rules), self.passes, StopReason.FIXPOINT, nodes_before, nodes_after,
+                      self.match_seconds, self.rewrite_seconds, total_seconds)

@@ -1,0 +1,615 @@
+"""Syntax tree to rule IR: name resolution, argument binding, and every load-time check.
+
+Each rule is checked when it is built, not when it fires (as egg's
+``Rewrite::new`` does): unknown targets and families, names the replacement
+uses but the pattern does not bind, unused ``given`` declarations, names
+assigned twice, output counts that differ, unknown types, guards over unbound
+names.  Problems are collected in a :class:`DiagnosticSink` so one load
+reports all of them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import operator
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import attrs
+import torch
+
+from fxrules import syntax_tree as st
+from fxrules.syntax_tree import dotted_parts
+from fxrules.diagnostics import DiagnosticSink, Span, did_you_mean
+from fxrules.families import family_parameters
+from fxrules.ir import (
+    AltTemplate,
+    AttrType,
+    Capture,
+    CaptureType,
+    DimRest,
+    DimSymbol,
+    Family,
+    FamilyMember,
+    Guard,
+    HelperTemplate,
+    Literal,
+    ModuleType,
+    NodeType,
+    OpKind,
+    OpTemplate,
+    Rule,
+    ScalarType,
+    SeqTemplate,
+    SequenceType,
+    SliceTemplate,
+    Template,
+    TensorType,
+    Tolerance,
+    Wildcard,
+    describe_target,
+)
+from fxrules.guards import GuardBuilder
+from fxrules.signatures import CallSignature, function_signature, method_signature, module_call_signature
+from fxrules.targets import SAFE_BUILTINS, Namespace, ResolutionError, is_value
+
+_aten = torch.ops.aten
+
+BINARY_OPERATORS: dict[str, Callable[..., Any]] = {
+    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
+    "%": operator.mod, "@": operator.matmul, "**": operator.pow,
+}
+UNARY_OPERATORS: dict[str, Callable[..., Any]] = {"-": operator.neg, "+": operator.pos}
+
+#: Targets whose first two arguments may come in either order.
+COMMUTATIVE_TARGETS: frozenset[Any] = frozenset({
+    operator.add, operator.mul, torch.add, torch.mul, _aten.add.Tensor, _aten.add.Scalar, _aten.mul.Tensor,
+    _aten.mul.Scalar, _aten.add, _aten.mul, ("call_method", "add"), ("call_method", "mul"), "add", "mul",
+})
+
+SCALAR_TYPES = ("int", "float", "bool", "str", "Scalar")
+SEQUENCE_TYPES = ("list", "tuple")
+CONSTANT_NAMES: dict[str, float] = {"nan": math.nan, "inf": math.inf}
+
+
+@attrs.define
+class Scope:
+    """What the items of one file declared so far: names, families, commutative targets."""
+
+    namespace: Namespace
+    families: dict[str, Family]
+    commutative: set[Any]
+
+    def copy(self) -> Scope:
+        return Scope(self.namespace, dict(self.families), set(self.commutative))
+
+
+class ScopeResolver:
+    """Resolves file-level items (``use``, ``family``, ``commutative``) into a :class:`Scope`."""
+
+    def __init__(self, sink: DiagnosticSink, scope: Scope) -> None:
+        self.sink = sink
+        self.scope = scope
+
+    def resolve_dotted(self, dotted: st.Dotted | tuple[str, ...], span: Span) -> Any:
+        parts = dotted.parts if isinstance(dotted, st.Dotted) else dotted
+        try:
+            return self.scope.namespace.resolve(parts)
+        except ResolutionError as error:
+            where = span
+            if isinstance(dotted, st.Dotted) and error.index > 0:
+                offset = len(".".join(parts[: error.index])) + 1
+                where = attrs.evolve(span, column=span.column + offset)
+            self.sink.error(where, error.message, error.hint)
+            return None
+
+    def use(self, item: st.Use) -> None:
+        value = self.resolve_dotted(item.module, item.module.span)
+        if value is not None:
+            alias = item.alias or item.module.parts[-1]
+            self.scope.namespace = self.scope.namespace.with_alias(alias, value)
+
+    def commutative(self, item: st.CommutativeDecl) -> None:
+        for dotted in item.targets:
+            if len(dotted.parts) == 1 and dotted.parts[0] in self.scope.families:
+                self.scope.commutative.add(dotted.parts[0])
+                continue
+            member = self.member(dotted)
+            if member is not None:
+                self.scope.commutative.add(member.target if member.kind is OpKind.FUNCTION else member.key)
+
+    def family(self, item: st.FamilyDecl) -> None:
+        if item.name in self.scope.families and self.scope.families[item.name].span.file == item.span.file:
+            self.sink.error(item.span, f"family '{item.name}' is declared twice in this file")
+            return
+        members = [m for m in (self.member(d) for d in item.members) if m is not None]
+        if len(members) == len(item.members):
+            self.scope.families[item.name] = Family(item.name, tuple(members), item.span)
+
+    def member(self, dotted: st.Dotted) -> FamilyMember | None:
+        """A target in a family or ``commutative`` line: a function, ``torch.Tensor.NAME`` or a module class."""
+        value = self.resolve_dotted(dotted, dotted.span)
+        if value is None:
+            return None
+        if isinstance(value, type) and issubclass(value, torch.nn.Module):
+            return FamilyMember(OpKind.MODULE, value, module_call_signature(value), dotted.span)
+        if _is_tensor_method(self.scope.namespace, dotted.parts):
+            name = dotted.parts[-1]
+            return FamilyMember(OpKind.METHOD, name, method_signature(name), dotted.span)
+        if callable(value):
+            return FamilyMember(OpKind.FUNCTION, value, function_signature(value), dotted.span)
+        self.sink.error(dotted.span, f"'{dotted}' is a value, not an operation")
+        return None
+
+
+def _is_tensor_method(namespace: Namespace, parts: tuple[str, ...]) -> bool:
+    if len(parts) < 2:
+        return False
+    try:
+        return namespace.resolve(parts[:-1]) is torch.Tensor
+    except ResolutionError:
+        return False
+
+
+class RuleResolver:
+    """Builds one :class:`Rule` from its declaration, reporting problems to the sink."""
+
+    def __init__(self, sink: DiagnosticSink, scope: Scope, decl: st.RuleDecl) -> None:
+        self.sink = sink
+        self.scope = scope
+        self.decl = decl
+        self.types: dict[str, CaptureType] = {}
+        self.interior: dict[str, OpTemplate] = {}
+        self.replace_env: dict[str, Template] = {}
+        self.used_captures: set[str] = set()
+        self.notes: list[str] = []
+        self.mode = "pattern"
+
+    def error(self, span: Span, message: str, hint: str | None = None) -> Wildcard:
+        self.sink.error(span, message, hint)
+        return Wildcard(span)
+
+    # ---------------------------------------------------------------- the rule
+
+    def resolve(self) -> Rule | None:
+        errors_before = len(self.sink.diagnostics)
+        decl = self.decl
+        for declaration in decl.given:
+            self.declare(declaration)
+        pattern = self.statements(decl.pattern, "pattern")
+        guard = self.guard(decl.where) if decl.where else None
+        self.mode = "replace"
+        replacement = self.statements(decl.replace, "replace")
+        self.check_rule(pattern, replacement)
+        tolerance = self.tolerance()
+        if len(self.sink.diagnostics) > errors_before:
+            return None
+        return Rule(
+            name=decl.name, span=decl.name_span, pattern=pattern, replacement=replacement, types=dict(self.types),
+            guard=guard, docstring=decl.docstring, tolerance=tolerance, notes=tuple(dict.fromkeys(self.notes)),
+        )
+
+    def check_rule(self, pattern: tuple[Template, ...], replacement: tuple[Template, ...]) -> None:
+        decl = self.decl
+        if pattern and replacement and len(pattern) != len(replacement):
+            span = _return_span(decl.replace) or decl.span
+            self.error(span, f"the pattern returns {len(pattern)} value(s) but the replacement returns "
+                             f"{len(replacement)}")
+        for output in pattern:
+            if not _is_operation(output):
+                self.error(output.span, "the pattern has no operation to match: it must call something",
+                           "a rule's pattern is anchored at an operation, e.g. 'torch.neg(torch.neg(x)) => x'")
+        for name, declared in self.types.items():
+            if name not in self.used_captures:
+                self.error(declared.span, f"'{name}' is declared in given: but the pattern does not use it")
+
+    def tolerance(self) -> Tolerance | None:
+        result = None
+        for decorator in self.decl.decorators:
+            if decorator.name != "tolerance":
+                self.error(decorator.span, f"unknown decorator '@{decorator.name}'", "the only decorator is @tolerance")
+                continue
+            values: dict[str, float | None] = {"atol": None, "rtol": None}
+            for keyword in decorator.keywords:
+                number = _number(keyword.value)
+                if keyword.name not in values or number is None:
+                    self.error(keyword.span, "@tolerance takes atol=NUMBER and rtol=NUMBER")
+                    continue
+                values[keyword.name] = number
+            if decorator.args:
+                self.error(decorator.args[0].span, "@tolerance takes atol=NUMBER and rtol=NUMBER")
+            result = Tolerance(values["atol"], values["rtol"])
+        return result
+
+    # ---------------------------------------------------------------- given:
+
+    def declare(self, declaration: st.Declaration) -> None:
+        if declaration.name in self.types:
+            self.error(declaration.span, f"'{declaration.name}' is declared twice in given:")
+            return
+        declared = self.type_of(declaration.type)
+        if declared is not None:
+            self.types[declaration.name] = declared
+
+    def type_of(self, expr: st.TypeExpr) -> CaptureType | None:
+        name = str(expr.name)
+        args = expr.args or ()
+        span = expr.span
+        if name == "Tensor":
+            return self.tensor_type(args, span)
+        if args and name not in SEQUENCE_TYPES:
+            self.error(args[0].span, f"type '{name}' takes no arguments in [...]")
+            return None
+        if name in SCALAR_TYPES:
+            return ScalarType(name, span)
+        if name in SEQUENCE_TYPES:
+            element = args[0].name if args and isinstance(args[0], st.DimName) else None
+            return SequenceType(name, element, span)
+        if name == "Node":
+            return NodeType(span)
+        if name == "Attr":
+            return AttrType(span)
+        if expr.name.parts[0] in self.scope.namespace.roots:
+            value = ScopeResolver(self.sink, self.scope).resolve_dotted(expr.name, expr.name.span)
+            if isinstance(value, type) and issubclass(value, torch.nn.Module):
+                return ModuleType(value, span)
+            if value is None:
+                return None
+        known = ["Tensor", *SCALAR_TYPES, *SEQUENCE_TYPES, "Node", "Attr"]
+        self.error(expr.name.span, f"unknown type '{name}'",
+                   did_you_mean(name, known) or "types are Tensor[...], int, float, bool, str, Scalar, list, "
+                                                "tuple, Node, Attr, or an nn.Module subclass such as nn.Conv2d")
+        return None
+
+    def tensor_type(self, args: tuple[st.TypeArg, ...], span: Span) -> TensorType | None:
+        dims: list[Any] = []
+        dtypes = None
+        for arg in args:
+            if isinstance(arg, st.DimName):
+                dims.append(DimSymbol(arg.name))
+            elif isinstance(arg, st.DimSize):
+                dims.append(arg.size)
+            elif isinstance(arg, st.DimEllipsis):
+                dims.append(DimRest())
+            elif arg.name == "dtype":
+                dtypes = tuple(self.dtype(value) for value in arg.values)
+            else:
+                self.error(arg.span, f"unknown tensor type option '{arg.name}'", "the only option is dtype=")
+        if sum(isinstance(d, DimRest) for d in dims) > 1:
+            self.error(span, "a tensor type may contain '...' only once")
+        has_dims = bool(dims) or not any(isinstance(a, st.TypeKeyword) for a in args) and bool(args)
+        return TensorType(tuple(dims) if has_dims else None, dtypes, span)
+
+    def dtype(self, dotted: st.Dotted) -> Any:
+        parts = dotted.parts if len(dotted.parts) > 1 else ("torch", dotted.parts[0])
+        value = ScopeResolver(self.sink, self.scope).resolve_dotted(parts, dotted.span)
+        if value is not None and not isinstance(value, torch.dtype):
+            self.error(dotted.span, f"'{dotted}' is not a dtype")
+        return value
+
+    # ---------------------------------------------------------------- statements
+
+    def statements(self, statements: tuple[st.Statement, ...], section: str) -> tuple[Template, ...]:
+        outputs: tuple[Template, ...] = ()
+        returned = False
+        for statement in statements:
+            if returned:
+                self.error(statement.span, f"statement after 'return' in {section}:")
+                continue
+            if isinstance(statement, st.Assign):
+                self.assign(statement, section)
+            else:
+                outputs = tuple(self.template(value) for value in statement.values)
+                returned = True
+        if not returned and statements:
+            self.error(statements[-1].span, f"the {section}: section has no 'return'")
+        return outputs
+
+    def assign(self, statement: st.Assign, section: str) -> None:
+        name = statement.name
+        env: dict[str, Any] = self.interior if section == "pattern" else self.replace_env
+        if name in env or (section == "pattern" and name in self.types):
+            self.error(statement.span, f"'{name}' is assigned twice" if name in env else
+                       f"'{name}' is declared in given: as a capture and cannot be assigned")
+            return
+        if self.scope.namespace.is_root(name) or name == "_":
+            self.error(statement.span, f"cannot assign to '{name}'")
+            return
+        value = self.template(statement.value)
+        if isinstance(value, OpTemplate):
+            value = attrs.evolve(value, name=name)
+        elif section == "pattern":
+            self.error(statement.value.span, f"'{name} = ...' in a pattern must name an operation")
+        env[name] = value
+
+    # ---------------------------------------------------------------- expressions
+
+    def template(self, expr: st.Expr) -> Template:
+        handler = getattr(self, "t_" + type(expr).__name__)
+        return handler(expr)
+
+    def t_Name(self, expr: st.Name) -> Template:  # noqa: N802 - dispatched by class name
+        name = expr.id
+        if name.startswith("__"):
+            return self.error(expr.span, f"'{name}': dunder names are not allowed in rule files")
+        if name == "_":
+            return Wildcard(expr.span) if self.mode == "pattern" else self.error(
+                expr.span, "'_' matches anything in a pattern; a replacement cannot build it")
+        if name in CONSTANT_NAMES:
+            return Literal(CONSTANT_NAMES[name], expr.span)
+        if self.mode == "replace":
+            return self.replace_name(expr)
+        if name in self.interior:
+            return self.interior[name]
+        if self.scope.namespace.is_root(name) or name in self.scope.families:
+            return self.error(expr.span, f"'{name}' names {'a family' if name in self.scope.families else 'a module'}"
+                                         ", not a value")
+        self.used_captures.add(name)
+        declared = self.types.get(name)
+        if isinstance(declared, AttrType):
+            return OpTemplate(OpKind.ATTR, None, (), (), expr.span, binds=name)
+        if isinstance(declared, ModuleType):
+            return self.error(expr.span, f"'{name}' is a module capture: call it, as in {name}(x)")
+        return Capture(name, expr.span)
+
+    def replace_name(self, expr: st.Name) -> Template:
+        name = expr.id
+        if name in self.replace_env:
+            return self.replace_env[name]
+        if name in self.interior or name in self.used_captures:
+            return Capture(name, expr.span)
+        bound = [*self.replace_env, *self.interior, *self.used_captures]
+        return self.error(expr.span, f"'{name}' is not bound by the pattern", did_you_mean(name, bound))
+
+    def t_Constant(self, expr: st.Constant) -> Template:  # noqa: N802
+        return Literal(expr.value, expr.span)
+
+    def t_EllipsisExpr(self, expr: st.EllipsisExpr) -> Template:  # noqa: N802
+        return self.error(expr.span, "'...' may only stand as the last argument of a call in a pattern")
+
+    def t_ListExpr(self, expr: st.ListExpr) -> Template:  # noqa: N802
+        return SeqTemplate(tuple(self.template(i) for i in expr.items), expr.span)
+
+    def t_TupleExpr(self, expr: st.TupleExpr) -> Template:  # noqa: N802
+        return SeqTemplate(tuple(self.template(i) for i in expr.items), expr.span, is_tuple=True)
+
+    def t_Alternatives(self, expr: st.Alternatives) -> Template:  # noqa: N802
+        if self.mode != "pattern":
+            return self.error(expr.span, "alternatives 'A | B' may only appear in a pattern")
+        return AltTemplate(tuple(self.template(o) for o in expr.options), expr.span)
+
+    def t_BinOp(self, expr: st.BinOp) -> Template:  # noqa: N802
+        target = BINARY_OPERATORS[expr.op]
+        return self.operation(OpKind.FUNCTION, target, [expr.left, expr.right], (), expr.span)
+
+    def t_UnaryOp(self, expr: st.UnaryOp) -> Template:  # noqa: N802
+        number = _number(expr)
+        if number is not None:
+            return Literal(number, expr.span)
+        return self.operation(OpKind.FUNCTION, UNARY_OPERATORS[expr.op], [expr.operand], (), expr.span)
+
+    def t_Subscript(self, expr: st.Subscript) -> Template:  # noqa: N802
+        index: Template
+        if len(expr.index) == 1:
+            index = self.index_item(expr.index[0])
+        else:
+            index = SeqTemplate(tuple(self.index_item(i) for i in expr.index), expr.span, is_tuple=True)
+        value = self.template(expr.value)
+        return self.finish_operation(OpKind.FUNCTION, operator.getitem, (value, index), (), expr.span, False)
+
+    def index_item(self, expr: st.Expr) -> Template:
+        if not isinstance(expr, st.SliceExpr):
+            return self.template(expr)
+        parts = [Literal(None, expr.span) if p is None else self.template(p) for p in (expr.start, expr.stop, expr.step)]
+        if all(isinstance(p, Literal) for p in parts):
+            return Literal(slice(*(p.value for p in parts)), expr.span)  # type: ignore[union-attr]
+        return SliceTemplate(parts[0], parts[1], parts[2], expr.span)
+
+    def t_SliceExpr(self, expr: st.SliceExpr) -> Template:  # noqa: N802
+        return self.error(expr.span, "a slice 'a:b' may only appear inside [...]")
+
+    def t_Attribute(self, expr: st.Attribute) -> Template:  # noqa: N802
+        parts = dotted_parts(expr)
+        if parts and self.is_namespace_path(parts):
+            value = ScopeResolver(self.sink, self.scope).resolve_dotted(parts, expr.span)
+            if value is None:
+                return Wildcard(expr.span)
+            if is_value(value):
+                return Literal(value, expr.span)
+            return self.error(expr.span, f"'{'.'.join(parts)}' is an operation: call it")
+        if expr.attr.startswith("_"):
+            return self.error(expr.span, f"'.{expr.attr}': private and dunder attributes are not allowed")
+        value = self.template(expr.value)
+        return self.finish_operation(OpKind.FUNCTION, getattr, (value, Literal(expr.attr, expr.span)), (), expr.span,
+                                     False)
+
+    def is_namespace_path(self, parts: tuple[str, ...]) -> bool:
+        bound = self.interior if self.mode == "pattern" else {**self.replace_env, **self.interior}
+        return self.scope.namespace.is_root(parts[0]) and parts[0] not in bound
+
+    def t_HelperCall(self, expr: st.HelperCall) -> Template:  # noqa: N802
+        if self.mode != "replace":
+            return self.error(expr.span, f"helper '@{expr.name}' may only be called in a replacement")
+        args = tuple(self.template(a) for a in expr.args)
+        kwargs = tuple((k.name, self.template(k.value)) for k in expr.keywords)
+        return HelperTemplate(expr.name, args, kwargs, expr.span)
+
+    def t_Call(self, expr: st.Call) -> Template:  # noqa: N802
+        func = expr.func
+        if isinstance(func, st.HelperCall):
+            helper = self.template(func)
+            return self.operation(OpKind.MODULE, helper, list(expr.args), expr.keywords, expr.span)
+        if isinstance(func, st.Name):
+            return self.call_name(func, expr)
+        parts = dotted_parts(func)
+        if parts and self.is_namespace_path(parts):
+            return self.call_target(parts, expr)
+        if isinstance(func, st.Attribute):
+            return self.call_method(func, expr)
+        return self.error(func.span, "only functions, methods, modules and families can be called here")
+
+    def call_name(self, func: st.Name, expr: st.Call) -> Template:
+        name = func.id
+        declared = self.types.get(name)
+        if isinstance(declared, ModuleType):
+            self.used_captures.add(name)
+            return self.operation(OpKind.MODULE, declared.cls, list(expr.args), expr.keywords, expr.span, binds=name)
+        if name in self.scope.families:
+            family = self.scope.families[name]
+            return self.operation(OpKind.FAMILY, family, list(expr.args), expr.keywords, expr.span)
+        if name in SAFE_BUILTINS:
+            return self.operation(OpKind.FUNCTION, SAFE_BUILTINS[name], list(expr.args), expr.keywords, expr.span)
+        if name.startswith("__"):
+            return self.error(func.span, f"'{name}': dunder names are not allowed in rule files")
+        if name in self.types or name in self.interior or name in self.replace_env:
+            return self.error(func.span, f"'{name}' is called but is not declared as an nn.Module type in given:",
+                              f"declare it, e.g. '{name}: nn.Conv2d'")
+        return self.error(func.span, f"unknown family '{name}'",
+                          did_you_mean(name, self.scope.families) or "declare it with 'family NAME = ...'")
+
+    def call_target(self, parts: tuple[str, ...], expr: st.Call) -> Template:
+        resolver = ScopeResolver(self.sink, self.scope)
+        value = resolver.resolve_dotted(parts, expr.func.span)
+        if value is None:
+            return Wildcard(expr.span)
+        if isinstance(value, type) and issubclass(value, torch.nn.Module):
+            family = next((f.name for f in self.scope.families.values() if f.member_for(("call_module", value))), None)
+            return self.error(expr.func.span, f"'{'.'.join(parts)}' is a module class, not a call",
+                              f"declare 'm: {'.'.join(parts)}' in given: and write m(x)"
+                              + (f", or use the family '{family}'" if family else ""))
+        if _is_tensor_method(self.scope.namespace, parts):
+            return self.operation(OpKind.METHOD, parts[-1], list(expr.args), expr.keywords, expr.span)
+        if not callable(value):
+            return self.error(expr.func.span, f"'{'.'.join(parts)}' is a value, not a function")
+        return self.operation(OpKind.FUNCTION, value, list(expr.args), expr.keywords, expr.span)
+
+    def call_method(self, func: st.Attribute, expr: st.Call) -> Template:
+        name = func.attr
+        if name.startswith("_"):
+            return self.error(func.span, f"'.{name}': private and dunder attributes are not allowed")
+        if not hasattr(torch.Tensor, name):
+            return self.error(func.span, f"unknown tensor method '.{name}'",
+                              did_you_mean(name, [n for n in dir(torch.Tensor) if not n.startswith("_")]))
+        return self.operation(OpKind.METHOD, name, [func.value, *expr.args], expr.keywords, expr.span)
+
+    # ---------------------------------------------------------------- operations
+
+    def operation(self, kind: OpKind, target: Any, args: list[st.Expr], keywords: tuple[st.Keyword, ...],
+                  span: Span, binds: str | None = None) -> Template:
+        rest = bool(args) and isinstance(args[-1], st.EllipsisExpr)
+        if rest:
+            args = args[:-1]
+            if self.mode != "pattern":
+                return self.error(span, "'...' may only appear in a pattern")
+        arg_templates = tuple(self.template(a) for a in args)
+        kwarg_templates = tuple((k.name, self.template(k.value)) for k in keywords)
+        return self.finish_operation(kind, target, arg_templates, kwarg_templates, span, rest, binds)
+
+    def finish_operation(self, kind: OpKind, target: Any, args: tuple[Template, ...],
+                         kwargs: tuple[tuple[str, Template], ...], span: Span, rest: bool,
+                         binds: str | None = None) -> Template:
+        signature = _signature(kind, target)
+        bound = None
+        if signature is not None:
+            call = signature.bind(args, dict(kwargs), partial=rest)
+            if call is None:
+                if signature.bind(args, dict(kwargs), partial=True) is None or not rest and self._misses_required(
+                        signature, args, kwargs):
+                    return self.error(span, f"{describe_target(kind, target)}() does not take these arguments",
+                                      f"its parameters are ({', '.join(signature.parameters)})")
+                self.notes.append(f"arguments of {describe_target(kind, target)} are compared as written "
+                                  "(its overloads bind them differently)")
+            else:
+                bound = call.explicit
+        elif kind is not OpKind.ATTR:
+            self.notes.append(f"arguments of {describe_target(kind, target)} are compared as written (no signature)")
+        commutative = self.is_commutative(kind, target)
+        return OpTemplate(kind, target, args, kwargs, span, rest=rest, binds=binds, signature=signature,
+                          bound=bound, commutative=commutative)
+
+    @staticmethod
+    def _misses_required(signature: CallSignature, args: tuple[Template, ...],
+                         kwargs: tuple[tuple[str, Template], ...]) -> bool:
+        return all(overload_misses(o, len(args), {k for k, _ in kwargs}) for o in signature.overloads)
+
+    def is_commutative(self, kind: OpKind, target: Any) -> bool:
+        if kind is OpKind.FAMILY:
+            key: Any = target.name
+        elif kind is OpKind.METHOD:
+            key = ("call_method", target)
+        else:
+            key = target
+        try:
+            return key in COMMUTATIVE_TARGETS or key in self.scope.commutative
+        except TypeError:  # an unhashable target is never commutative
+            return False
+
+    # ---------------------------------------------------------------- where:
+
+    def guard(self, conditions: tuple[st.Expr, ...]) -> Guard | None:
+        dims = {s for t in self.types.values() if isinstance(t, TensorType) for s in t.symbols()}
+        bound = set(self.used_captures) | set(self.interior) | dims
+        builder = GuardBuilder(self.sink, bound, ScopeResolver(self.sink, self.scope))
+        return builder.build(conditions)
+
+
+def overload_misses(overload: Any, positional: int, keywords: set[str]) -> bool:
+    """True when a call with these arguments leaves out a required parameter of ``overload``."""
+    for index, (name, parameter) in enumerate(overload.parameters.items()):
+        required = parameter.default is parameter.empty
+        given = index < positional and parameter.kind is not parameter.KEYWORD_ONLY or name in keywords
+        if required and not given:
+            return True
+    return False
+
+
+def _signature(kind: OpKind, target: Any) -> CallSignature | None:
+    if kind is OpKind.FUNCTION:
+        return function_signature(target)
+    if kind is OpKind.METHOD:
+        return method_signature(target)
+    if kind is OpKind.MODULE and isinstance(target, type):
+        return module_call_signature(target)
+    if kind is OpKind.FAMILY:
+        return _family_signature(target)
+    return None
+
+
+def _family_signature(family: Family) -> CallSignature | None:
+    """Family calls bind to the family's parameters: its first member's, plus module attributes."""
+    primary = family.primary.signature
+    if primary is None:
+        return None
+    if family.primary.kind is not OpKind.MODULE:
+        return primary
+    extra = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None)
+             for n in family_parameters(family) if n not in primary.parameters]
+    overloads = tuple(o.replace(parameters=[*o.parameters.values(), *extra]) for o in primary.overloads)
+    return CallSignature(overloads)
+
+
+def _is_operation(template: Template) -> bool:
+    if isinstance(template, AltTemplate):
+        return all(_is_operation(o) for o in template.options)
+    return isinstance(template, OpTemplate)
+
+
+def _return_span(statements: tuple[st.Statement, ...]) -> Span | None:
+    for statement in statements:
+        if isinstance(statement, st.Return):
+            return statement.span
+    return None
+
+
+def _number(expr: st.Expr) -> float | int | None:
+    if isinstance(expr, st.Constant) and isinstance(expr.value, int | float) and not isinstance(expr.value, bool):
+        return expr.value
+    if isinstance(expr, st.UnaryOp):
+        inner = _number(expr.operand)
+        if inner is not None:
+            return -inner if expr.op == "-" else inner
+    if isinstance(expr, st.Name) and expr.id in CONSTANT_NAMES:
+        return CONSTANT_NAMES[expr.id]
+    return None
+

@@ -1,0 +1,254 @@
+"""Splicing one match's replacement into the graph with torch.fx primitives.
+
+Steps for a match: (1) emit the replacement's nodes before the earliest
+matched output (``Graph.inserting_before``), each shared template once, in
+dependency order; helpers run here; (2) give the new nodes the replaced
+output's ``stack_trace``/``nn_module_stack``, provenance in
+``meta["fxrules"]``, and shape metadata (copied for outputs, inferred for the
+rest); (3) redirect the outputs' users (``Node.replace_all_uses_with``);
+(4) erase the matched nodes that became dead.  Submodules and buffers that
+helpers create are recorded in a :class:`Transaction` so a failed ``apply``
+can remove them.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import torch
+import torch.fx
+
+from fxrules.diagnostics import FxrApplyError
+from fxrules.ir import Capture, HelperTemplate, Literal, OpKind, OpTemplate, SeqTemplate, SliceTemplate, Template
+from fxrules.matcher import Match, Skip
+from fxrules.metadata import has_metadata, infer_metadata, tensor_info
+
+#: Metadata a replacement inherits from the output it replaces.
+INHERITED_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
+SHAPE_META = ("val", "tensor_meta")
+
+
+@attrs.define
+class Transaction:
+    """Attributes added to the module during one ``apply``, so they can be taken back."""
+
+    gm: torch.fx.GraphModule
+    added: list[str] = attrs.Factory(list)
+
+    def fresh_name(self, base: str) -> str:
+        stem = "".join(c if c.isalnum() or c == "_" else "_" for c in base).strip("_") or "fxrules"
+        name, counter = stem, 0
+        while hasattr(self.gm, name) or name in self.added:
+            counter += 1
+            name = f"{stem}_{counter}"
+        return name
+
+    def add_module(self, base: str, module: torch.nn.Module) -> str:
+        name = self.fresh_name(base)
+        self.gm.add_submodule(name, module)
+        self.added.append(name)
+        return name
+
+    def add_buffer(self, base: str, tensor: torch.Tensor) -> str:
+        name = self.fresh_name(base)
+        self.gm.register_buffer(name, tensor)
+        self.added.append(name)
+        return name
+
+    def rollback(self) -> None:
+        for name in reversed(self.added):
+            if name in self.gm._modules:
+                del self.gm._modules[name]
+            elif name in self.gm._buffers:
+                del self.gm._buffers[name]
+        self.added.clear()
+
+
+class HelperTensor:
+    """What a helper receives for a tensor capture: the node's name and its metadata."""
+
+    def __init__(self, node: torch.fx.Node) -> None:
+        self.name = node.name
+        self.node = node
+
+    @property
+    def shape(self) -> Any:
+        return tensor_info(self.node).shape
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return tensor_info(self.node).dtype
+
+    def __repr__(self) -> str:
+        return f"HelperTensor({self.name})"
+
+
+@attrs.frozen
+class Rewrite:
+    """What one rewrite changed: the nodes it created and the nodes whose surroundings changed."""
+
+    created: tuple[torch.fx.Node, ...]
+    touched: tuple[torch.fx.Node, ...]
+
+
+class Rewriter:
+    """Rewrites matches in one graph, calling helpers from ``helpers``."""
+
+    def __init__(self, gm: torch.fx.GraphModule, graph: torch.fx.Graph, helpers: Mapping[str, Callable[..., Any]],
+                 transaction: Transaction) -> None:
+        self.gm = gm
+        self.graph = graph
+        self.helpers = helpers
+        self.transaction = transaction
+        self.with_metadata = any(has_metadata(n) for n in graph.find_nodes(op="placeholder"))
+
+    def rewrite(self, match: Match) -> Rewrite:
+        anchor = min(match.outputs, key=lambda n: n._sort_key)
+        late = [v.name for v in match.bindings.values()
+                if isinstance(v, torch.fx.Node) and v not in match.nodes and v._sort_key > anchor._sort_key]
+        if late:
+            raise Skip("order", f"captured {', '.join(late)} defined after the first output '{anchor.name}'")
+        emitter = _Emitter(self, match)
+        with self.graph.inserting_before(anchor):
+            values = [emitter.emit(t) for t in match.rule.replacement]
+        created = emitter.created
+        if not created and all(v is o for v, o in zip(values, match.outputs, strict=True)):
+            raise Skip("no change", "the replacement is the matched node itself")
+        self._annotate(match, created, values)
+        touched: list[torch.fx.Node] = []
+        for output, value in zip(match.outputs, values, strict=True):
+            if value is not output:
+                touched += self._redirect(output, value, created)
+        touched += self._erase_dead(match)
+        return Rewrite(tuple(created), tuple(touched))
+
+    def _annotate(self, match: Match, created: list[torch.fx.Node], values: list[Any]) -> None:
+        rule = match.rule
+        provenance = {"rule": rule.name, "file": rule.file, "line": rule.span.line}
+        for node in created:
+            for key in INHERITED_META:
+                if key in match.anchor.meta:
+                    node.meta[key] = match.anchor.meta[key]
+            node.meta["fxrules"] = provenance
+        outputs = {id(v): o for v, o in zip(values, match.outputs, strict=True) if isinstance(v, torch.fx.Node)}
+        for node in created:
+            replaced = outputs.get(id(node))
+            if replaced is not None and any(key in replaced.meta for key in SHAPE_META):
+                for key in SHAPE_META:
+                    if key in replaced.meta:
+                        node.meta[key] = replaced.meta[key]
+            elif self.with_metadata:
+                infer_metadata(node)
+
+    def _redirect(self, output: torch.fx.Node, value: Any, created: list[torch.fx.Node]) -> list[torch.fx.Node]:
+        users = list(output.users)
+        new = set(created)
+        if isinstance(value, torch.fx.Node):
+            output.replace_all_uses_with(value, delete_user_cb=lambda user: user not in new)
+        else:
+            for user in users:
+                if user not in new:
+                    user.replace_input_with(output, value)
+        return users
+
+    def _erase_dead(self, match: Match) -> list[torch.fx.Node]:
+        inputs: list[torch.fx.Node] = []
+        for node in sorted(match.nodes, key=lambda n: n._sort_key, reverse=True):
+            if not node.users:
+                inputs += node.all_input_nodes
+                self.graph.erase_node(node)
+        return [n for n in inputs if not getattr(n, "_erased", False)]
+
+
+class _Emitter:
+    """Builds one replacement: each shared template once, helpers called at most once each."""
+
+    def __init__(self, rewriter: Rewriter, match: Match) -> None:
+        self.rewriter = rewriter
+        self.match = match
+        self.graph = rewriter.graph
+        self.memo: dict[int, Any] = {}
+        self.created: list[torch.fx.Node] = []
+
+    def emit(self, template: Template) -> Any:
+        if isinstance(template, Capture):
+            return self.match.bindings[template.name]
+        if isinstance(template, Literal):
+            return template.value
+        if isinstance(template, SeqTemplate):
+            items = [self.emit(i) for i in template.items]
+            return tuple(items) if template.is_tuple else items
+        if isinstance(template, SliceTemplate):
+            return slice(self.emit(template.start), self.emit(template.stop), self.emit(template.step))
+        if id(template) in self.memo:
+            return self.memo[id(template)]
+        if isinstance(template, HelperTemplate):
+            value = self._helper_value(template)
+        else:
+            assert isinstance(template, OpTemplate)
+            value = self._operation(template)
+        self.memo[id(template)] = value
+        return value
+
+    def _operation(self, template: OpTemplate) -> torch.fx.Node:
+        args = tuple(self._graph_value(self.emit(a)) for a in template.args)
+        kwargs = {name: self._graph_value(self.emit(v)) for name, v in template.kwargs}
+        kind, target = template.kind, template.target
+        if kind is OpKind.FAMILY:
+            kind, target = target.primary.kind, target.primary.target
+        if kind is OpKind.MODULE:
+            qualname = self._module_name(template)
+            node = self.graph.call_module(qualname, args, kwargs)
+        elif kind is OpKind.METHOD:
+            node = self.graph.call_method(target, args, kwargs)
+        else:
+            node = self.graph.call_function(target, args, kwargs)
+        self.created.append(node)
+        return node
+
+    def _module_name(self, template: OpTemplate) -> str:
+        if isinstance(template.target, HelperTemplate):
+            module = self._call_helper(template.target)
+            if not isinstance(module, torch.nn.Module):
+                raise FxrApplyError(f"{template.span}: helper '@{template.target.name}' is called like a module "
+                                    f"but returned {type(module).__name__}")
+            return self.rewriter.transaction.add_module(template.target.name, module)
+        if template.binds is not None:
+            return self.match.modules[template.binds]
+        raise FxrApplyError(f"{template.span}: {template.describe()} is a module family member and cannot be "
+                            "emitted; make a function its first member")
+
+    def _helper_value(self, template: HelperTemplate) -> Any:
+        result = self._call_helper(template)
+        if isinstance(result, torch.nn.Module):
+            raise FxrApplyError(f"{template.span}: helper '@{template.name}' returned a module; call it, "
+                                f"as in @{template.name}(...)(x)")
+        if isinstance(result, torch.Tensor):
+            name = self.rewriter.transaction.add_buffer(template.name, result.detach())
+            node = self.graph.get_attr(name)
+            self.created.append(node)
+            return node
+        return result
+
+    def _call_helper(self, template: HelperTemplate) -> Any:
+        function = self.rewriter.helpers[template.name]
+        args = [self._helper_argument(self.emit(a)) for a in template.args]
+        kwargs = {name: self._helper_argument(self.emit(v)) for name, v in template.kwargs}
+        return function(*args, **kwargs)
+
+    def _helper_argument(self, value: Any) -> Any:
+        if isinstance(value, torch.fx.Node):
+            if value.op == "get_attr":
+                return operator.attrgetter(str(value.target))(self.rewriter.gm)
+            return HelperTensor(value)
+        return value
+
+    @staticmethod
+    def _graph_value(value: Any) -> Any:
+        if isinstance(value, torch.nn.Module):
+            raise FxrApplyError("a module capture can be called or passed to a helper, not used as a value")
+        return value
+

@@ -1,0 +1,168 @@
+"""Argument normalization: which parameter each argument of a call binds, with defaults.
+
+``torch.sum(c, -1)``, ``torch.sum(c, dim=-1)`` and
+``torch.sum(c, dim=-1, keepdim=False)`` are one call.  Signatures come from
+``torch.fx.operator_schemas.get_signature_for_torch_op`` (torch builtins and
+aten overloads) or ``inspect.signature`` (Python functions, module
+``forward``s).  A target with several overloads normalizes when every
+overload that accepts the arguments assigns them to the same parameter
+names; otherwise the call is compared as written and the caller records it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import torch
+from torch.fx.operator_schemas import get_signature_for_torch_op
+
+#: Tensor methods that take their sizes or dims as ``*args``: ``x.view(2, 3)`` is ``x.view((2, 3))``.
+VARARG_METHODS = frozenset({"view", "reshape", "permute", "expand", "repeat", "tile", "flip", "new_zeros",
+                            "new_ones", "new_empty", "size_as"})
+
+_NO_DEFAULT = inspect.Parameter.empty
+
+
+@attrs.frozen
+class BoundCall:
+    """A call's arguments by parameter name, and the defaults of the parameters it left out."""
+
+    explicit: Mapping[str, Any]
+    defaults: Mapping[str, Any]
+
+    def value(self, parameter: str, missing: Any) -> Any:
+        if parameter in self.explicit:
+            return self.explicit[parameter]
+        return self.defaults.get(parameter, missing)
+
+
+@attrs.frozen(eq=False, slots=False)
+class CallSignature:
+    """The candidate signatures of one target and how to bind a call to them."""
+
+    overloads: tuple[inspect.Signature, ...]
+    pack_varargs: bool = False
+
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        """Parameter names of the first overload, in order."""
+        return tuple(self.overloads[0].parameters) if self.overloads else ()
+
+    @functools.cached_property
+    def defaults(self) -> Mapping[str, Any]:
+        """Every parameter default that all overloads agree on."""
+        return _agreed_defaults(list(self.overloads), [])
+
+    def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any], partial: bool = False) -> BoundCall | None:
+        """Bind a call, or None when no overload accepts it or the overloads disagree.
+
+        ``partial`` accepts a call that leaves out required parameters (a pattern ending in ``...``).
+        """
+        if self.pack_varargs and len(args) > 1 and (len(args) > 2 or isinstance(args[1], int)):
+            args = (args[0], tuple(args[1:]))
+        bindings = []
+        for overload in self.overloads:
+            try:
+                binder = overload.bind_partial if partial else overload.bind
+                bindings.append((overload, binder(*args, **kwargs)))
+            except TypeError:
+                continue
+        if not bindings:
+            return None
+        names = list(bindings[0][1].arguments)
+        if any(list(bound.arguments) != names for _, bound in bindings[1:]):
+            # aten also lists scalar overloads (neg.int(a)); a graph's tensor op binds as the tensor overload does.
+            bindings = [(sig, bound) for sig, bound in bindings if _takes_tensor_first(sig)]
+            if not bindings:
+                return None
+            names = list(bindings[0][1].arguments)
+            if any(list(bound.arguments) != names for _, bound in bindings[1:]):
+                return None
+        return BoundCall(dict(bindings[0][1].arguments), _agreed_defaults([sig for sig, _ in bindings], names))
+
+
+def _agreed_defaults(overloads: list[inspect.Signature], explicit: list[str]) -> dict[str, Any]:
+    """Defaults of the parameters left out, where every accepting overload has the same one."""
+    defaults: dict[str, Any] = {}
+    first, *others = overloads
+    for name, parameter in first.parameters.items():
+        if name in explicit or parameter.default is _NO_DEFAULT:
+            continue
+        if all(name in o.parameters and _same_default(o.parameters[name].default, parameter.default) for o in others):
+            defaults[name] = parameter.default
+    return defaults
+
+
+def _takes_tensor_first(signature: inspect.Signature) -> bool:
+    first = next(iter(signature.parameters.values()), None)
+    return first is not None and first.annotation is torch.Tensor
+
+
+def _same_default(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def _without_variadics(signature: inspect.Signature) -> bool:
+    return not any(
+        p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD) for p in signature.parameters.values()
+    )
+
+
+def _torch_overloads(target: Any) -> list[inspect.Signature]:
+    try:
+        return list(get_signature_for_torch_op(target) or ())
+    except (RuntimeError, TypeError, AttributeError):
+        return []
+
+
+def _python_signature(target: Any, drop_first: bool = False) -> list[inspect.Signature]:
+    try:
+        signature = inspect.signature(target)
+    except (TypeError, ValueError):
+        return []
+    if drop_first:
+        signature = signature.replace(parameters=list(signature.parameters.values())[1:])
+    return [signature] if _without_variadics(signature) else []
+
+
+@functools.cache
+def function_signature(target: Any) -> CallSignature | None:
+    """The signature of a ``call_function`` target (torch op, aten overload, Python function)."""
+    overloads = _torch_overloads(target) or _python_signature(target)
+    return CallSignature(tuple(overloads)) if overloads else None
+
+
+@functools.cache
+def method_signature(name: str) -> CallSignature | None:
+    """The signature of ``Tensor.NAME``, receiver first, from the torch function or aten op of that name."""
+    overloads: list[inspect.Signature] = []
+    function = getattr(torch, name, None)
+    if function is not None and callable(function):
+        overloads = _torch_overloads(function)
+    if not overloads and hasattr(torch.ops.aten, name):
+        overloads = _torch_overloads(getattr(torch.ops.aten, name))
+    return CallSignature(tuple(overloads), pack_varargs=name in VARARG_METHODS) if overloads else None
+
+
+@functools.cache
+def module_call_signature(cls: type) -> CallSignature | None:
+    """The signature of calling an instance of an ``nn.Module`` subclass (its ``forward``)."""
+    overloads = _python_signature(cls.forward, drop_first=True)
+    return CallSignature(tuple(overloads)) if overloads else None
+
+
+@functools.cache
+def constructor_defaults(cls: type) -> Mapping[str, Any]:
+    """The defaults of an ``nn.Module`` subclass's constructor, e.g. ``{"inplace": False}`` for ``nn.ReLU``."""
+    try:
+        parameters = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {
+        name: p.default for name, p in parameters.items()
+        if p.default is not _NO_DEFAULT and name not in {"device", "dtype"}
+    }
