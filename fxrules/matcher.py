@@ -160,6 +160,7 @@ class Matcher:
         self.misses = MissTracker(explain)
         self._bound_cache: dict[tuple[int, int], BoundCall | None] = {}
         self.rule_types: Mapping[str, CaptureType] = {}
+        self.pending_skip: Skip | None = None
 
     # ---------------------------------------------------------------- entry point
 
@@ -167,6 +168,7 @@ class Matcher:
         """The first complete match of ``rule`` anchored at ``anchor``, or None; raises :class:`Skip`."""
         self.misses.start(rule, anchor)
         self.rule_types = rule.types
+        self.pending_skip = None
         skip: Skip | None = None
         for state in self._outputs(rule, anchor):
             try:
@@ -175,6 +177,7 @@ class Matcher:
                 skip = skip or reason
                 continue
             return self._finish(rule, state)
+        skip = skip or self.pending_skip
         if skip is not None:
             raise skip
         return None
@@ -443,8 +446,11 @@ class Matcher:
         try:
             info = tensor_info(node)
         except MissingMetadata as missing:
-            raise Skip("missing metadata", f"'{name}' needs shape metadata: {missing} "
-                                           "(pass example_inputs= to apply, or use torch.export)") from None
+            # Other choices (operand order, alternatives) may still match; report this only if none does.
+            self.pending_skip = self.pending_skip or Skip(
+                "missing metadata", f"'{name}' needs shape metadata: {missing} "
+                                    "(pass example_inputs= to apply, or use torch.export)")
+            return None
         if declared.dtypes is not None and info.dtype not in declared.dtypes:
             self.misses.fail(state, "type", f"'{name}' has dtype {info.dtype}, expected one of "
                                             f"{', '.join(map(str, declared.dtypes))}", span)

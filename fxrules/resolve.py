@@ -522,7 +522,7 @@ class RuleResolver:
                                   "(its overloads bind them differently)")
             else:
                 bound = call.explicit
-        elif kind is not OpKind.ATTR:
+        elif kind is not OpKind.ATTR and not isinstance(target, HelperTemplate):
             self.notes.append(f"arguments of {describe_target(kind, target)} are compared as written (no signature)")
         commutative = self.is_commutative(kind, target)
         return OpTemplate(kind, target, args, kwargs, span, rest=rest, binds=binds, signature=signature,

@@ -349,6 +349,10 @@ class ToSyntaxTree(Transformer[Token, File]):
             name_span=self._span(meta),
         )
 
+    def indented_inline_body(self, meta: Any, docstring: str | None,
+                             rewrite: tuple[Expr, Expr, Expr | None]) -> RuleDecl:
+        return attrs.evolve(self.inline_body(meta, rewrite), docstring=docstring)
+
     def block_body(self, meta: Any, docstring: str | None, given: tuple[Declaration, ...] | None,
                    pattern: tuple[Statement, ...], where: tuple[Expr, ...] | None,
                    replace: tuple[Statement, ...]) -> RuleDecl:

@@ -1,0 +1,112 @@
+"""The ``fxrules`` command: check, list, apply and explain rule files.
+
+``fxrules check FILE...``    diagnostics and a summary line per file; exit 1 on errors.
+``fxrules list``             the bundled rulesets and their rules.
+``fxrules apply RULES --model module:factory [--input-shape 2,3 ...] [--output F.py]``
+                             trace the model, apply, print the report and a diff of the code.
+``fxrules explain RULES --model module:factory``  the same, with near misses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx
+
+from fxrules import bundled
+from fxrules.diagnostics import FxrError, FxrLoadError
+from fxrules.engine import apply
+from fxrules.loader import load
+
+
+def _check(files: Sequence[str]) -> int:
+    failed = False
+    for name in files:
+        try:
+            ruleset = load(name)
+        except FxrLoadError as error:
+            print(error, file=sys.stderr)
+            print(f"{name}: {len(error.diagnostics)} error(s)")
+            failed = True
+            continue
+        except FxrError as error:
+            print(f"{name}: error: {error}", file=sys.stderr)
+            failed = True
+            continue
+        for warning in ruleset.warnings:
+            print(warning.render().replace(": error:", ": warning:", 1), file=sys.stderr)
+        print(f"{name}: {len(ruleset)} rules, 0 errors")
+    return 1 if failed else 0
+
+
+def _list() -> int:
+    for name in bundled.ruleset_names():
+        ruleset = load(name)
+        print(f"{name}: {len(ruleset)} rules")
+        for rule in ruleset:
+            summary = (rule.docstring or "").strip().splitlines()[0] if rule.docstring else ""
+            print(f"  {rule.name:<30} {summary}")
+    return 0
+
+
+def _factory(spec: str) -> Any:
+    module_name, _, attribute = spec.partition(":")
+    if not attribute:
+        raise SystemExit(f"--model must look like package.module:factory, got {spec!r}")
+    sys.path.insert(0, str(Path.cwd()))
+    factory = getattr(importlib.import_module(module_name), attribute)
+    return factory() if callable(factory) and not isinstance(factory, torch.nn.Module) else factory
+
+
+def _shapes(specs: Sequence[str]) -> list[torch.Tensor]:
+    return [torch.randn(*(int(s) for s in spec.split(","))) for spec in specs]
+
+
+def _apply(args: argparse.Namespace, explain: bool) -> int:
+    model = _factory(args.model)
+    model.eval()
+    gm = model if isinstance(model, torch.fx.GraphModule) else torch.fx.symbolic_trace(model)
+    before = gm.code
+    inputs = _shapes(args.input_shape) if args.input_shape else None
+    try:
+        report = apply(gm, args.rules, example_inputs=inputs, explain=explain)
+    except FxrError as error:
+        print(error, file=sys.stderr)
+        return 1
+    print(report)
+    diff = difflib.unified_diff(before.splitlines(), gm.code.splitlines(), "before", "after", lineterm="")
+    print("\n".join(diff))
+    if args.output:
+        Path(args.output).write_text(gm.code, encoding="utf-8")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="fxrules", description="Declarative rewrite rules for torch.fx graphs.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    check = commands.add_parser("check", help="parse and check rule files")
+    check.add_argument("files", nargs="+", help=".fxr files or bundled ruleset names")
+    commands.add_parser("list", help="list the bundled rulesets and their rules")
+    for name in ("apply", "explain"):
+        command = commands.add_parser(name, help=f"{name} rules on a traced model")
+        command.add_argument("rules", help=".fxr file or bundled ruleset name")
+        command.add_argument("--model", required=True, help="package.module:factory returning an nn.Module")
+        command.add_argument("--input-shape", action="append", default=[], help="e.g. 2,3 (one per input)")
+        command.add_argument("--output", help="write the rewritten code to this file")
+    args = parser.parse_args(argv)
+    if args.command == "check":
+        return _check(args.files)
+    if args.command == "list":
+        return _list()
+    return _apply(args, explain=args.command == "explain")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

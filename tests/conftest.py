@@ -1,0 +1,51 @@
+"""Shared fixtures and the one rewrite-checking helper of the test suite."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.fx
+
+import fxrules
+
+
+def trace(fn: Callable[..., Any] | torch.nn.Module) -> torch.fx.GraphModule:
+    """symbolic_trace a module or a plain function."""
+    return torch.fx.symbolic_trace(fn)
+
+
+def ops(gm: torch.fx.GraphModule) -> list[str]:
+    """The graph's operations in order, as short names: 'relu', 'add', 'method:sum', 'module:Conv2d'."""
+    names = []
+    for node in gm.graph.nodes:
+        if node.op == "call_function":
+            names.append(getattr(node.target, "__name__", str(node.target)))
+        elif node.op == "call_method":
+            names.append(f"method:{node.target}")
+        elif node.op == "call_module":
+            names.append(f"module:{type(gm.get_submodule(node.target)).__name__}")
+        elif node.op == "get_attr":
+            names.append(f"attr:{node.target}")
+    return names
+
+
+def assert_rewrites(
+    fn: Callable[..., Any] | torch.nn.Module,
+    rules: str,
+    inputs: Sequence[Any],
+    expected_ops: list[str],
+    fired: dict[str, int] | None = None,
+    **apply_kwargs: Any,
+) -> fxrules.Report:
+    """Apply ``rules`` (.fxr text) to the traced ``fn``; assert the resulting ops, lint, and unchanged outputs."""
+    gm = trace(fn)
+    expected = gm(*inputs)
+    report = fxrules.apply(gm, fxrules.parse(rules), **apply_kwargs)
+    gm.graph.lint()
+    assert ops(gm) == expected_ops, gm.code
+    torch.testing.assert_close(gm(*inputs), expected, equal_nan=True)
+    if fired is not None:
+        assert report.counts() == {k: v for k, v in fired.items() if v}
+    return report

@@ -1,0 +1,23 @@
+"""End-to-end: the design card's first example file rewrites a traced function."""
+
+import torch
+
+from tests.conftest import assert_rewrites
+
+RULES = """
+rule double_neg:
+    torch.neg(torch.neg(x)) => x
+
+rule mul_one:
+    x * 1 => x
+
+rule add_zero:
+    x + 0 => x
+"""
+
+
+def test_card_example_rules_rewrite_and_keep_outputs() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.neg(torch.neg(x)) * 1 + 0
+
+    assert_rewrites(f, RULES, [torch.randn(3)], [], fired={"double_neg": 1, "mul_one": 1, "add_zero": 1})
