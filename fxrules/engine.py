@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import torch
 import torch.fx
 
@@ -31,7 +32,7 @@ from fxrules import helpers as bundled_helpers
 from fxrules.diagnostics import FxrApplyError, FxrConvergenceError, FxrError, FxrUsageError
 from fxrules.ir import AltTemplate, AnchorKey, HelperTemplate, OpTemplate, Rule, RuleSet, SeqTemplate, Template, walk
 from fxrules.loader import load
-from fxrules.matcher import Matcher, Skip
+from fxrules.matcher import Match, Matcher, Skip
 from fxrules.metadata import propagate_shapes
 from fxrules.report import Report, ReportBuilder
 from fxrules.rewriter import Rewriter, Transaction
@@ -68,7 +69,8 @@ def _check_module(gm: Any) -> torch.fx.GraphModule:
     raise FxrUsageError(f"apply needs a torch.fx.GraphModule, got {type(gm).__name__}")
 
 
-def _helper_table(ruleset: RuleSet, user_helpers: Mapping[str, Callable[..., Any]] | None) -> dict[str, Callable[..., Any]]:
+def _helper_table(ruleset: RuleSet,
+                  user_helpers: Mapping[str, Callable[..., Any]] | None) -> dict[str, Callable[..., Any]]:
     table = {**bundled_helpers.BUNDLED, **(user_helpers or {})}
     for rule in ruleset:
         for output in rule.replacement:
@@ -132,6 +134,17 @@ class _Index:
         return tuple(sorted(found.values(), key=lambda rule: self.order[rule.name]))
 
 
+@attrs.define
+class _Pass:
+    """One pass's state: what fired, the nodes rewrites created (not matched again) and touched."""
+
+    matcher: Matcher
+    rewriter: Rewriter | None
+    fired: set[str] = attrs.Factory(set)
+    claimed: set[torch.fx.Node] = attrs.Factory(set)
+    touched: set[torch.fx.Node] = attrs.Factory(set)
+
+
 class _Run:
     """One ``apply``: the passes over a working copy, then the commit."""
 
@@ -163,18 +176,11 @@ class _Run:
         return self.report.build(nodes_before, len(self.gm.graph.nodes), time.perf_counter() - started)
 
     def _anything_fires(self) -> bool:
-        """A read-only scan of the original graph: is there any usable match at all?"""
-        matcher = Matcher(self.gm, explain=False)
-        for node in self.gm.graph.nodes:
-            for rule in self.index.rules_at(node):
-                try:
-                    if matcher.match(rule, node) is not None:
-                        return True
-                except Skip:
-                    continue
-        if self.explain:  # nothing fired, but the user asked why: run one recording pass
-            self._visit(list(self.gm.graph.nodes), Matcher(self.gm, explain=True), None)
-        return False
+        """A read-only scan of the original graph, up to the first usable match (recording skips on the way)."""
+        dry_run = self._visit(list(self.gm.graph.nodes), Matcher(self.gm, explain=self.explain), None)
+        if dry_run.fired:
+            self.report = ReportBuilder(self.ruleset)  # the real passes report again from the start
+        return bool(dry_run.fired)
 
     def _passes(self, working: torch.fx.Graph, transaction: Transaction) -> None:
         rewriter = Rewriter(self.gm, working, self.helpers, transaction)
@@ -182,36 +188,34 @@ class _Run:
         for number in range(1, self.max_passes + 1):
             self.report.passes = number
             matcher = Matcher(self.gm, explain=self.explain)
-            fired, touched = self._visit(candidates, matcher, rewriter)
-            if not fired:
+            current = self._visit(candidates, matcher, rewriter)
+            if not current.fired:
                 return
-            candidates = self._worklist(touched)
+            candidates = self._worklist(current.touched)
         raise FxrConvergenceError(
-            f"rules still firing after max_passes={self.max_passes} passes: {', '.join(sorted(fired))}; "
+            f"rules still firing after max_passes={self.max_passes} passes: {', '.join(sorted(current.fired))}; "
             "they may undo each other or grow the graph"
         )
 
-    def _visit(self, candidates: list[torch.fx.Node], matcher: Matcher,
-               rewriter: Rewriter | None) -> tuple[set[str], set[torch.fx.Node]]:
-        fired: set[str] = set()
-        touched: set[torch.fx.Node] = set()
-        claimed: set[torch.fx.Node] = set()
+    def _visit(self, candidates: list[torch.fx.Node], matcher: Matcher, rewriter: Rewriter | None) -> _Pass:
+        current = _Pass(matcher, rewriter)
         for node in candidates:
-            if node._erased or node in claimed:
+            if node._erased or node in current.claimed:
                 continue
             for rule in self.index.rules_at(node):
-                if self._try(rule, node, matcher, rewriter, claimed, touched):
-                    fired.add(rule.name)
+                if self._try(rule, node, current):
+                    current.fired.add(rule.name)
                     break
-        return fired, touched
+            if current.fired and current.rewriter is None:
+                break  # a dry run only asks whether anything fires
+        return current
 
-    def _try(self, rule: Rule, node: torch.fx.Node, matcher: Matcher, rewriter: Rewriter | None,
-             claimed: set[torch.fx.Node], touched: set[torch.fx.Node]) -> bool:
+    def _try(self, rule: Rule, node: torch.fx.Node, current: _Pass) -> bool:
         self.report.attempted(rule)
         started = time.perf_counter()
         try:
-            match = matcher.match(rule, node)
-            if match is not None and claimed.intersection(match.nodes):
+            match = current.matcher.match(rule, node)
+            if match is not None and current.claimed.intersection(match.nodes):
                 raise Skip("overlap", "part of this match was created by another rewrite in this pass")
         except Skip as skip:
             self.report.skipped(rule, node.name, skip.reason, skip.detail)
@@ -219,18 +223,19 @@ class _Run:
         finally:
             self.report.match_seconds += time.perf_counter() - started
         if match is None:
-            if matcher.misses.best is not None and matcher.misses.best.progress > 0:
-                self.report.missed(matcher.misses.best)
+            best = current.matcher.misses.best
+            if best is not None and best.progress > 0:
+                self.report.missed(best)
             return False
-        if rewriter is None:
-            return False
-        return self._rewrite(rule, node, match, rewriter, claimed, touched)
+        if current.rewriter is None:
+            return True
+        return self._rewrite(rule, node, match, current)
 
-    def _rewrite(self, rule: Rule, node: torch.fx.Node, match: Any, rewriter: Rewriter,
-                 claimed: set[torch.fx.Node], touched: set[torch.fx.Node]) -> bool:
+    def _rewrite(self, rule: Rule, node: torch.fx.Node, match: Match, current: _Pass) -> bool:
+        assert current.rewriter is not None
         started = time.perf_counter()
         try:
-            change = rewriter.rewrite(match)
+            change = current.rewriter.rewrite(match)
         except Skip as skip:
             self.report.skipped(rule, node.name, skip.reason, skip.detail)
             return False
@@ -242,9 +247,9 @@ class _Run:
         finally:
             self.report.rewrite_seconds += time.perf_counter() - started
         self.report.fired(rule, node.name)
-        claimed.update(change.created)
-        touched.update(change.created)
-        touched.update(change.touched)
+        current.claimed.update(change.created)
+        current.touched.update(change.created)
+        current.touched.update(change.touched)
         return True
 
     def _worklist(self, touched: set[torch.fx.Node]) -> list[torch.fx.Node]:

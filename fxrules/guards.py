@@ -134,10 +134,6 @@ class GuardBuilder:
 # ---------------------------------------------------------------- evaluation
 
 
-class Unbound(Exception):
-    """A name the guard reads is not bound yet (the matcher evaluates guards as early as it can)."""
-
-
 def holds(guard: Guard, lookup: Callable[[str], Any]) -> bool:
     """True when every condition of ``guard`` holds.
 
@@ -151,9 +147,9 @@ def holds(guard: Guard, lookup: Callable[[str], Any]) -> bool:
 def evaluate(expr: GuardExpr, lookup: Callable[[str], Any]) -> Any:
     try:
         return _evaluate(expr, lookup)
-    except (GuardError, MissingMetadata, Unbound):
+    except (GuardError, MissingMetadata):
         raise
-    except Exception as error:  # noqa: BLE001 - any failure of a guard means "no match", with its text
+    except Exception as error:
         raise GuardError(f"{expr.span}: {type(error).__name__}: {error}") from error
 
 

@@ -187,7 +187,6 @@ def load(path_or_name: str | Path, allow: Iterable[str] = ()) -> RuleSet:
         return _load_source(_read_path(path), allow)
     source = _read_bundled(str(path_or_name))
     if source is None:
-        raise FxrUsageError(
-            f"no rule file '{path_or_name}': not a file, and not a bundled ruleset ({', '.join(bundled.ruleset_names())})"
-        )
+        known = ", ".join(bundled.ruleset_names())
+        raise FxrUsageError(f"no rule file '{path_or_name}': not a file, and not a bundled ruleset ({known})")
     return _load_source(source, allow)

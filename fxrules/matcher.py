@@ -391,7 +391,7 @@ class Matcher:
                                                 f"{len(args)}", template.span)
             return
         names = [name for name, _ in template.kwargs]
-        if any(name not in names for name in node.kwargs) and not template.rest or any(
+        if (any(name not in names for name in node.kwargs) and not template.rest) or any(
                 name not in node.kwargs for name in names):
             self.misses.fail(state, "argument", f"keyword arguments differ: expected {names}, found "
                                                 f"{list(node.kwargs)}", template.span)

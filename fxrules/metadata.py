@@ -114,7 +114,7 @@ def infer_metadata(node: torch.fx.Node) -> None:
         fake_mode = _fake_mode(args, kwargs)
         with fake_mode if fake_mode is not None else contextlib.nullcontext():
             result = _run(node, args, kwargs)
-    except Exception:  # noqa: BLE001 - metadata of a new node is best effort by design
+    except Exception:
         return
     if isinstance(result, torch.Tensor):
         if fake_mode is not None:

@@ -13,16 +13,16 @@ from __future__ import annotations
 import inspect
 import math
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import attrs
 import torch
 
 from fxrules import syntax_tree as st
-from fxrules.syntax_tree import dotted_parts
 from fxrules.diagnostics import DiagnosticSink, Span, did_you_mean
 from fxrules.families import family_parameters
+from fxrules.guards import GuardBuilder
 from fxrules.ir import (
     AltTemplate,
     AttrType,
@@ -50,8 +50,8 @@ from fxrules.ir import (
     Wildcard,
     describe_target,
 )
-from fxrules.guards import GuardBuilder
 from fxrules.signatures import CallSignature, function_signature, method_signature, module_call_signature
+from fxrules.syntax_tree import dotted_parts
 from fxrules.targets import SAFE_BUILTINS, Namespace, ResolutionError, is_value
 
 _aten = torch.ops.aten
@@ -278,7 +278,7 @@ class RuleResolver:
                 self.error(arg.span, f"unknown tensor type option '{arg.name}'", "the only option is dtype=")
         if sum(isinstance(d, DimRest) for d in dims) > 1:
             self.error(span, "a tensor type may contain '...' only once")
-        has_dims = bool(dims) or not any(isinstance(a, st.TypeKeyword) for a in args) and bool(args)
+        has_dims = bool(dims) or (not any(isinstance(a, st.TypeKeyword) for a in args) and bool(args))
         return TensorType(tuple(dims) if has_dims else None, dtypes, span)
 
     def dtype(self, dotted: st.Dotted) -> Any:
@@ -401,7 +401,8 @@ class RuleResolver:
     def index_item(self, expr: st.Expr) -> Template:
         if not isinstance(expr, st.SliceExpr):
             return self.template(expr)
-        parts = [Literal(None, expr.span) if p is None else self.template(p) for p in (expr.start, expr.stop, expr.step)]
+        parts = [Literal(None, expr.span) if part is None else self.template(part)
+                 for part in (expr.start, expr.stop, expr.step)]
         if all(isinstance(p, Literal) for p in parts):
             return Literal(slice(*(p.value for p in parts)), expr.span)  # type: ignore[union-attr]
         return SliceTemplate(parts[0], parts[1], parts[2], expr.span)
@@ -514,8 +515,8 @@ class RuleResolver:
         if signature is not None:
             call = signature.bind(args, dict(kwargs), partial=rest)
             if call is None:
-                if signature.bind(args, dict(kwargs), partial=True) is None or not rest and self._misses_required(
-                        signature, args, kwargs):
+                if signature.bind(args, dict(kwargs), partial=True) is None or (not rest and self._misses_required(
+                        signature, args, kwargs)):
                     return self.error(span, f"{describe_target(kind, target)}() does not take these arguments",
                                       f"its parameters are ({', '.join(signature.parameters)})")
                 self.notes.append(f"arguments of {describe_target(kind, target)} are compared as written "
@@ -558,7 +559,7 @@ def overload_misses(overload: Any, positional: int, keywords: set[str]) -> bool:
     """True when a call with these arguments leaves out a required parameter of ``overload``."""
     for index, (name, parameter) in enumerate(overload.parameters.items()):
         required = parameter.default is parameter.empty
-        given = index < positional and parameter.kind is not parameter.KEYWORD_ONLY or name in keywords
+        given = (index < positional and parameter.kind is not parameter.KEYWORD_ONLY) or name in keywords
         if required and not given:
             return True
     return False

@@ -107,9 +107,8 @@ def _same_default(a: Any, b: Any) -> bool:
 
 
 def _without_variadics(signature: inspect.Signature) -> bool:
-    return not any(
-        p.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD) for p in signature.parameters.values()
-    )
+    variadic = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    return not any(p.kind in variadic for p in signature.parameters.values())
 
 
 def _torch_overloads(target: Any) -> list[inspect.Signature]:

@@ -356,9 +356,11 @@ class ToSyntaxTree(Transformer[Token, File]):
     def block_body(self, meta: Any, docstring: str | None, given: tuple[Declaration, ...] | None,
                    pattern: tuple[Statement, ...], where: tuple[Expr, ...] | None,
                    replace: tuple[Statement, ...]) -> RuleDecl:
-        return RuleDecl("", (), docstring, given or (), pattern, where or (), replace, self._span(meta), self._span(meta))
+        span = self._span(meta)
+        return RuleDecl("", (), docstring, given or (), pattern, where or (), replace, span, span)
 
-    def rewrite(self, meta: Any, pattern: Expr, replacement: Expr, guard: Expr | None) -> tuple[Expr, Expr, Expr | None]:
+    def rewrite(self, meta: Any, pattern: Expr, replacement: Expr,
+                guard: Expr | None) -> tuple[Expr, Expr, Expr | None]:
         return pattern, replacement, guard
 
     def docstring(self, meta: Any, text: Token) -> str:

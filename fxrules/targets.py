@@ -62,7 +62,7 @@ def _suggest(name: str, candidates: Iterable[str]) -> str | None:
 def _children(value: Any) -> list[str]:
     try:
         return list(dir(value))
-    except Exception:  # noqa: BLE001 - dir() of an exotic object is only used for a hint
+    except Exception:
         return []
 
 
@@ -95,7 +95,7 @@ class Namespace:
             hint = f"did you mean '{hint_name}'?" if hint_name else "add 'use MODULE as NAME' or pass allow=[...]"
             raise ResolutionError(f"unknown name '{head}'", 0, hint)
         value = self.roots[head]
-        for index, part in enumerate(parts[1:], start=1):
+        for index in range(1, len(parts)):
             value = self._step(value, parts, index)
         self._check_origin(value, parts)
         return value
