@@ -193,10 +193,12 @@ class _Emitter:
         self.memo[id(template)] = value
         return value
 
-    def _operation(self, template: OpTemplate) -> torch.fx.Node:
+    def _operation(self, template: OpTemplate) -> Any:
         args = tuple(self._graph_value(self.emit(a)) for a in template.args)
         kwargs = {name: self._graph_value(self.emit(v)) for name, v in template.kwargs}
         kind, target = template.kind, template.target
+        if _foldable(target, args, kwargs):  # e.g. `@rank(x) - 1`: arithmetic on literals is done now
+            return target(*args)
         if kind is OpKind.FAMILY:
             kind, target = target.primary.kind, target.primary.target
         if kind is OpKind.MODULE:
@@ -252,3 +254,9 @@ class _Emitter:
             raise FxrApplyError("a module capture can be called or passed to a helper, not used as a value")
         return value
 
+
+
+def _foldable(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """An ``operator`` function applied to plain numbers only."""
+    return (getattr(target, "__module__", None) == "_operator" and not kwargs
+            and all(isinstance(a, int | float | bool) for a in args))
