@@ -4,6 +4,9 @@ Pipeline: ``grammar/fxr.lark`` -> :mod:`fxrules.parser` (syntax tree) ->
 :mod:`fxrules.resolve` (rule IR, :mod:`fxrules.ir`) -> :mod:`fxrules.matcher`
 -> :mod:`fxrules.rewriter` -> :mod:`fxrules.report`, driven by
 :mod:`fxrules.engine`; :mod:`fxrules.loader` reads files and includes.
+On top: :mod:`fxrules.verification` (soundness on generated inputs, with
+:mod:`fxrules.testing` strategies and :mod:`fxrules.standalone` graphs), the
+pytest plugin and :mod:`fxrules.cli`.
 """
 
 from fxrules.diagnostics import (
@@ -20,6 +23,7 @@ from fxrules.engine import apply
 from fxrules.ir import Rule, RuleSet
 from fxrules.loader import load, parse
 from fxrules.report import Report
+from fxrules.verification import VerifyReport, verify
 
 __all__ = [
     "Diagnostic",
@@ -33,7 +37,9 @@ __all__ = [
     "Rule",
     "RuleSet",
     "Span",
+    "VerifyReport",
     "apply",
     "load",
     "parse",
+    "verify",
 ]

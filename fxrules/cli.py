@@ -5,6 +5,8 @@
 ``fxrules apply RULES --model module:factory [--input-shape 2,3 ...] [--output F.py]``
                              trace the model, apply, print the report and a diff of the code.
 ``fxrules explain RULES --model module:factory``  the same, with near misses.
+``fxrules verify FILE... [--examples N] [--seed S] [--json]``
+                             check each rule's soundness; exit 1 if one is unsound.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from fxrules import bundled
 from fxrules.diagnostics import FxrError, FxrLoadError
 from fxrules.engine import apply
 from fxrules.loader import load
+from fxrules.verification import verify
 
 
 def _check(files: Sequence[str]) -> int:
@@ -88,6 +91,16 @@ def _apply(args: argparse.Namespace, explain: bool) -> int:
     return 0
 
 
+def _verify(args: argparse.Namespace) -> int:
+    try:
+        report = verify(list(args.files), max_examples=args.examples, seed=args.seed)
+    except FxrError as error:
+        print(error, file=sys.stderr)
+        return 1
+    print(report.to_json() if args.json else report)
+    return 0 if report.sound else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fxrules", description="Declarative rewrite rules for torch.fx graphs.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -100,7 +113,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         command.add_argument("--model", required=True, help="package.module:factory returning an nn.Module")
         command.add_argument("--input-shape", action="append", default=[], help="e.g. 2,3 (one per input)")
         command.add_argument("--output", help="write the rewritten code to this file")
+    check_rules = commands.add_parser("verify", help="check that rules are sound on generated inputs")
+    check_rules.add_argument("files", nargs="+", help=".fxr files or bundled ruleset names")
+    check_rules.add_argument("--examples", type=int, default=100, help="hypothesis examples per rule")
+    check_rules.add_argument("--seed", type=int, default=None, help="hypothesis seed, for reproducible runs")
+    check_rules.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
+    if args.command == "verify":
+        return _verify(args)
     if args.command == "check":
         return _check(args.files)
     if args.command == "list":

@@ -127,6 +127,7 @@ class SeqTemplate:
     items: tuple[Template, ...]
     span: Span
     is_tuple: bool = False
+    is_sequence = True  # read by signature binding, which tells list parameters from others
 
 
 @attrs.frozen
@@ -194,7 +195,7 @@ Template = Capture | Wildcard | Literal | SeqTemplate | SliceTemplate | AltTempl
 
 
 def walk(template: Template) -> Iterator[Template]:
-    """Every template below ``template`` (itself included), each shared node once."""
+    """Every template below ``template`` (itself included), each shared node once, depth-first, left to right."""
     seen: set[int] = set()
     stack = [template]
     while stack:
@@ -203,7 +204,7 @@ def walk(template: Template) -> Iterator[Template]:
             continue
         seen.add(id(current))
         yield current
-        stack.extend(children(current))
+        stack.extend(reversed(children(current)))
 
 
 def children(template: Template) -> tuple[Template, ...]:

@@ -186,6 +186,8 @@ def load(path_or_name: str | Path, allow: Iterable[str] = ()) -> RuleSet:
     if path.is_file():
         return _load_source(_read_path(path), allow)
     source = _read_bundled(str(path_or_name))
+    if source is None and path.parent.name == "rulesets":  # how reports and diagnostics name bundled files
+        source = _read_bundled(path.name)
     if source is None:
         known = ", ".join(bundled.ruleset_names())
         raise FxrUsageError(f"no rule file '{path_or_name}': not a file, and not a bundled ruleset ({known})")

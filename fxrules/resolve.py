@@ -515,12 +515,13 @@ class RuleResolver:
         if signature is not None:
             call = signature.bind(args, dict(kwargs), partial=rest)
             if call is None:
-                if signature.bind(args, dict(kwargs), partial=True) is None or (not rest and self._misses_required(
-                        signature, args, kwargs)):
+                cannot_bind = signature.bind(args, dict(kwargs), partial=True) is None or (
+                    not rest and self._misses_required(signature, args, kwargs))
+                if cannot_bind and signature.exact:
                     return self.error(span, f"{describe_target(kind, target)}() does not take these arguments",
                                       f"its parameters are ({', '.join(signature.parameters)})")
                 self.notes.append(f"arguments of {describe_target(kind, target)} are compared as written "
-                                  "(its overloads bind them differently)")
+                                  "(no overload binds them unambiguously)")
             else:
                 bound = call.explicit
         elif kind is not OpKind.ATTR and not isinstance(target, HelperTemplate):

@@ -35,7 +35,7 @@ SHAPE_META = ("val", "tensor_meta")
 class Transaction:
     """Attributes added to the module during one ``apply``, so they can be taken back."""
 
-    gm: torch.fx.GraphModule
+    gm: torch.nn.Module
     added: list[str] = attrs.Factory(list)
 
     def fresh_name(self, base: str) -> str:
@@ -48,7 +48,7 @@ class Transaction:
 
     def add_module(self, base: str, module: torch.nn.Module) -> str:
         name = self.fresh_name(base)
-        self.gm.add_submodule(name, module)
+        self.gm.add_module(name, module)
         self.added.append(name)
         return name
 
@@ -97,7 +97,7 @@ class Rewrite:
 class Rewriter:
     """Rewrites matches in one graph, calling helpers from ``helpers``."""
 
-    def __init__(self, gm: torch.fx.GraphModule, graph: torch.fx.Graph, helpers: Mapping[str, Callable[..., Any]],
+    def __init__(self, gm: torch.nn.Module, graph: torch.fx.Graph, helpers: Mapping[str, Callable[..., Any]],
                  transaction: Transaction) -> None:
         self.gm = gm
         self.graph = graph
@@ -111,7 +111,7 @@ class Rewriter:
                 if isinstance(v, torch.fx.Node) and v not in match.nodes and v._sort_key > anchor._sort_key]
         if late:
             raise Skip("order", f"captured {', '.join(late)} defined after the first output '{anchor.name}'")
-        emitter = _Emitter(self, match)
+        emitter = Emitter(self, match)
         with self.graph.inserting_before(anchor):
             values = [emitter.emit(t) for t in match.rule.replacement]
         created = emitter.created
@@ -163,7 +163,7 @@ class Rewriter:
         return [n for n in inputs if not getattr(n, "_erased", False)]
 
 
-class _Emitter:
+class Emitter:
     """Builds one replacement: each shared template once, helpers called at most once each."""
 
     def __init__(self, rewriter: Rewriter, match: Match) -> None:

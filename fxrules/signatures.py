@@ -45,7 +45,8 @@ class CallSignature:
     """The candidate signatures of one target and how to bind a call to them."""
 
     overloads: tuple[inspect.Signature, ...]
-    pack_varargs: bool = False
+    pack_from: int | None = None  # sizes given as *args from this position on: x.view(2, 3), torch.ones(2, 3)
+    exact: bool = False  # a Python signature: a call it cannot bind is certainly wrong
 
     @property
     def parameters(self) -> tuple[str, ...]:
@@ -62,8 +63,13 @@ class CallSignature:
 
         ``partial`` accepts a call that leaves out required parameters (a pattern ending in ``...``).
         """
-        if self.pack_varargs and len(args) > 1 and (len(args) > 2 or isinstance(args[1], int)):
-            args = (args[0], tuple(args[1:]))
+        bound = self._bind(args, kwargs, partial)
+        start = self.pack_from
+        if bound is None and start is not None and len(args) > start:
+            bound = self._bind((*args[:start], tuple(args[start:])), kwargs, partial)
+        return bound
+
+    def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any], partial: bool) -> BoundCall | None:
         bindings = []
         for overload in self.overloads:
             try:
@@ -76,7 +82,7 @@ class CallSignature:
         names = list(bindings[0][1].arguments)
         if any(list(bound.arguments) != names for _, bound in bindings[1:]):
             # aten also lists scalar overloads (neg.int(a)); a graph's tensor op binds as the tensor overload does.
-            bindings = [(sig, bound) for sig, bound in bindings if _takes_tensor_first(sig)]
+            bindings = [(sig, bound) for sig, bound in bindings if _takes_tensor_first(sig) and _plausible(bound)]
             if not bindings:
                 return None
             names = list(bindings[0][1].arguments)
@@ -100,6 +106,27 @@ def _agreed_defaults(overloads: list[inspect.Signature], explicit: list[str]) ->
 def _takes_tensor_first(signature: inspect.Signature) -> bool:
     first = next(iter(signature.parameters.values()), None)
     return first is not None and first.annotation is torch.Tensor
+
+
+def _is_sequence(value: Any) -> bool:
+    # Templates of lists (fxrules.ir.SeqTemplate) say so with `is_sequence`.
+    return isinstance(value, list | tuple) or getattr(value, "is_sequence", False)
+
+
+def _plausible(bound: inspect.BoundArguments) -> bool:
+    """False when a list is passed where the overload takes no list (view(size) vs view(dtype))."""
+    parameters = bound.signature.parameters
+    for name, value in bound.arguments.items():
+        annotation = str(parameters[name].annotation)
+        if _is_sequence(value) and "List" not in annotation and "Tuple" not in annotation:
+            return False
+    return True
+
+
+def _takes_sizes_first(overloads: list[inspect.Signature]) -> bool:
+    """torch.ones(2, 3) style: the first parameter is a size list."""
+    first = next(iter(overloads[0].parameters.values()), None)
+    return first is not None and first.name == "size" and "List[int]" in str(first.annotation)
 
 
 def _same_default(a: Any, b: Any) -> bool:
@@ -131,8 +158,11 @@ def _python_signature(target: Any, drop_first: bool = False) -> list[inspect.Sig
 @functools.cache
 def function_signature(target: Any) -> CallSignature | None:
     """The signature of a ``call_function`` target (torch op, aten overload, Python function)."""
-    overloads = _torch_overloads(target) or _python_signature(target)
-    return CallSignature(tuple(overloads)) if overloads else None
+    overloads = _torch_overloads(target)
+    if overloads:
+        return CallSignature(tuple(overloads), pack_from=0 if _takes_sizes_first(overloads) else None)
+    python = _python_signature(target)
+    return CallSignature(tuple(python), exact=True) if python else None
 
 
 @functools.cache
@@ -144,14 +174,14 @@ def method_signature(name: str) -> CallSignature | None:
         overloads = _torch_overloads(function)
     if not overloads and hasattr(torch.ops.aten, name):
         overloads = _torch_overloads(getattr(torch.ops.aten, name))
-    return CallSignature(tuple(overloads), pack_varargs=name in VARARG_METHODS) if overloads else None
+    return CallSignature(tuple(overloads), pack_from=1 if name in VARARG_METHODS else None) if overloads else None
 
 
 @functools.cache
 def module_call_signature(cls: type) -> CallSignature | None:
     """The signature of calling an instance of an ``nn.Module`` subclass (its ``forward``)."""
     overloads = _python_signature(cls.forward, drop_first=True)
-    return CallSignature(tuple(overloads)) if overloads else None
+    return CallSignature(tuple(overloads), exact=True) if overloads else None
 
 
 @functools.cache

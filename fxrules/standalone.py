@@ -1,0 +1,144 @@
+"""A rule's pattern and replacement as two standalone FX graphs over the same inputs.
+
+Each capture (and each ``_``) becomes a placeholder; module captures are
+submodules of a shared root; an alternative ``A | B`` is built one option at
+a time (:func:`alternative_choices`).  The replacement is emitted by the same
+:class:`fxrules.rewriter.Emitter` that ``apply`` uses, so verifying a rule
+exercises the code that rewrites real graphs.  ``verify`` runs the two graphs
+on generated inputs; the load-time loop check matches rules against them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import torch
+import torch.fx
+
+from fxrules.ir import (
+    AltTemplate,
+    Capture,
+    ModuleType,
+    OpKind,
+    OpTemplate,
+    Rule,
+    Template,
+    Wildcard,
+    walk,
+)
+from fxrules.matcher import Match
+from fxrules.rewriter import Emitter, Rewriter, Transaction
+
+
+@attrs.frozen
+class Standalone:
+    """The two graph modules of one rule, and the names of their inputs in order."""
+
+    pattern: torch.fx.GraphModule
+    replacement: torch.fx.GraphModule
+    inputs: tuple[str, ...]
+    interior: Mapping[str, torch.fx.Node]  # pattern-assigned names -> nodes of the pattern graph
+
+
+def input_names(rule: Rule) -> tuple[str, ...]:
+    """Captures that are graph inputs (modules are not), ``_`` as ``_1, _2, ...``, in order of appearance."""
+    names: dict[str, None] = {}
+    wildcards = 0
+    for output in rule.pattern:
+        for template in walk(output):
+            if isinstance(template, Capture) and not isinstance(rule.types.get(template.name), ModuleType):
+                names[template.name] = None
+            elif isinstance(template, OpTemplate) and template.kind is OpKind.ATTR and template.binds:
+                names[template.binds] = None
+            elif isinstance(template, Wildcard):
+                wildcards += 1
+                names[f"_{wildcards}"] = None
+    return tuple(names)
+
+
+def alternative_choices(rule: Rule) -> list[dict[int, int]]:
+    """Every way of picking one option of each ``A | B`` in the pattern (at most 16)."""
+    alternatives = [t for output in rule.pattern for t in walk(output) if isinstance(t, AltTemplate)]
+    choices = itertools.product(*(range(len(a.options)) for a in alternatives))
+    return [dict(zip((id(a) for a in alternatives), combo, strict=True)) for combo in itertools.islice(choices, 16)]
+
+
+class _PatternEmitter(Emitter):
+    """Emits a pattern as a computation: one option per alternative, placeholders for ``_`` and ``Attr``."""
+
+    def __init__(self, rewriter: Rewriter, match: Match, choice: Mapping[int, int]) -> None:
+        super().__init__(rewriter, match)
+        self.choice = choice
+        self.wildcards = iter(n for n in match.bindings if n.startswith("_"))
+
+    def emit(self, template: Template) -> Any:
+        if isinstance(template, AltTemplate):
+            return self.emit(template.options[self.choice.get(id(template), 0)])
+        if isinstance(template, Wildcard):
+            return self.match.bindings[next(self.wildcards)]
+        if isinstance(template, OpTemplate) and template.kind is OpKind.ATTR:
+            return self.match.bindings[template.binds]  # type: ignore[index]
+        return super().emit(template)
+
+
+def _root(modules: Mapping[str, torch.nn.Module]) -> torch.nn.Module:
+    root = torch.nn.Module()
+    for name, module in modules.items():
+        root.add_module(name, module)
+    return root
+
+
+def build_pattern(rule: Rule, modules: Mapping[str, torch.nn.Module],
+                  choice: Mapping[int, int] | None = None) -> tuple[torch.fx.GraphModule, Mapping[str, torch.fx.Node]]:
+    """The pattern graph alone, and its named interior nodes."""
+    root = _root(modules)
+    graph = torch.fx.Graph()
+    outputs, match = _emit_pattern(rule, root, graph, input_names(rule), {}, choice or {})
+    graph.output(_pack(outputs))
+    interior = {name: node for name, node in match.bindings.items()
+                if isinstance(node, torch.fx.Node) and node.op != "placeholder"}
+    return torch.fx.GraphModule(root, graph), interior
+
+
+def build(rule: Rule, modules: Mapping[str, torch.nn.Module], helpers: Mapping[str, Callable[..., Any]],
+          choice: Mapping[int, int] | None = None) -> Standalone:
+    """Build the rule's pattern and replacement graphs; ``modules`` supplies each module capture."""
+    pattern, interior = build_pattern(rule, modules, choice)
+    root = _root(modules)
+    names = input_names(rule)
+    graph = torch.fx.Graph()
+    replacement_outputs = _emit_replacement(rule, root, graph, names, helpers, choice or {})
+    graph.output(_pack(replacement_outputs))
+    replacement = torch.fx.GraphModule(root, graph)
+    replacement.graph.eliminate_dead_code()  # the interior nodes the replacement did not reuse
+    replacement.recompile()
+    return Standalone(pattern, replacement, names, interior)
+
+
+def _emit_pattern(rule: Rule, root: torch.nn.Module, graph: torch.fx.Graph, names: tuple[str, ...],
+                  helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int]) -> tuple[list[Any], Match]:
+    bindings: dict[str, Any] = {name: graph.placeholder(name) for name in names}
+    bindings.update({name: getattr(root, name) for name, _ in root.named_children()})
+    modules = {name: name for name, _ in root.named_children()}
+    match = Match(rule, (), (), bindings, modules)
+    emitter = _PatternEmitter(Rewriter(root, graph, helpers, Transaction(root)), match, choice)
+    outputs = [emitter.emit(t) for t in rule.pattern]
+    for template in (t for o in rule.pattern for t in walk(o)):
+        if isinstance(template, OpTemplate) and template.name and id(template) in emitter.memo:
+            bindings[template.name] = emitter.memo[id(template)]
+    return outputs, match
+
+
+def _emit_replacement(rule: Rule, root: torch.nn.Module, graph: torch.fx.Graph, names: tuple[str, ...],
+                      helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int]) -> list[Any]:
+    # The replacement may reuse interior pattern nodes: compute them again in this graph, then emit it.
+    _, pattern_match = _emit_pattern(rule, root, graph, names, helpers, choice)
+    emitter = Emitter(Rewriter(root, graph, helpers, Transaction(root)), pattern_match)
+    return [emitter.emit(t) for t in rule.replacement]
+
+
+def _pack(outputs: list[Any]) -> Any:
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)

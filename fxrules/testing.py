@@ -1,0 +1,410 @@
+"""Hypothesis strategies for a rule's inputs: tensors, literals and modules that fit its pattern.
+
+Public, for use in your own hypothesis tests::
+
+    @given(fxrules.testing.examples(rule))
+    def test_my_rule(example): ...
+
+What is drawn for each capture:
+
+* ``given`` tensor types: their dims (symbolic dims drawn once and shared,
+  ``...`` as 0-2 extra dims) and dtypes (one of the declared ones);
+* untyped tensor captures: float32 tensors of one small base shape (or a
+  broadcast-compatible variant of it); an input of a module gets the rank
+  that module takes;
+* literal captures: from their ``given`` type, or from the annotation of the
+  parameter they are passed to (``dim0: int``);
+* module captures: built by a factory that sees the module's actual input,
+  with random parameters, in eval mode (:func:`register_module`).
+
+Element values are mostly small numbers, sometimes ``nan``, ``inf``,
+``-inf``, ``-0.0``.  Inputs on which the pattern raises or the guard is false
+are rejected (``assume``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import torch
+import torch.fx
+from hypothesis import assume
+from hypothesis import strategies as st
+
+from fxrules.guards import GuardError, holds
+from fxrules.ir import (
+    Capture,
+    DimRest,
+    DimSymbol,
+    ModuleType,
+    OpKind,
+    OpTemplate,
+    Rule,
+    ScalarType,
+    SequenceType,
+    TensorType,
+    walk,
+)
+from fxrules.matcher import unify_dims
+from fxrules.metadata import MissingMetadata, TensorInfo
+from fxrules.standalone import build_pattern, input_names
+
+SPECIAL_FLOATS = (math.nan, math.inf, -math.inf, -0.0, 0.0, 1.0, -1.0)
+
+Draw = Callable[[st.SearchStrategy[Any]], Any]
+ModuleFactory = Callable[[Draw, torch.Tensor], torch.nn.Module]
+
+
+@attrs.frozen
+class ModuleSpec:
+    """How to build a module capture: the input ranks it takes and a factory fitting an actual input."""
+
+    ranks: tuple[int, ...]
+    factory: ModuleFactory
+
+
+_MODULES: dict[type, ModuleSpec] = {}
+
+
+def register_module(cls: type, ranks: tuple[int, ...], factory: ModuleFactory) -> None:
+    """Teach input generation to build ``cls``: ``factory(draw, input_tensor) -> module`` for inputs of ``ranks``."""
+    _MODULES[cls] = ModuleSpec(ranks, factory)
+
+
+class NoGeneratorError(LookupError):
+    """No module factory is registered for a module capture's type."""
+
+
+def module_spec(cls: type) -> ModuleSpec:
+    for base in cls.__mro__:
+        if base in _MODULES:
+            return _MODULES[base]
+    raise NoGeneratorError(f"no input generator for {cls.__name__}: register one with fxrules.testing.register_module")
+
+
+@attrs.frozen
+class Example:
+    """One generated input of a rule: graph inputs by name, and the module captures."""
+
+    values: Mapping[str, Any]
+    modules: Mapping[str, torch.nn.Module]
+    seed: int
+
+    def describe(self) -> list[str]:
+        lines = []
+        for name, value in self.values.items():
+            if isinstance(value, torch.Tensor):
+                lines.append(f"{name}: Tensor{list(value.shape)} {value.dtype} = {_show_tensor(value)}")
+            else:
+                lines.append(f"{name} = {value!r}")
+        lines += [f"{name} = {module!r} (parameters from torch.manual_seed({self.seed}))"
+                  for name, module in self.modules.items()]
+        return lines
+
+
+def _show_tensor(tensor: torch.Tensor) -> str:
+    if tensor.numel() > 24:
+        return f"<{tensor.numel()} values>"
+    return repr(tensor.tolist())
+
+
+# ---------------------------------------------------------------- roles of captures
+
+
+def _role_of_annotation(annotation: Any) -> str:
+    text = str(annotation)
+    if "Tensor" in text or annotation is torch.Tensor:
+        return "tensor_list" if "List" in text else "tensor"
+    if "List[int]" in text or "list[int]" in text:
+        return "int_list"
+    if annotation is int or text in {"int", "Optional[int]", "typing.Optional[int]"}:
+        return "int"
+    if annotation is float or "float" in text:
+        return "float"
+    if annotation is bool:
+        return "bool"
+    return "tensor"
+
+
+def capture_roles(rule: Rule) -> dict[str, str]:
+    """What each untyped capture should be drawn as, from the parameters it is passed to."""
+    roles: dict[str, str] = {}
+    for output in rule.pattern:
+        for template in walk(output):
+            if not isinstance(template, OpTemplate) or template.bound is None or template.signature is None:
+                continue
+            parameters = template.signature.overloads[0].parameters
+            for name, argument in template.bound.items():
+                if isinstance(argument, Capture) and argument.name not in roles and name in parameters:
+                    roles[argument.name] = _role_of_annotation(parameters[name].annotation)
+            if template.target is torch.Tensor.__getitem__ or getattr(template.target, "__name__", "") == "getitem":
+                index = template.args[1] if len(template.args) > 1 else None
+                if isinstance(index, Capture):
+                    roles[index.name] = "int"
+    return roles
+
+
+def module_input_ranks(rule: Rule) -> dict[str, tuple[int, ...]]:
+    """Captures passed straight into a module capture take that module's input ranks."""
+    ranks: dict[str, tuple[int, ...]] = {}
+    for output in rule.pattern:
+        for template in walk(output):
+            if isinstance(template, OpTemplate) and template.kind is OpKind.MODULE and template.args:
+                first = template.args[0]
+                if isinstance(first, Capture) and isinstance(template.target, type):
+                    ranks[first.name] = module_spec(template.target).ranks
+    return ranks
+
+
+# ---------------------------------------------------------------- values
+
+
+def _elements(dtype: torch.dtype, count: int) -> st.SearchStrategy[list[Any]]:
+    if dtype == torch.bool:
+        element: st.SearchStrategy[Any] = st.booleans()
+    elif not dtype.is_floating_point:
+        element = st.integers(-5, 5)
+    else:
+        element = st.one_of(st.floats(-4, 4, width=32), st.sampled_from(SPECIAL_FLOATS))
+    return st.lists(element, min_size=count, max_size=count)
+
+
+def draw_tensor(draw: Draw, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    count = math.prod(shape)
+    values = draw(_elements(dtype, count))
+    if dtype.is_floating_point:
+        return torch.tensor(values, dtype=torch.float64).reshape(shape).to(dtype)
+    return torch.tensor(values, dtype=dtype).reshape(shape)
+
+
+def _broadcast_variant(draw: Draw, base: tuple[int, ...]) -> tuple[int, ...]:
+    kind = draw(st.sampled_from(["same", "same", "same", "suffix", "ones"]))
+    if kind == "suffix" and base:
+        return base[draw(st.integers(1, len(base))):]
+    if kind == "ones" and base:
+        return tuple(1 if draw(st.booleans()) else size for size in base)
+    return base
+
+
+def _tensor_shape(draw: Draw, declared: TensorType, dims: dict[str, int], max_side: int) -> tuple[int, ...]:
+    shape: list[int] = []
+    for dim in declared.dims or ():
+        if isinstance(dim, DimSymbol):
+            if dim.name not in dims:
+                dims[dim.name] = draw(st.integers(1, max_side))
+            shape.append(dims[dim.name])
+        elif isinstance(dim, DimRest):
+            shape += [draw(st.integers(1, max_side)) for _ in range(draw(st.integers(0, 2)))]
+        else:
+            shape.append(dim)
+    return tuple(shape)
+
+
+def _literal(draw: Draw, kind: str) -> Any:
+    if kind == "int":
+        return draw(st.integers(-3, 3))
+    if kind == "float":
+        return draw(st.one_of(st.floats(-4, 4), st.sampled_from(SPECIAL_FLOATS)))
+    if kind == "bool":
+        return draw(st.booleans())
+    if kind == "str":
+        return draw(st.sampled_from(["mean", "sum", "none"]))
+    if kind == "int_list":
+        return draw(st.lists(st.integers(-3, 3), min_size=1, max_size=2))
+    return draw(st.one_of(st.integers(-3, 3), st.floats(-4, 4)))  # Scalar
+
+
+@attrs.define
+class _Drawer:
+    """Draws every input of one rule for one example."""
+
+    draw: Draw
+    rule: Rule
+    max_side: int
+    max_rank: int
+    dims: dict[str, int] = attrs.Factory(dict)
+    base: tuple[int, ...] = ()
+
+    def values(self) -> dict[str, Any]:
+        square = self.draw(st.booleans())
+        rank = self.draw(st.integers(1, self.max_rank))
+        side = self.draw(st.integers(1, self.max_side))
+        self.base = tuple(side if square else self.draw(st.integers(1, self.max_side)) for _ in range(rank))
+        roles = capture_roles(self.rule)
+        module_ranks = module_input_ranks(self.rule)
+        return {name: self.value(name, roles.get(name, "tensor"), module_ranks.get(name))
+                for name in input_names(self.rule)}
+
+    def value(self, name: str, role: str, module_ranks: tuple[int, ...] | None) -> Any:
+        declared = self.rule.types.get(name)
+        if isinstance(declared, TensorType):
+            dtype = self.draw(st.sampled_from(declared.dtypes)) if declared.dtypes else torch.float32
+            if declared.dims is None:
+                return draw_tensor(self.draw, _broadcast_variant(self.draw, self.base), dtype)
+            return draw_tensor(self.draw, _tensor_shape(self.draw, declared, self.dims, self.max_side), dtype)
+        if isinstance(declared, ScalarType):
+            return _literal(self.draw, declared.name)
+        if isinstance(declared, SequenceType) or role == "tensor_list":
+            count = self.draw(st.integers(1, 3))
+            return [draw_tensor(self.draw, self.base, torch.float32) for _ in range(count)]
+        if role not in {"tensor", "tensor_list"} and declared is None:
+            return _literal(self.draw, role)
+        if module_ranks is not None:
+            rank = self.draw(st.sampled_from(module_ranks))
+            shape = tuple(self.draw(st.integers(1, self.max_side)) for _ in range(rank))
+            return draw_tensor(self.draw, shape, torch.float32)
+        return draw_tensor(self.draw, _broadcast_variant(self.draw, self.base), torch.float32)
+
+
+class _Instantiating(torch.fx.Interpreter):
+    """Runs a pattern graph, building each module capture on its first call from its actual input.
+
+    It also keeps the values of the pattern's named interior nodes, which guards may read.
+    """
+
+    def __init__(self, gm: torch.fx.GraphModule, draw: Draw, types: Mapping[str, Any], seed: int,
+                 interior: Mapping[str, torch.fx.Node]) -> None:
+        super().__init__(gm)
+        self.draw = draw
+        self.types = types
+        self.seed = seed
+        self.built: dict[str, torch.nn.Module] = {}
+        self.watched = {node: name for name, node in interior.items()}
+        self.interior: dict[str, Any] = {}
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        result = super().run_node(n)
+        if n in self.watched:
+            self.interior[self.watched[n]] = result
+        return result
+
+    def call_module(self, target: Any, args: Any, kwargs: Any) -> Any:
+        name = str(target)
+        if name not in self.built:
+            declared = self.types[name]
+            torch.manual_seed(self.seed + len(self.built))
+            module = module_spec(declared.cls).factory(self.draw, args[0])
+            module.eval()
+            self.built[name] = module
+            setattr(self.module, name, module)
+        return self.built[name](*args, **kwargs)
+
+
+def _run_pattern(rule: Rule, draw: Draw, values: dict[str, Any], seed: int) -> _Instantiating:
+    module_names = [n for n, t in rule.types.items() if isinstance(t, ModuleType)]
+    placeholders = {name: torch.nn.Identity() for name in module_names}
+    pattern, interior = build_pattern(rule, placeholders)
+    runner = _Instantiating(pattern, draw, rule.types, seed, interior)
+    try:
+        with torch.no_grad():
+            runner.run(*(values[name] for name in input_names(rule)))
+    except Exception:  # an input the pattern rejects is outside the rule's domain
+        assume(False)
+    return runner
+
+
+def guard_allows(rule: Rule, values: Mapping[str, Any], modules: Mapping[str, torch.nn.Module],
+                 dims: Mapping[str, int]) -> bool:
+    """Evaluate the rule's guard on concrete inputs, interior values and modules."""
+    if rule.guard is None:
+        return True
+    scope: dict[str, Any] = {**dims, **modules}
+    for name, value in values.items():
+        scope[name] = TensorInfo(tuple(value.shape), value.dtype, value.device) if isinstance(
+            value, torch.Tensor) else value
+    try:
+        return holds(rule.guard, lambda name: scope[name])
+    except (GuardError, MissingMetadata, KeyError):
+        return False
+
+
+@st.composite
+def examples(draw: Draw, rule: Rule, max_side: int = 4, max_rank: int = 3) -> Example:
+    """One input of ``rule`` that its pattern accepts and its guard allows."""
+    drawer = _Drawer(draw, rule, max_side, max_rank)
+    values = drawer.values()
+    seed = draw(st.integers(0, 2**16))
+    runner = _run_pattern(rule, draw, values, seed)
+    dims = dict(drawer.dims)
+    for name, declared in rule.types.items():
+        if isinstance(declared, TensorType) and declared.dims and name in values:
+            dims.update(_dims_of(declared, values[name]))
+    assume(guard_allows(rule, {**values, **runner.interior}, runner.built, dims))
+    return Example(values, runner.built, seed)
+
+
+def _dims_of(declared: TensorType, tensor: torch.Tensor) -> dict[str, int]:
+    return unify_dims(declared.dims or (), tuple(tensor.shape), {}) or {}
+
+
+# ---------------------------------------------------------------- bundled module factories
+
+
+def _conv(cls: type, spatial: int) -> ModuleFactory:
+    def factory(draw: Draw, x: torch.Tensor) -> torch.nn.Module:
+        channels = x.shape[1] if x.ndim == spatial + 2 else x.shape[0]
+        groups = draw(st.sampled_from([g for g in (1, 2, 3) if channels % g == 0]))
+        out = groups * draw(st.integers(1, 3))
+        smallest = min(x.shape[-spatial:])
+        kernel = draw(st.integers(1, max(1, min(3, smallest))))
+        return cls(channels, out, kernel, groups=groups, bias=draw(st.booleans()),
+                   padding=draw(st.integers(0, 1)), stride=draw(st.integers(1, 2)))
+
+    return factory
+
+
+def _batch_norm(cls: type) -> ModuleFactory:
+    def factory(draw: Draw, x: torch.Tensor) -> torch.nn.Module:
+        features = x.shape[1] if x.ndim > 1 else x.shape[0]
+        bn = cls(features)
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.5, 2.0)
+        bn.weight.data.uniform_(0.5, 1.5)
+        bn.bias.data.uniform_(-0.5, 0.5)
+        return bn
+
+    return factory
+
+
+def _last_dim(build_module: Callable[[Draw, int], torch.nn.Module]) -> ModuleFactory:
+    def factory(draw: Draw, x: torch.Tensor) -> torch.nn.Module:
+        return build_module(draw, x.shape[-1] if x.ndim else 1)
+
+    return factory
+
+
+def _group_norm(draw: Draw, x: torch.Tensor) -> torch.nn.Module:
+    channels = x.shape[1]
+    groups = draw(st.sampled_from([g for g in (1, 2, 3) if channels % g == 0]))
+    return torch.nn.GroupNorm(groups, channels)
+
+
+def _embedding(draw: Draw, x: torch.Tensor) -> torch.nn.Module:
+    assume(not x.dtype.is_floating_point and bool((x >= 0).all()))
+    return torch.nn.Embedding(int(x.max()) + 1 if x.numel() else 1, draw(st.integers(1, 4)))
+
+
+def _plain(cls: type, **kwargs: Any) -> ModuleFactory:
+    return lambda draw, x: cls(**kwargs)
+
+
+register_module(torch.nn.Conv1d, (3,), _conv(torch.nn.Conv1d, 1))
+register_module(torch.nn.Conv2d, (4,), _conv(torch.nn.Conv2d, 2))
+register_module(torch.nn.Conv3d, (5,), _conv(torch.nn.Conv3d, 3))
+register_module(torch.nn.BatchNorm1d, (2, 3), _batch_norm(torch.nn.BatchNorm1d))
+register_module(torch.nn.BatchNorm2d, (4,), _batch_norm(torch.nn.BatchNorm2d))
+register_module(torch.nn.BatchNorm3d, (5,), _batch_norm(torch.nn.BatchNorm3d))
+register_module(torch.nn.Linear, (1, 2, 3),
+                _last_dim(lambda draw, n: torch.nn.Linear(n, draw(st.integers(1, 4)), bias=draw(st.booleans()))))
+register_module(torch.nn.LayerNorm, (1, 2, 3), _last_dim(lambda draw, n: torch.nn.LayerNorm(n)))
+register_module(torch.nn.GroupNorm, (3, 4), _group_norm)
+register_module(torch.nn.Embedding, (1, 2), _embedding)
+register_module(torch.nn.Softmax, (1, 2, 3),
+                lambda draw, x: torch.nn.Softmax(dim=draw(st.integers(-x.ndim, x.ndim - 1))))
+register_module(torch.nn.Dropout, (1, 2, 3), lambda draw, x: torch.nn.Dropout(draw(st.floats(0, 0.9))))
+for _activation in (torch.nn.ReLU, torch.nn.GELU, torch.nn.SiLU, torch.nn.Sigmoid, torch.nn.Tanh, torch.nn.Identity,
+                    torch.nn.Flatten, torch.nn.ReLU6, torch.nn.LeakyReLU, torch.nn.Hardswish):
+    register_module(_activation, (1, 2, 3, 4), _plain(_activation))

@@ -1,0 +1,279 @@
+"""Checking that rules are sound: pattern and replacement agree on generated inputs.
+
+For each rule (and each choice of its alternatives), hypothesis draws inputs
+with :func:`fxrules.testing.examples`, the pattern and the replacement run
+as standalone graphs (:mod:`fxrules.standalone`), and their outputs are
+compared: shapes and dtypes exactly, NaN and inf positions exactly, the rest
+within the dtype's tolerance (or the rule's ``@tolerance``).  Inputs the
+pattern rejects are outside the rule's domain; a replacement that raises
+where the pattern did not is unsound.  A rule ends ``sound``, ``unsound``
+with a shrunk counterexample, or ``inconclusive``.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import attrs
+import torch
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
+from hypothesis.errors import Unsatisfiable
+
+from fxrules import helpers as bundled_helpers
+from fxrules.engine import RulesArgument, load_rules
+from fxrules.ir import Rule
+from fxrules.standalone import Standalone, alternative_choices, build
+from fxrules.testing import Example, NoGeneratorError, examples
+
+#: (rtol, atol) by dtype, as torch.testing.assert_close uses them.
+TOLERANCES: Mapping[torch.dtype, tuple[float, float]] = {
+    torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5), torch.float32: (1.3e-6, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+}
+
+
+class Verdict(enum.Enum):
+    SOUND = "sound"
+    UNSOUND = "unsound"
+    INCONCLUSIVE = "inconclusive"
+
+
+@attrs.frozen
+class Counterexample:
+    """An input on which pattern and replacement disagree, after shrinking."""
+
+    inputs: tuple[str, ...]
+    problem: str
+    max_abs_diff: float | None
+    max_rel_diff: float | None
+    reproduction: str
+
+
+@attrs.frozen
+class RuleVerdict:
+    rule: str
+    location: str
+    verdict: Verdict
+    examples: int
+    reason: str = ""
+    counterexample: Counterexample | None = None
+    seconds: float = 0.0
+
+    def __str__(self) -> str:
+        head = f"{self.location}: {self.rule}: "
+        if self.verdict is Verdict.SOUND:
+            return head + f"sound ({self.examples} examples)"
+        if self.verdict is Verdict.INCONCLUSIVE:
+            return head + f"inconclusive: {self.reason}"
+        assert self.counterexample is not None
+        c = self.counterexample
+        lines = [head + f"unsound: {c.problem}"]
+        if c.max_abs_diff is not None:
+            lines.append(f"  max abs diff {c.max_abs_diff:.6g}, max rel diff {c.max_rel_diff:.6g}")
+        lines += ["  counterexample:"] + [f"    {line}" for line in c.inputs]
+        lines += ["  reproduce:"] + [f"    {line}" for line in c.reproduction.splitlines()]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return attrs.asdict(self, value_serializer=lambda _, __, v: v.value if isinstance(v, Verdict) else v)
+
+
+@attrs.frozen
+class VerifyReport:
+    results: tuple[RuleVerdict, ...]
+
+    @property
+    def sound(self) -> bool:
+        return all(r.verdict is not Verdict.UNSOUND for r in self.results)
+
+    def __getitem__(self, rule: str) -> RuleVerdict:
+        for result in self.results:
+            if result.rule == rule:
+                return result
+        raise KeyError(rule)
+
+    def __str__(self) -> str:
+        counts = {v: sum(r.verdict is v for r in self.results) for v in Verdict}
+        summary = ", ".join(f"{n} {v.value}" for v, n in counts.items())
+        return "\n".join([*(str(r) for r in self.results), f"{len(self.results)} rules: {summary}"])
+
+    def to_json(self) -> str:
+        return json.dumps([r.to_dict() for r in self.results], indent=2)
+
+
+class _Disagreement(Exception):  # noqa: N818 - hypothesis re-raises it on the shrunk example
+    def __init__(self, problem: str, example: Example, abs_diff: float | None, rel_diff: float | None) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.example = example
+        self.abs_diff = abs_diff
+        self.rel_diff = rel_diff
+
+
+def compare(expected: Any, actual: Any, tolerance: tuple[float, float] | None) -> tuple[str, float | None,
+                                                                                         float | None] | None:
+    """None when ``actual`` agrees with ``expected``; else (problem, max abs diff, max rel diff)."""
+    if isinstance(expected, tuple | list):
+        if not isinstance(actual, tuple | list) or len(actual) != len(expected):
+            return f"the pattern returns {_kind(expected)} but the replacement returns {_kind(actual)}", None, None
+        for index, (e, a) in enumerate(zip(expected, actual, strict=True)):
+            problem = compare(e, a, tolerance)
+            if problem is not None:
+                return (f"output {index}: {problem[0]}", problem[1], problem[2])
+        return None
+    if not isinstance(expected, torch.Tensor):
+        expected = torch.tensor(expected)
+        actual = torch.tensor(actual) if isinstance(actual, int | float | bool) else actual
+    if not isinstance(actual, torch.Tensor):
+        return f"the replacement returns {_kind(actual)}, not a tensor", None, None
+    if actual.shape != expected.shape:
+        return f"shape {tuple(actual.shape)} differs from the pattern's {tuple(expected.shape)}", None, None
+    if actual.dtype != expected.dtype:
+        return f"dtype {actual.dtype} differs from the pattern's {expected.dtype}", None, None
+    return _compare_values(expected, actual, tolerance)
+
+
+def _compare_values(expected: torch.Tensor, actual: torch.Tensor,
+                    tolerance: tuple[float, float] | None) -> tuple[str, float | None, float | None] | None:
+    if not expected.dtype.is_floating_point:
+        if torch.equal(expected, actual):
+            return None
+        diff = (expected.long() - actual.long()).abs().max().item() if expected.numel() else 0
+        return "values differ", float(diff), None
+    e, a = expected.double(), actual.double()
+    if not torch.equal(e.isnan(), a.isnan()):
+        return "NaN appears in different places", None, None
+    infinite = e.isinf() | a.isinf()
+    if not torch.equal(e[infinite], a[infinite]):
+        return "inf appears in different places", None, None
+    rtol, atol = tolerance or TOLERANCES.get(expected.dtype, (1.3e-6, 1e-5))
+    finite = ~(e.isnan() | infinite)
+    diff = (e[finite] - a[finite]).abs()
+    if not diff.numel():
+        return None
+    limit = atol + rtol * e[finite].abs()
+    if bool((diff <= limit).all()):
+        return None
+    relative = (diff / e[finite].abs().clamp_min(1e-12)).max().item()
+    return "values differ beyond tolerance", diff.max().item(), relative
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, tuple | list):
+        return f"{len(value)} values"
+    return type(value).__name__
+
+
+class _RuleCheck:
+    """Runs one rule's pattern and replacement on one example."""
+
+    def __init__(self, rule: Rule, helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int]) -> None:
+        self.rule = rule
+        self.helpers = helpers
+        self.choice = choice
+        self.tolerance = (rule.tolerance.rtol or 0.0, rule.tolerance.atol or 0.0) if rule.tolerance else None
+        self.valid = 0
+
+    def graphs(self, example: Example) -> Standalone:
+        return build(self.rule, example.modules, self.helpers, self.choice)
+
+    def check(self, example: Example) -> None:
+        with torch.no_grad():
+            graphs = self.graphs(example)
+            inputs = [_clone(example.values[name]) for name in graphs.inputs]
+            try:
+                expected = graphs.pattern(*inputs)
+            except Exception:  # outside the rule's domain
+                return
+            self.valid += 1
+            try:
+                actual = graphs.replacement(*[_clone(example.values[name]) for name in graphs.inputs])
+            except Exception as error:  # a replacement must not fail where the pattern works
+                raise _Disagreement(f"the replacement raises {type(error).__name__}: {error}", example, None,
+                                    None) from error
+        problem = compare(expected, actual, self.tolerance)
+        if problem is not None:
+            raise _Disagreement(problem[0], example, problem[1], problem[2])
+
+
+def _clone(value: Any) -> Any:
+    return value.clone() if isinstance(value, torch.Tensor) else value
+
+
+def reproduction(rule: Rule, example: Example, graphs: Standalone) -> str:
+    """Python lines that rebuild the inputs and run both sides."""
+    lines = ["import torch", "import fxrules", "from fxrules.standalone import build"]
+    lines.append(f"rule = fxrules.load({rule.file!r})[{rule.name!r}]" if not rule.file.startswith("<")
+                 else f"rule = ...  # the rule {rule.name} of {rule.file}")
+    for name in graphs.inputs:
+        value = example.values[name]
+        if isinstance(value, torch.Tensor):
+            literal = repr(value.tolist()).replace("nan", "float('nan')").replace("inf", "float('inf')")
+            lines.append(f"{name} = torch.tensor({literal}, dtype={value.dtype})")
+        else:
+            lines.append(f"{name} = {value!r}")
+    if example.modules:
+        lines.append(f"modules = ...  # {', '.join(example.modules)}: see the counterexample (seed {example.seed})")
+    lines.append(f"graphs = build(rule, {'modules' if example.modules else '{}'}, {{}})")
+    arguments = ", ".join(graphs.inputs)
+    lines.append(f"print(graphs.pattern({arguments}), graphs.replacement({arguments}))")
+    return "\n".join(lines)
+
+
+def verify_rule(rule: Rule, *, max_examples: int = 100, seed_value: int | None = None,
+                helpers: Mapping[str, Callable[..., Any]] | None = None) -> RuleVerdict:
+    """Verify one rule (every choice of its alternatives)."""
+    started = time.perf_counter()
+    table = {**bundled_helpers.BUNDLED, **(helpers or {})}
+    total = 0
+    for choice in alternative_choices(rule):
+        check = _RuleCheck(rule, table, choice)
+        verdict = _run_hypothesis(rule, check, max_examples, seed_value)
+        if verdict is not None:
+            return attrs.evolve(verdict, seconds=time.perf_counter() - started)
+        total += check.valid
+        if check.valid < max(1, max_examples // 10):
+            reason = (f"only {check.valid} of the generated inputs were in the pattern's domain and satisfied the "
+                      "guard" if check.valid else "no generated input satisfied the guard and the pattern's domain")
+            return RuleVerdict(rule.name, str(rule.span), Verdict.INCONCLUSIVE, check.valid, reason,
+                               seconds=time.perf_counter() - started)
+    return RuleVerdict(rule.name, str(rule.span), Verdict.SOUND, total, seconds=time.perf_counter() - started)
+
+
+def _run_hypothesis(rule: Rule, check: _RuleCheck, max_examples: int, seed_value: int | None) -> RuleVerdict | None:
+    @settings(max_examples=max_examples, deadline=None, database=None, derandomize=seed_value is None,
+              suppress_health_check=list(HealthCheck), phases=[Phase.generate, Phase.shrink],
+              report_multiple_bugs=False)
+    @given(st.data())
+    def property_(data: st.DataObject) -> None:
+        check.check(data.draw(examples(rule)))
+
+    test = hypothesis_seed(seed_value)(property_) if seed_value is not None else property_
+    try:
+        test()
+    except _Disagreement as found:
+        graphs = check.graphs(found.example)
+        counterexample = Counterexample(tuple(found.example.describe()), found.problem, found.abs_diff,
+                                        found.rel_diff, reproduction(rule, found.example, graphs))
+        return RuleVerdict(rule.name, str(rule.span), Verdict.UNSOUND, check.valid, found.problem, counterexample)
+    except Unsatisfiable:
+        return RuleVerdict(rule.name, str(rule.span), Verdict.INCONCLUSIVE, 0,
+                           "no generated input satisfied the guard and the pattern's domain")
+    except NoGeneratorError as missing:
+        return RuleVerdict(rule.name, str(rule.span), Verdict.INCONCLUSIVE, 0, str(missing))
+    return None
+
+
+def verify(rules: RulesArgument, *, max_examples: int = 100, seed: int | None = None,
+           allow: Iterable[str] = (), helpers: Mapping[str, Callable[..., Any]] | None = None) -> VerifyReport:
+    """Check every rule of ``rules`` for soundness on generated inputs."""
+    ruleset = load_rules(rules, allow)
+    return VerifyReport(tuple(verify_rule(rule, max_examples=max_examples, seed_value=seed, helpers=helpers)
+                              for rule in ruleset))
+
