@@ -44,7 +44,7 @@ def _check(files: Sequence[str]) -> int:
             failed = True
             continue
         for warning in ruleset.warnings:
-            print(warning.render().replace(": error:", ": warning:", 1), file=sys.stderr)
+            print(warning.render(), file=sys.stderr)
         print(f"{name}: {len(ruleset)} rules, 0 errors")
     return 1 if failed else 0
 
@@ -64,7 +64,10 @@ def _factory(spec: str) -> Any:
     if not attribute:
         raise SystemExit(f"--model must look like package.module:factory, got {spec!r}")
     sys.path.insert(0, str(Path.cwd()))
-    factory = getattr(importlib.import_module(module_name), attribute)
+    try:
+        factory = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as error:
+        raise SystemExit(f"fxrules: cannot load --model {spec!r}: {error}") from None
     return factory() if callable(factory) and not isinstance(factory, torch.nn.Module) else factory
 
 

@@ -39,9 +39,10 @@ class Diagnostic:
     message: str
     source_line: str | None = None
     hint: str | None = None
+    severity: str = "error"  # or "warning"
 
     def render(self) -> str:
-        lines = [f"{self.span}: error: {self.message}"]
+        lines = [f"{self.span}: {self.severity}: {self.message}"]
         if self.source_line is not None:
             lines.append(f"    {self.source_line}")
             lines.append("    " + " " * max(self.span.column - 1, 0) + "^")
@@ -80,6 +81,10 @@ class FxrConvergenceError(FxrApplyError):
 
 class FxrUsageError(FxrError):
     """An fxrules function was called with arguments it cannot work with."""
+
+
+class FxrLoopWarning(UserWarning):
+    """Rules in a loaded file may fire forever (they match their own or each other's replacements)."""
 
 
 class DiagnosticSink:

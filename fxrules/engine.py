@@ -30,9 +30,9 @@ import torch.fx
 
 from fxrules import helpers as bundled_helpers
 from fxrules.diagnostics import FxrApplyError, FxrConvergenceError, FxrError, FxrUsageError
-from fxrules.ir import AltTemplate, AnchorKey, HelperTemplate, OpTemplate, Rule, RuleSet, SeqTemplate, Template, walk
+from fxrules.ir import AltTemplate, HelperTemplate, OpTemplate, Rule, RuleSet, SeqTemplate, Template, walk
 from fxrules.loader import load
-from fxrules.matcher import Match, Matcher, Skip
+from fxrules.matcher import Match, Matcher, RuleIndex, Skip
 from fxrules.metadata import propagate_shapes
 from fxrules.report import Report, ReportBuilder
 from fxrules.rewriter import Rewriter, Transaction
@@ -94,46 +94,6 @@ def pattern_depth(template: Template) -> int:
     return 0
 
 
-class _Index:
-    """Rules by the key of the node they can anchor at, in file order."""
-
-    def __init__(self, gm: torch.fx.GraphModule, ruleset: RuleSet) -> None:
-        self.gm = gm
-        self.by_anchor = ruleset.by_anchor
-        self.order = {rule.name: i for i, rule in enumerate(ruleset)}
-        self._cache: dict[tuple[str, Any], tuple[Rule, ...]] = {}
-
-    def rules_at(self, node: torch.fx.Node) -> tuple[Rule, ...]:
-        op = node.op
-        if op in ("placeholder", "output"):
-            return ()
-        key = (op, node.target)
-        try:
-            return self._cache[key]
-        except KeyError:
-            rules = self._cache[key] = self._lookup(node)
-            return rules
-        except TypeError:  # an unhashable target
-            return self._lookup(node)
-
-    def _lookup(self, node: torch.fx.Node) -> tuple[Rule, ...]:
-        keys: list[AnchorKey] = []
-        if node.op == "call_function":
-            keys.append(("call_function", node.target))
-            packet = getattr(node.target, "overloadpacket", None)
-            if packet is not None:
-                keys.append(("call_function", packet))
-        elif node.op == "call_method":
-            keys.append(("call_method", node.target))
-        elif node.op == "call_module":
-            module = self.gm.get_submodule(str(node.target))
-            keys += [("call_module", cls) for cls in type(module).__mro__]
-        elif node.op == "get_attr":
-            keys.append(("get_attr", None))
-        found = {rule.name: rule for key in keys for rule in self.by_anchor.get(key, ())}
-        return tuple(sorted(found.values(), key=lambda rule: self.order[rule.name]))
-
-
 @attrs.define
 class _Pass:
     """One pass's state: what fired, the nodes rewrites created (not matched again) and touched."""
@@ -156,7 +116,7 @@ class _Run:
         self.max_passes = max_passes
         self.explain = explain
         self.report = ReportBuilder(ruleset)
-        self.index = _Index(gm, ruleset)
+        self.index = RuleIndex(gm, ruleset)
         self.depth = max((pattern_depth(o) for rule in ruleset for o in rule.pattern), default=1)
         self.multi_output = any(len(rule.pattern) > 1 for rule in ruleset)
 

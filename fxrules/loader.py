@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -18,8 +19,9 @@ import attrs
 
 from fxrules import bundled
 from fxrules import syntax_tree as st
-from fxrules.diagnostics import DiagnosticSink, FxrLoadError, FxrUsageError, Span
+from fxrules.diagnostics import DiagnosticSink, FxrLoadError, FxrLoopWarning, FxrUsageError, Span
 from fxrules.ir import Rule, RuleSet
+from fxrules.loops import loop_warnings
 from fxrules.parser import parse_syntax
 from fxrules.resolve import RuleResolver, Scope, ScopeResolver
 from fxrules.targets import Namespace
@@ -163,6 +165,9 @@ def _load_source(source: SourceFile, allow: Iterable[str]) -> RuleSet:
     base.namespace = Namespace.create(allowed)
     rules = loading.resolve(source, base)
     ruleset = RuleSet(tuple(rules), source.name)
+    ruleset = attrs.evolve(ruleset, warnings=loop_warnings(ruleset))
+    for warning in ruleset.warnings:
+        warnings.warn(warning.render(), FxrLoopWarning, stacklevel=3)
     _cache[key] = ([(f, _digest(f.text)) for f in loading.files.values()], ruleset)
     return ruleset
 

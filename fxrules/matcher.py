@@ -34,6 +34,7 @@ from fxrules.families import map_member_call
 from fxrules.guards import GuardError, holds
 from fxrules.ir import (
     AltTemplate,
+    AnchorKey,
     AttrType,
     Capture,
     CaptureType,
@@ -45,6 +46,7 @@ from fxrules.ir import (
     OpKind,
     OpTemplate,
     Rule,
+    RuleSet,
     ScalarType,
     SeqTemplate,
     SequenceType,
@@ -192,6 +194,9 @@ class Matcher:
             yield state
             return
         head, *tail = outputs
+        if isinstance(head, OpTemplate) and id(head) in state.nodes:  # an interior node that is also an output
+            yield from self._other_outputs(tail, state)
+            return
         for candidate in self._candidates_near(state):
             for next_state in self.match_template(head, candidate, state):
                 yield from self._other_outputs(tail, next_state)
@@ -473,7 +478,7 @@ class Matcher:
             self._check_guard(rule, state)
         matched = set(state.nodes.values())
         outputs = {state.nodes[id(t)] for t in rule.pattern if isinstance(t, OpTemplate)}
-        for node in matched - outputs:
+        for node in sorted(matched - outputs, key=lambda n: n._sort_key):
             escaping = [u.name for u in node.users if u not in matched]
             if escaping:
                 raise Skip("escaping user", f"'{node.name}' is also used by {', '.join(escaping)} outside the match")
@@ -512,6 +517,46 @@ class Matcher:
         if len(outputs) != len(rule.pattern):  # an alternative output: find its node through the bindings
             outputs = tuple(_output_node(t, state) for t in rule.pattern)
         return Match(rule, outputs, tuple(state.nodes.values()), dict(state.bindings), dict(state.modules))
+
+
+class RuleIndex:
+    """The rules that may anchor at a node, by the node's key (op, target), in file order; cached per key."""
+
+    def __init__(self, gm: torch.fx.GraphModule, ruleset: RuleSet) -> None:
+        self.gm = gm
+        self.by_anchor = ruleset.by_anchor
+        self.order = {rule.name: i for i, rule in enumerate(ruleset)}
+        self._cache: dict[tuple[str, Any], tuple[Rule, ...]] = {}
+
+    def rules_at(self, node: torch.fx.Node) -> tuple[Rule, ...]:
+        op = node.op
+        if op in ("placeholder", "output"):
+            return ()
+        key = (op, node.target)
+        try:
+            return self._cache[key]
+        except KeyError:
+            rules = self._cache[key] = self._lookup(node)
+            return rules
+        except TypeError:  # an unhashable target
+            return self._lookup(node)
+
+    def _lookup(self, node: torch.fx.Node) -> tuple[Rule, ...]:
+        keys: list[AnchorKey] = []
+        if node.op == "call_function":
+            keys.append(("call_function", node.target))
+            packet = getattr(node.target, "overloadpacket", None)
+            if packet is not None:
+                keys.append(("call_function", packet))
+        elif node.op == "call_method":
+            keys.append(("call_method", node.target))
+        elif node.op == "call_module":
+            module = self.gm.get_submodule(str(node.target))
+            keys += [("call_module", cls) for cls in type(module).__mro__]
+        elif node.op == "get_attr":
+            keys.append(("get_attr", None))
+        found = {rule.name: rule for key in keys for rule in self.by_anchor.get(key, ())}
+        return tuple(sorted(found.values(), key=lambda rule: self.order[rule.name]))
 
 
 def _output_node(template: Template, state: State) -> torch.fx.Node:

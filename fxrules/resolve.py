@@ -164,11 +164,31 @@ class RuleResolver:
         self.replace_env: dict[str, Template] = {}
         self.used_captures: set[str] = set()
         self.notes: list[str] = []
+        self.failures: set[int] = set()
         self.mode = "pattern"
 
     def error(self, span: Span, message: str, hint: str | None = None) -> Wildcard:
         self.sink.error(span, message, hint)
-        return Wildcard(span)
+        return self.failed(span)
+
+    def failed(self, span: Span) -> Wildcard:
+        """The stand-in for an expression that already has an error: later checks do not repeat it."""
+        placeholder = Wildcard(span)
+        self.failures.add(id(placeholder))
+        return placeholder
+
+    def failed_call(self, expr: st.Call, span: Span, message: str | None = None, hint: str | None = None) -> Wildcard:
+        """A call whose callee is wrong: its arguments are still resolved, so their captures count as bound."""
+        if isinstance(expr.func, st.Attribute) and not self.is_namespace_path(dotted_parts(expr.func) or ("",)):
+            self.template(expr.func.value)  # the receiver of a method call
+        for argument in expr.args:
+            if not isinstance(argument, st.EllipsisExpr):
+                self.template(argument)
+        for keyword in expr.keywords:
+            self.template(keyword.value)
+        if message is None:
+            return self.failed(span)
+        return self.error(span, message, hint)
 
     # ---------------------------------------------------------------- the rule
 
@@ -197,7 +217,7 @@ class RuleResolver:
             self.error(span, f"the pattern returns {len(pattern)} value(s) but the replacement returns "
                              f"{len(replacement)}")
         for output in pattern:
-            if not _is_operation(output):
+            if not _is_operation(output) and id(output) not in self.failures:
                 self.error(output.span, "the pattern has no operation to match: it must call something",
                            "a rule's pattern is anchored at an operation, e.g. 'torch.neg(torch.neg(x)) => x'")
         for name, declared in self.types.items():
@@ -462,36 +482,37 @@ class RuleResolver:
         if name in SAFE_BUILTINS:
             return self.operation(OpKind.FUNCTION, SAFE_BUILTINS[name], list(expr.args), expr.keywords, expr.span)
         if name.startswith("__"):
-            return self.error(func.span, f"'{name}': dunder names are not allowed in rule files")
+            return self.failed_call(expr, func.span, f"'{name}': dunder names are not allowed in rule files")
         if name in self.types or name in self.interior or name in self.replace_env:
-            return self.error(func.span, f"'{name}' is called but is not declared as an nn.Module type in given:",
-                              f"declare it, e.g. '{name}: nn.Conv2d'")
-        return self.error(func.span, f"unknown family '{name}'",
-                          did_you_mean(name, self.scope.families) or "declare it with 'family NAME = ...'")
+            return self.failed_call(expr, func.span,
+                                    f"'{name}' is called but is not declared as an nn.Module type in given:",
+                                    f"declare it, e.g. '{name}: nn.Conv2d'")
+        return self.failed_call(expr, func.span, f"unknown family '{name}'",
+                                did_you_mean(name, self.scope.families) or "declare it with 'family NAME = ...'")
 
     def call_target(self, parts: tuple[str, ...], expr: st.Call) -> Template:
         resolver = ScopeResolver(self.sink, self.scope)
         value = resolver.resolve_dotted(parts, expr.func.span)
         if value is None:
-            return Wildcard(expr.span)
+            return self.failed_call(expr, expr.span)
         if isinstance(value, type) and issubclass(value, torch.nn.Module):
             family = next((f.name for f in self.scope.families.values() if f.member_for(("call_module", value))), None)
-            return self.error(expr.func.span, f"'{'.'.join(parts)}' is a module class, not a call",
-                              f"declare 'm: {'.'.join(parts)}' in given: and write m(x)"
-                              + (f", or use the family '{family}'" if family else ""))
+            return self.failed_call(expr, expr.func.span, f"'{'.'.join(parts)}' is a module class, not a call",
+                                    f"declare 'm: {'.'.join(parts)}' in given: and write m(x)"
+                                    + (f", or use the family '{family}'" if family else ""))
         if _is_tensor_method(self.scope.namespace, parts):
             return self.operation(OpKind.METHOD, parts[-1], list(expr.args), expr.keywords, expr.span)
         if not callable(value):
-            return self.error(expr.func.span, f"'{'.'.join(parts)}' is a value, not a function")
+            return self.failed_call(expr, expr.func.span, f"'{'.'.join(parts)}' is a value, not a function")
         return self.operation(OpKind.FUNCTION, value, list(expr.args), expr.keywords, expr.span)
 
     def call_method(self, func: st.Attribute, expr: st.Call) -> Template:
         name = func.attr
         if name.startswith("_"):
-            return self.error(func.span, f"'.{name}': private and dunder attributes are not allowed")
+            return self.failed_call(expr, func.span, f"'.{name}': private and dunder attributes are not allowed")
         if not hasattr(torch.Tensor, name):
-            return self.error(func.span, f"unknown tensor method '.{name}'",
-                              did_you_mean(name, [n for n in dir(torch.Tensor) if not n.startswith("_")]))
+            return self.failed_call(expr, func.span, f"unknown tensor method '.{name}'",
+                                    did_you_mean(name, [n for n in dir(torch.Tensor) if not n.startswith("_")]))
         return self.operation(OpKind.METHOD, name, [func.value, *expr.args], expr.keywords, expr.span)
 
     # ---------------------------------------------------------------- operations

@@ -221,3 +221,24 @@ def _walk(template: object) -> list[object]:
 
 def _ops(template: object) -> list[OpTemplate]:
     return [t for t in _walk(template) if isinstance(t, OpTemplate)]
+
+
+def test_loop_warnings_for_self_matching_and_mutually_undoing_rules() -> None:
+    text = """
+rule grow: torch.relu(x) => torch.relu(torch.relu(x))
+rule a: torch.sigmoid(x) => F.sigmoid(x)
+rule b: F.sigmoid(x) => torch.sigmoid(x)
+rule fine: torch.neg(torch.neg(x)) => x
+"""
+    with pytest.warns(fxrules.FxrLoopWarning) as caught:
+        ruleset = fxrules.parse(text, filename="loops.fxr")
+    assert [w.render().splitlines()[0] for w in ruleset.warnings] == [
+        "loops.fxr:2:6: warning: rule grow: its pattern matches its own replacement, so it may fire forever",
+        "loops.fxr:3:6: warning: rules a and b undo each other, so they may fire forever",
+    ]
+    assert len(caught) == 2
+
+
+def test_bundled_rulesets_have_no_loop_warnings() -> None:
+    for name in ("algebra.fxr", "fusions.fxr"):
+        assert fxrules.load(name).warnings == ()
