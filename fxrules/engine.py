@@ -32,7 +32,7 @@ from fxrules import helpers as bundled_helpers
 from fxrules.diagnostics import FxrApplyError, FxrConvergenceError, FxrError, FxrUsageError
 from fxrules.ir import AltTemplate, HelperTemplate, OpTemplate, Rule, RuleSet, SeqTemplate, Template, walk
 from fxrules.loader import load
-from fxrules.matcher import Match, Matcher, RuleIndex, Skip
+from fxrules.matcher import Match, Matcher, Miss, RuleIndex, Skip
 from fxrules.metadata import propagate_shapes
 from fxrules.report import Report, ReportBuilder
 from fxrules.rewriter import Rewriter, Transaction
@@ -178,7 +178,7 @@ class _Run:
             if match is not None and current.claimed.intersection(match.nodes):
                 raise Skip("overlap", "part of this match was created by another rewrite in this pass")
         except Skip as skip:
-            self.report.skipped(rule, node.name, skip.reason, skip.detail)
+            self._skipped(rule, node, skip, current.matcher)
             return False
         finally:
             self.report.match_seconds += time.perf_counter() - started
@@ -191,13 +191,19 @@ class _Run:
             return True
         return self._rewrite(rule, node, match, current)
 
+    def _skipped(self, rule: Rule, node: torch.fx.Node, skip: Skip, matcher: Matcher) -> None:
+        self.report.skipped(rule, node.name, skip.reason, skip.detail)
+        if self.explain:  # a match that was found but not usable is the nearest of misses
+            self.report.missed(Miss(rule.name, node.name, matcher.misses.furthest + 1, skip.reason, skip.detail,
+                                    rule.span))
+
     def _rewrite(self, rule: Rule, node: torch.fx.Node, match: Match, current: _Pass) -> bool:
         assert current.rewriter is not None
         started = time.perf_counter()
         try:
             change = current.rewriter.rewrite(match)
         except Skip as skip:
-            self.report.skipped(rule, node.name, skip.reason, skip.detail)
+            self._skipped(rule, node, skip, current.matcher)
             return False
         except FxrError as error:
             raise FxrApplyError(f"{rule.span}: rule {rule.name} failed at node '{node.name}': {error}") from error

@@ -37,7 +37,7 @@ def parameter_map(member: FamilyMember, family_params: tuple[str, ...]) -> Mappi
     member_params = member.signature.parameters if member.signature else ()
     mapping = {name: name for name in member_params if name in family_params}
     taken = set(mapping.values())
-    positional = member.signature.overloads[0].parameters if member.signature else {}
+    positional = member.signature.richest.parameters if member.signature else {}
     for position, name in enumerate(member_params):
         if name in mapping or position >= len(family_params):
             continue
@@ -71,13 +71,15 @@ def map_member_call(
             return MemberCall(None, f"{member} argument '{name}' is not at its default")
     defaults = {mapping[name]: value for name, value in bound.defaults.items() if name in mapping}
     if module is not None:
+        # The module's attributes supply the family's other parameters (nn.Softmax.dim, nn.Dropout.training) ...
+        for name in family_params:
+            value = getattr(module, name, _MISSING)
+            if name not in explicit and value is not _MISSING and not callable(value):
+                explicit[name] = value
+        # ... and its other constructor arguments must hold their defaults (nn.ReLU(inplace=True) is not relu).
         for name, default in constructor_defaults(type(module)).items():
             value = getattr(module, name, _MISSING)
-            if value is _MISSING:
-                continue
-            if name in family_params and name not in explicit:
-                explicit[name] = value
-            elif name not in family_params and not _equal_default(value, default):
+            if name not in family_params and value is not _MISSING and not _equal_default(value, default):
                 return MemberCall(None, f"{type(module).__name__}.{name} is {value!r}, not its default {default!r}")
     if family.primary.signature is not None:
         for name, value in family.primary.signature.defaults.items():

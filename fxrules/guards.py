@@ -33,9 +33,34 @@ from fxrules.ir import (
     GuardSeq,
     GuardUnary,
 )
-from fxrules.metadata import MissingMetadata, TensorInfo
+from fxrules.metadata import MissingMetadata, TensorInfo, UnknownTensor
 
-FUNCTIONS: Mapping[str, Callable[..., Any]] = {"len": len, "all": all, "any": any, "min": min, "max": max, "abs": abs}
+def inverse_permutation(permutation: Any) -> list[int]:
+    """The permutation that undoes ``permutation`` (negative dims count from the end)."""
+    size = len(permutation)
+    inverse = [0] * size
+    for position, dim in enumerate(permutation):
+        inverse[dim % size] = position
+    return inverse
+
+
+def is_static(value: Any) -> bool:
+    """True when every dim of a tensor's shape is a plain int (not symbolic)."""
+    return all(type(size) is int for size in read_attribute(value, "shape"))
+
+
+def num_users(value: Any) -> int:
+    """How many graph nodes use a captured value."""
+    users = getattr(value, "users", None)
+    if users is None:
+        raise GuardError("num_users() needs a value of the graph")
+    return int(users)
+
+
+FUNCTIONS: Mapping[str, Callable[..., Any]] = {
+    "len": len, "all": all, "any": any, "min": min, "max": max, "abs": abs, "list": list, "tuple": tuple,
+    "inverse_permutation": inverse_permutation, "is_static": is_static, "num_users": num_users,
+}
 TENSOR_METHODS = frozenset({"numel", "size", "dim"})
 DTYPE_NAMES = {name for name in dir(torch) if isinstance(getattr(torch, name, None), torch.dtype)}
 
@@ -96,7 +121,7 @@ class GuardBuilder:
             return GuardCompare(self.expr(node.left), node.ops, tuple(self.expr(c) for c in node.comparators),
                                 node.span)
         if isinstance(node, st.ListExpr | st.TupleExpr):
-            return GuardSeq(tuple(self.expr(i) for i in node.items), node.span)
+            return GuardSeq(tuple(self.expr(i) for i in node.items), node.span, isinstance(node, st.TupleExpr))
         return self.fail(node.span, "this expression is not available in guards")
 
     def name(self, node: st.Name) -> GuardExpr:
@@ -127,7 +152,7 @@ class GuardBuilder:
             return GuardCall(node.func.id, args, node.span)
         if isinstance(node.func, st.Attribute) and node.func.attr in TENSOR_METHODS:
             return GuardCall(node.func.attr, args, node.span, receiver=self.expr(node.func.value))
-        return self.fail(node.func.span, "guards may call only len, all, any, min, max, abs and the tensor methods "
+        return self.fail(node.func.span, f"guards may call only {', '.join(FUNCTIONS)} and the tensor methods "
                                          ".numel(), .size(), .dim()")
 
 
@@ -178,7 +203,8 @@ def _evaluate(expr: GuardExpr, lookup: Callable[[str], Any]) -> Any:
     if isinstance(expr, GuardIndex):
         return _evaluate(expr.value, lookup)[_evaluate(expr.index, lookup)]
     if isinstance(expr, GuardSeq):
-        return [_evaluate(i, lookup) for i in expr.items]
+        items = [_evaluate(i, lookup) for i in expr.items]
+        return tuple(items) if expr.is_tuple else items
     if isinstance(expr, GuardAttr):
         return read_attribute(_evaluate(expr.value, lookup), expr.attr)
     assert isinstance(expr, GuardCall)
@@ -186,6 +212,8 @@ def _evaluate(expr: GuardExpr, lookup: Callable[[str], Any]) -> Any:
     if expr.receiver is None:
         return FUNCTIONS[expr.func](*args)
     receiver = _evaluate(expr.receiver, lookup)
+    if isinstance(receiver, UnknownTensor):
+        receiver.attribute(expr.func)  # raises MissingMetadata
     if not isinstance(receiver, TensorInfo | torch.Tensor):
         raise GuardError(f"{expr.span}: .{expr.func}() needs a tensor, got {type(receiver).__name__}")
     return getattr(receiver, expr.func)(*args)
@@ -197,7 +225,7 @@ DTYPE_ATTRIBUTES = frozenset({"is_floating_point", "is_complex", "is_signed", "i
 
 def read_attribute(value: Any, attr: str) -> Any:
     """The read-only attribute reads a guard may do, by the kind of value."""
-    if isinstance(value, TensorInfo):
+    if isinstance(value, TensorInfo | UnknownTensor):
         return value.attribute(attr)
     if isinstance(value, torch.Tensor) and attr in TENSOR_ATTRIBUTES:
         return getattr(value, attr)

@@ -356,6 +356,7 @@ class GuardCompare:
 class GuardSeq:
     items: tuple[GuardExpr, ...]
     span: Span
+    is_tuple: bool = False
 
 
 GuardExpr = (

@@ -85,7 +85,7 @@ class _Loading:
             syntax = parse_syntax(source.text, source.name)
             sink = DiagnosticSink(source.text, source.name)
             rules = self._items(syntax, source, scope, sink)
-            _check_duplicates(rules, sink)
+            rules = _without_overridden(rules, source, sink)
             sink.raise_if_any()
             return rules
         finally:
@@ -137,14 +137,21 @@ class _Loading:
         return _read_bundled(path)
 
 
-def _check_duplicates(rules: list[Rule], sink: DiagnosticSink) -> None:
-    first: dict[str, Span] = {}
+def _without_overridden(rules: list[Rule], source: SourceFile, sink: DiagnosticSink) -> list[Rule]:
+    """One rule per name: a file's own rule replaces an included one of that name, a file included twice
+    counts once, and any other repeated name is an error."""
+    own_names = {rule.name for rule in rules if rule.file == source.name}
+    kept: dict[str, Rule] = {}
     for rule in rules:
-        if rule.name in first:
-            sink.error(rule.span, f"duplicate rule name '{rule.name}' (first defined at {first[rule.name]})",
+        if rule.name in own_names and rule.file != source.name:
+            continue
+        first = kept.get(rule.name)
+        if first is None:
+            kept[rule.name] = rule
+        elif first.span != rule.span:
+            sink.error(rule.span, f"duplicate rule name '{rule.name}' (first defined at {first.span})",
                        "rule names key the report: give each rule its own")
-        else:
-            first[rule.name] = rule.span
+    return list(kept.values())
 
 
 _cache: dict[tuple[str, tuple[str, ...]], tuple[list[tuple[SourceFile, str]], RuleSet]] = {}

@@ -56,7 +56,7 @@ from fxrules.ir import (
     Wildcard,
     walk,
 )
-from fxrules.metadata import MissingMetadata, tensor_info
+from fxrules.metadata import MissingMetadata, guard_view, tensor_info
 from fxrules.signatures import BoundCall, CallSignature
 
 _MISSING = object()
@@ -136,6 +136,10 @@ class MissTracker:
         self.best = None
         self.rule = rule.name
         self.anchor = anchor.name
+
+    @property
+    def furthest(self) -> int:
+        return self.best.progress if self.best else 0
 
     def fail(self, state: State, condition: str, detail: str, span: Span) -> None:
         if not self.enabled:
@@ -477,7 +481,7 @@ class Matcher:
         if rule.guard is not None:
             self._check_guard(rule, state)
         matched = set(state.nodes.values())
-        outputs = {state.nodes[id(t)] for t in rule.pattern if isinstance(t, OpTemplate)}
+        outputs = {_output_node(t, state) for t in rule.pattern}
         for node in sorted(matched - outputs, key=lambda n: n._sort_key):
             escaping = [u.name for u in node.users if u not in matched]
             if escaping:
@@ -513,9 +517,7 @@ class Matcher:
         return template.kind in (OpKind.FUNCTION, OpKind.METHOD, OpKind.FAMILY)
 
     def _finish(self, rule: Rule, state: State) -> Match:
-        outputs = tuple(state.nodes[id(t)] for t in rule.pattern if isinstance(t, OpTemplate))
-        if len(outputs) != len(rule.pattern):  # an alternative output: find its node through the bindings
-            outputs = tuple(_output_node(t, state) for t in rule.pattern)
+        outputs = tuple(_output_node(t, state) for t in rule.pattern)
         return Match(rule, outputs, tuple(state.nodes.values()), dict(state.bindings), dict(state.modules))
 
 
@@ -559,15 +561,12 @@ class RuleIndex:
         return tuple(sorted(found.values(), key=lambda rule: self.order[rule.name]))
 
 
-def _output_node(template: Template, state: State) -> torch.fx.Node:
+def _output_node(template: Template, state: State) -> torch.fx.Node | None:
+    """The node a pattern output matched (for ``A | B``, the option that matched)."""
     if isinstance(template, AltTemplate):
-        for option in template.options:
-            if isinstance(option, OpTemplate) and id(option) in state.nodes:
-                return state.nodes[id(option)]
-            if isinstance(option, AltTemplate):
-                return _output_node(option, state)
-    assert isinstance(template, OpTemplate)
-    return state.nodes[id(template)]
+        found = (_output_node(option, state) for option in template.options)
+        return next((node for node in found if node is not None), None)
+    return state.nodes.get(id(template)) if isinstance(template, OpTemplate) else None
 
 
 def _op_templates(rule: Rule) -> Iterator[OpTemplate]:
@@ -643,7 +642,7 @@ def guard_value(value: Any, gm: torch.fx.GraphModule) -> Any:
     if isinstance(value, torch.fx.Node):
         if value.op == "get_attr":
             return AttrValue(str(value.target), operator.attrgetter(str(value.target))(gm))
-        return tensor_info(value)
+        return guard_view(value)
     if isinstance(value, list | tuple):
         return type(value)(guard_value(v, gm) for v in value)
     return value

@@ -24,12 +24,15 @@ class MissingMetadata(Exception):  # noqa: N818 - it is a condition, not a failu
 class TensorInfo:
     """What guards and types may know about a tensor value: shape, dtype, device."""
 
-    __slots__ = ("device", "dtype", "shape")
+    __slots__ = ("device", "dtype", "requires_grad", "shape", "users")
 
-    def __init__(self, shape: Sequence[Any], dtype: torch.dtype, device: torch.device | None) -> None:
+    def __init__(self, shape: Sequence[Any], dtype: torch.dtype, device: torch.device | None,
+                 requires_grad: bool = False, users: int | None = None) -> None:
         self.shape = torch.Size(shape) if all(isinstance(s, int) for s in shape) else tuple(shape)
         self.dtype = dtype
         self.device = device
+        self.requires_grad = requires_grad
+        self.users = users  # how many graph nodes use this value (None outside a graph)
 
     @property
     def ndim(self) -> int:
@@ -48,7 +51,7 @@ class TensorInfo:
         return self.ndim
 
     def attribute(self, name: str) -> Any:
-        if name in {"shape", "ndim", "dtype", "device"}:
+        if name in {"shape", "ndim", "dtype", "device", "requires_grad"}:
             return getattr(self, name)
         if name == "is_floating_point":
             return self.dtype.is_floating_point
@@ -58,21 +61,43 @@ class TensorInfo:
         return f"TensorInfo(shape={tuple(self.shape)}, dtype={self.dtype})"
 
 
-def _from_value(value: Any) -> TensorInfo | None:
+class UnknownTensor:
+    """A graph value without metadata, as guards see it: ``len(xs)`` and ``x is None`` work, reads do not."""
+
+    __slots__ = ("name", "users")
+
+    def __init__(self, name: str, users: int) -> None:
+        self.name = name
+        self.users = users
+
+    def attribute(self, name: str) -> Any:
+        raise MissingMetadata(f"node '{self.name}' has no shape metadata")
+
+
+def _from_value(value: Any, users: int | None = None) -> TensorInfo | None:
     if isinstance(value, torch.Tensor):
-        return TensorInfo(tuple(value.shape), value.dtype, value.device)
+        return TensorInfo(tuple(value.shape), value.dtype, value.device, value.requires_grad, users)
     if isinstance(value, TensorMetadata):
-        return TensorInfo(tuple(value.shape), value.dtype, None)
+        return TensorInfo(tuple(value.shape), value.dtype, None, value.requires_grad, users)
     return None
 
 
 def tensor_info(node: torch.fx.Node) -> TensorInfo:
     """The metadata of a tensor-valued node, or :class:`MissingMetadata`."""
     meta = node.meta
-    info = _from_value(meta.get("val")) or _from_value(meta.get("tensor_meta"))
+    users = len(node.users)
+    info = _from_value(meta.get("val"), users) or _from_value(meta.get("tensor_meta"), users)
     if info is None:
         raise MissingMetadata(f"node '{node.name}' has no shape metadata")
     return info
+
+
+def guard_view(node: torch.fx.Node) -> TensorInfo | UnknownTensor:
+    """A node as guards see it: its metadata, or an :class:`UnknownTensor` that fails only when read."""
+    try:
+        return tensor_info(node)
+    except MissingMetadata:
+        return UnknownTensor(node.name, len(node.users))
 
 
 def has_metadata(node: torch.fx.Node) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import math
 import operator
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -98,7 +99,7 @@ class ScopeResolver:
             return self.scope.namespace.resolve(parts)
         except ResolutionError as error:
             where = span
-            if isinstance(dotted, st.Dotted) and error.index > 0:
+            if error.index > 0:  # point at the part that failed: torch.serialization.os
                 offset = len(".".join(parts[: error.index])) + 1
                 where = attrs.evolve(span, column=span.column + offset)
             self.sink.error(where, error.message, error.hint)
@@ -513,6 +514,11 @@ class RuleResolver:
         if not hasattr(torch.Tensor, name):
             return self.failed_call(expr, func.span, f"unknown tensor method '.{name}'",
                                     did_you_mean(name, [n for n in dir(torch.Tensor) if not n.startswith("_")]))
+        receiver = func.value
+        if isinstance(receiver, st.Name) and receiver.id in sys.modules and receiver.id not in self.types:
+            # `numpy.negative(x)` would silently read as the method .negative of a capture named numpy.
+            return self.failed_call(expr, receiver.span, f"'{receiver.id}' is a module that rule files may not reach",
+                                    f"pass allow=['{receiver.id}'] to use it, or rename the capture")
         return self.operation(OpKind.METHOD, name, [func.value, *expr.args], expr.keywords, expr.span)
 
     # ---------------------------------------------------------------- operations
@@ -543,8 +549,9 @@ class RuleResolver:
                                       f"its parameters are ({', '.join(signature.parameters)})")
                 self.notes.append(f"arguments of {describe_target(kind, target)} are compared as written "
                                   "(no overload binds them unambiguously)")
-            else:
-                bound = call.explicit
+            else:  # sizes given loose (x.view(a, b)) were packed into a tuple: a sequence template
+                bound = {name: SeqTemplate(tuple(value), span, is_tuple=True) if isinstance(value, tuple) else value
+                         for name, value in call.explicit.items()}
         elif kind is not OpKind.ATTR and not isinstance(target, HelperTemplate):
             self.notes.append(f"arguments of {describe_target(kind, target)} are compared as written (no signature)")
         commutative = self.is_commutative(kind, target)

@@ -25,6 +25,8 @@ VARARG_METHODS = frozenset({"view", "reshape", "permute", "expand", "repeat", "t
                             "new_ones", "new_empty", "size_as"})
 
 _NO_DEFAULT = inspect.Parameter.empty
+_NO_OVERLOAD = object()
+_AMBIGUOUS = object()
 
 
 @attrs.frozen
@@ -32,7 +34,7 @@ class BoundCall:
     """A call's arguments by parameter name, and the defaults of the parameters it left out."""
 
     explicit: Mapping[str, Any]
-    defaults: Mapping[str, Any]
+    defaults: Mapping[str, Any]  # of every parameter that has one, given or not
 
     def value(self, parameter: str, missing: Any) -> Any:
         if parameter in self.explicit:
@@ -50,13 +52,24 @@ class CallSignature:
 
     @property
     def parameters(self) -> tuple[str, ...]:
-        """Parameter names of the first overload, in order."""
-        return tuple(self.overloads[0].parameters) if self.overloads else ()
+        """Parameter names of the overload with the most of them (``out`` aside), in order.
+
+        torch.mean lists ``mean(input, *, dtype)`` first; a family named after it takes ``dim`` too.
+        """
+        if not self.overloads:
+            return ()
+        return tuple(p for p in self.richest.parameters if p != "out")
+
+    @property
+    def richest(self) -> inspect.Signature:
+        """The tensor overload with the most parameters (``out`` aside); aten's scalar ones (log(a, b)) do not count."""
+        candidates = [o for o in self.overloads if _takes_tensor_first(o)] or list(self.overloads)
+        return max(candidates, key=lambda o: len([p for p in o.parameters if p != "out"]))
 
     @functools.cached_property
     def defaults(self) -> Mapping[str, Any]:
         """Every parameter default that all overloads agree on."""
-        return _agreed_defaults(list(self.overloads), [])
+        return _agreed_defaults(list(self.overloads))
 
     def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any], partial: bool = False) -> BoundCall | None:
         """Bind a call, or None when no overload accepts it or the overloads disagree.
@@ -65,11 +78,12 @@ class CallSignature:
         """
         bound = self._bind(args, kwargs, partial)
         start = self.pack_from
-        if bound is None and start is not None and len(args) > start:
+        if bound is _NO_OVERLOAD and start is not None and len(args) > start:  # x.view(2, 3) is x.view((2, 3))
             bound = self._bind((*args[:start], tuple(args[start:])), kwargs, partial)
-        return bound
+        return bound if isinstance(bound, BoundCall) else None
 
-    def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any], partial: bool) -> BoundCall | None:
+    def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any], partial: bool) -> BoundCall | object:
+        """A BoundCall; _NO_OVERLOAD when no overload accepts the call; _AMBIGUOUS when they disagree."""
         bindings = []
         for overload in self.overloads:
             try:
@@ -78,25 +92,26 @@ class CallSignature:
             except TypeError:
                 continue
         if not bindings:
-            return None
+            return _NO_OVERLOAD
         names = list(bindings[0][1].arguments)
         if any(list(bound.arguments) != names for _, bound in bindings[1:]):
             # aten also lists scalar overloads (neg.int(a)); a graph's tensor op binds as the tensor overload does.
             bindings = [(sig, bound) for sig, bound in bindings if _takes_tensor_first(sig) and _plausible(bound)]
             if not bindings:
-                return None
+                return _AMBIGUOUS
             names = list(bindings[0][1].arguments)
             if any(list(bound.arguments) != names for _, bound in bindings[1:]):
-                return None
-        return BoundCall(dict(bindings[0][1].arguments), _agreed_defaults([sig for sig, _ in bindings], names))
+                return _AMBIGUOUS
+        return BoundCall(dict(bindings[0][1].arguments), _agreed_defaults([sig for sig, _ in bindings]))
 
 
-def _agreed_defaults(overloads: list[inspect.Signature], explicit: list[str]) -> dict[str, Any]:
-    """Defaults of the parameters left out, where every accepting overload has the same one."""
+def _agreed_defaults(overloads: list[inspect.Signature]) -> dict[str, Any]:
+    """Parameter defaults on which every accepting overload agrees (given or not: an argument passed
+    explicitly at its default is the same call as one that leaves it out)."""
     defaults: dict[str, Any] = {}
     first, *others = overloads
     for name, parameter in first.parameters.items():
-        if name in explicit or parameter.default is _NO_DEFAULT:
+        if parameter.default is _NO_DEFAULT:
             continue
         if all(name in o.parameters and _same_default(o.parameters[name].default, parameter.default) for o in others):
             defaults[name] = parameter.default

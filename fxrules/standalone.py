@@ -44,19 +44,26 @@ class Standalone:
 
 
 def input_names(rule: Rule) -> tuple[str, ...]:
-    """Captures that are graph inputs (modules are not), ``_`` as ``_1, _2, ...``, in order of appearance."""
+    """Captures that are graph inputs, ``_`` as ``_1, _2, ...``, in order of appearance.
+
+    Module captures are submodules and ``Attr`` captures buffers of the root instead (see :func:`build`).
+    """
     names: dict[str, None] = {}
     wildcards = 0
     for output in rule.pattern:
         for template in walk(output):
             if isinstance(template, Capture) and not isinstance(rule.types.get(template.name), ModuleType):
                 names[template.name] = None
-            elif isinstance(template, OpTemplate) and template.kind is OpKind.ATTR and template.binds:
-                names[template.binds] = None
             elif isinstance(template, Wildcard):
                 wildcards += 1
                 names[f"_{wildcards}"] = None
     return tuple(names)
+
+
+def attribute_names(rule: Rule) -> tuple[str, ...]:
+    """The ``Attr`` captures: each a buffer of the standalone graphs' root, read with ``get_attr``."""
+    return tuple(dict.fromkeys(t.binds for output in rule.pattern for t in walk(output)
+                               if isinstance(t, OpTemplate) and t.kind is OpKind.ATTR and t.binds))
 
 
 def alternative_choices(rule: Rule) -> list[dict[int, int]]:
@@ -67,7 +74,7 @@ def alternative_choices(rule: Rule) -> list[dict[int, int]]:
 
 
 class _PatternEmitter(Emitter):
-    """Emits a pattern as a computation: one option per alternative, placeholders for ``_`` and ``Attr``."""
+    """Emits a pattern as a computation: one option per alternative, a placeholder per ``_``."""
 
     def __init__(self, rewriter: Rewriter, match: Match, choice: Mapping[int, int]) -> None:
         super().__init__(rewriter, match)
@@ -79,65 +86,66 @@ class _PatternEmitter(Emitter):
             return self.emit(template.options[self.choice.get(id(template), 0)])
         if isinstance(template, Wildcard):
             return self.match.bindings[next(self.wildcards)]
-        if isinstance(template, OpTemplate) and template.kind is OpKind.ATTR:
-            return self.match.bindings[template.binds]  # type: ignore[index]
         return super().emit(template)
 
 
-def _root(modules: Mapping[str, torch.nn.Module]) -> torch.nn.Module:
+def _root(constants: Mapping[str, torch.nn.Module | torch.Tensor]) -> torch.nn.Module:
     root = torch.nn.Module()
-    for name, module in modules.items():
-        root.add_module(name, module)
+    for name, value in constants.items():
+        if isinstance(value, torch.nn.Module):
+            root.add_module(name, value)
+        else:
+            root.register_buffer(name, value)
     return root
 
 
-def build_pattern(rule: Rule, modules: Mapping[str, torch.nn.Module],
+def build_pattern(rule: Rule, constants: Mapping[str, torch.nn.Module | torch.Tensor],
                   choice: Mapping[int, int] | None = None) -> tuple[torch.fx.GraphModule, Mapping[str, torch.fx.Node]]:
     """The pattern graph alone, and its named interior nodes."""
-    root = _root(modules)
+    root = _root(constants)
     graph = torch.fx.Graph()
-    outputs, match = _emit_pattern(rule, root, graph, input_names(rule), {}, choice or {})
+    outputs, match = _emit_pattern(rule, root, graph, {}, choice or {})
     graph.output(_pack(outputs))
     interior = {name: node for name, node in match.bindings.items()
-                if isinstance(node, torch.fx.Node) and node.op != "placeholder"}
+                if isinstance(node, torch.fx.Node) and node.op not in ("placeholder", "get_attr")}
     return torch.fx.GraphModule(root, graph), interior
 
 
-def build(rule: Rule, modules: Mapping[str, torch.nn.Module], helpers: Mapping[str, Callable[..., Any]],
-          choice: Mapping[int, int] | None = None) -> Standalone:
-    """Build the rule's pattern and replacement graphs; ``modules`` supplies each module capture."""
-    pattern, interior = build_pattern(rule, modules, choice)
-    root = _root(modules)
-    names = input_names(rule)
+def build(rule: Rule, constants: Mapping[str, torch.nn.Module | torch.Tensor],
+          helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int] | None = None) -> Standalone:
+    """Build the rule's pattern and replacement graphs.
+
+    ``constants`` holds each module capture (a submodule of the root) and each ``Attr`` capture (a buffer).
+    """
+    pattern, interior = build_pattern(rule, constants, choice)
+    root = _root(constants)
     graph = torch.fx.Graph()
-    replacement_outputs = _emit_replacement(rule, root, graph, names, helpers, choice or {})
-    graph.output(_pack(replacement_outputs))
+    # The replacement may reuse interior pattern nodes: compute them again in its graph, then emit it.
+    _, pattern_match = _emit_pattern(rule, root, graph, helpers, choice or {})
+    emitter = Emitter(Rewriter(root, graph, helpers, Transaction(root)), pattern_match)
+    graph.output(_pack([emitter.emit(t) for t in rule.replacement]))
     replacement = torch.fx.GraphModule(root, graph)
     replacement.graph.eliminate_dead_code()  # the interior nodes the replacement did not reuse
     replacement.recompile()
-    return Standalone(pattern, replacement, names, interior)
+    return Standalone(pattern, replacement, input_names(rule), interior)
 
 
-def _emit_pattern(rule: Rule, root: torch.nn.Module, graph: torch.fx.Graph, names: tuple[str, ...],
+def _emit_pattern(rule: Rule, root: torch.nn.Module, graph: torch.fx.Graph,
                   helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int]) -> tuple[list[Any], Match]:
-    bindings: dict[str, Any] = {name: graph.placeholder(name) for name in names}
+    bindings: dict[str, Any] = {name: graph.placeholder(name) for name in input_names(rule)}
+    bindings.update({name: graph.get_attr(name) for name in attribute_names(rule)})
     bindings.update({name: getattr(root, name) for name, _ in root.named_children()})
     modules = {name: name for name, _ in root.named_children()}
     match = Match(rule, (), (), bindings, modules)
     emitter = _PatternEmitter(Rewriter(root, graph, helpers, Transaction(root)), match, choice)
+    for template in (t for o in rule.pattern for t in walk(o)):
+        if isinstance(template, OpTemplate) and template.kind is OpKind.ATTR:
+            emitter.memo[id(template)] = bindings[template.binds]  # type: ignore[index]
     outputs = [emitter.emit(t) for t in rule.pattern]
     for template in (t for o in rule.pattern for t in walk(o)):
         if isinstance(template, OpTemplate) and template.name and id(template) in emitter.memo:
             bindings[template.name] = emitter.memo[id(template)]
     return outputs, match
-
-
-def _emit_replacement(rule: Rule, root: torch.nn.Module, graph: torch.fx.Graph, names: tuple[str, ...],
-                      helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int]) -> list[Any]:
-    # The replacement may reuse interior pattern nodes: compute them again in this graph, then emit it.
-    _, pattern_match = _emit_pattern(rule, root, graph, names, helpers, choice)
-    emitter = Emitter(Rewriter(root, graph, helpers, Transaction(root)), pattern_match)
-    return [emitter.emit(t) for t in rule.replacement]
 
 
 def _pack(outputs: list[Any]) -> Any:

@@ -50,7 +50,7 @@ from fxrules.ir import (
 )
 from fxrules.matcher import unify_dims
 from fxrules.metadata import MissingMetadata, TensorInfo
-from fxrules.standalone import build_pattern, input_names
+from fxrules.standalone import attribute_names, build_pattern, input_names
 
 SPECIAL_FLOATS = (math.nan, math.inf, -math.inf, -0.0, 0.0, 1.0, -1.0)
 
@@ -89,9 +89,14 @@ def module_spec(cls: type) -> ModuleSpec:
 class Example:
     """One generated input of a rule: graph inputs by name, and the module captures."""
 
-    values: Mapping[str, Any]
+    values: Mapping[str, Any]  # graph inputs and Attr captures, by capture name
     modules: Mapping[str, torch.nn.Module]
     seed: int
+    attributes: tuple[str, ...] = ()  # which of the values are Attr captures (buffers, not inputs)
+
+    def constants(self) -> dict[str, torch.nn.Module | torch.Tensor]:
+        """What the standalone graphs' root holds: module captures and Attr tensors."""
+        return {**self.modules, **{name: self.values[name] for name in self.attributes}}
 
     def describe(self) -> list[str]:
         lines = []
@@ -136,7 +141,7 @@ def capture_roles(rule: Rule) -> dict[str, str]:
         for template in walk(output):
             if not isinstance(template, OpTemplate) or template.bound is None or template.signature is None:
                 continue
-            parameters = template.signature.overloads[0].parameters
+            parameters = template.signature.richest.parameters
             for name, argument in template.bound.items():
                 if isinstance(argument, Capture) and argument.name not in roles and name in parameters:
                     roles[argument.name] = _role_of_annotation(parameters[name].annotation)
@@ -247,7 +252,7 @@ class _Drawer:
         roles = capture_roles(self.rule)
         module_ranks = module_input_ranks(self.rule)
         return {name: self.value(name, roles.get(name, "tensor"), module_ranks.get(name))
-                for name in input_names(self.rule)}
+                for name in (*input_names(self.rule), *attribute_names(self.rule))}
 
     def value(self, name: str, role: str, module_ranks: tuple[int, ...] | None) -> Any:
         declared = self.rule.types.get(name)
@@ -306,8 +311,9 @@ class _Instantiating(torch.fx.Interpreter):
 
 def _run_pattern(rule: Rule, draw: Draw, values: dict[str, Any], seed: int) -> _Instantiating:
     module_names = [n for n, t in rule.types.items() if isinstance(t, ModuleType)]
-    placeholders = {name: torch.nn.Identity() for name in module_names}
-    pattern, interior = build_pattern(rule, placeholders)
+    constants: dict[str, Any] = {name: torch.nn.Identity() for name in module_names}
+    constants.update({name: values[name] for name in attribute_names(rule)})
+    pattern, interior = build_pattern(rule, constants)
     runner = _Instantiating(pattern, draw, rule.types, seed, interior)
     try:
         with torch.no_grad():
@@ -344,7 +350,7 @@ def examples(draw: Draw, rule: Rule, max_side: int = 4, max_rank: int = 3) -> Ex
         if isinstance(declared, TensorType) and declared.dims and name in values:
             dims.update(_dims_of(declared, values[name]))
     assume(guard_allows(rule, {**values, **runner.interior}, runner.built, dims))
-    return Example(values, runner.built, seed)
+    return Example(values, runner.built, seed, attribute_names(rule))
 
 
 def _dims_of(declared: TensorType, tensor: torch.Tensor) -> dict[str, int]:

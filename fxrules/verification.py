@@ -182,7 +182,7 @@ class _RuleCheck:
         self.valid = 0
 
     def graphs(self, example: Example) -> Standalone:
-        return build(self.rule, example.modules, self.helpers, self.choice)
+        return build(self.rule, example.constants(), self.helpers, self.choice)
 
     def check(self, example: Example) -> None:
         with torch.no_grad():
@@ -212,16 +212,17 @@ def reproduction(rule: Rule, example: Example, graphs: Standalone) -> str:
     lines = ["import torch", "import fxrules", "from fxrules.standalone import build"]
     lines.append(f"rule = fxrules.load({rule.file!r})[{rule.name!r}]" if not rule.file.startswith("<")
                  else f"rule = ...  # the rule {rule.name} of {rule.file}")
-    for name in graphs.inputs:
-        value = example.values[name]
+    for name, value in example.values.items():
         if isinstance(value, torch.Tensor):
             literal = repr(value.tolist()).replace("nan", "float('nan')").replace("inf", "float('inf')")
             lines.append(f"{name} = torch.tensor({literal}, dtype={value.dtype})")
         else:
             lines.append(f"{name} = {value!r}")
-    if example.modules:
-        lines.append(f"modules = ...  # {', '.join(example.modules)}: see the counterexample (seed {example.seed})")
-    lines.append(f"graphs = build(rule, {'modules' if example.modules else '{}'}, {{}})")
+    constants = [f"{name!r}: {name}" for name in example.attributes]
+    constants += [f"{name!r}: ...  # {module!r}, parameters from torch.manual_seed({example.seed})"
+                  for name, module in example.modules.items()]
+    lines.append("constants = {" + ", ".join(constants) + "}")
+    lines.append("graphs = build(rule, constants, {})")
     arguments = ", ".join(graphs.inputs)
     lines.append(f"print(graphs.pattern({arguments}), graphs.replacement({arguments}))")
     return "\n".join(lines)

@@ -137,9 +137,9 @@ def test_check_unknown_target_prints_diagnostic_with_caret_and_hint(
     assert main(["check", str(rules)]) == 1
     out, err = capsys.readouterr()
     assert re.fullmatch(rf"{re.escape(str(rules))}: \d+ error\(s\)\n", out), out
-    assert f"{rules}:5:5: error: unknown target 'torch.reluu'" in err, err
+    assert f"{rules}:5:11: error: unknown target 'torch.reluu'" in err, err
     assert "    torch.reluu(x) => x" in err
-    assert caret_column(err, "    torch.reluu(x) => x") == 5
+    assert caret_column(err, "    torch.reluu(x) => x") == 11
     assert "did you mean 'torch.relu'?" in err
 
 
@@ -175,8 +175,8 @@ def test_check_reports_every_error_of_a_file(tmp_path: Path, capsys: pytest.Capt
         """)
     assert main(["check", str(rules)]) == 1
     _, err = capsys.readouterr()
-    assert f"{rules}:2:5: error: unknown target 'torch.reluu'" in err
-    assert f"{rules}:5:5: error: unknown target 'torch.sigmoidd'" in err
+    assert f"{rules}:2:11: error: unknown target 'torch.reluu'" in err
+    assert f"{rules}:5:11: error: unknown target 'torch.sigmoidd'" in err
 
 
 def test_check_several_files_summarises_each_and_fails_if_any_fails(
@@ -291,7 +291,7 @@ def test_apply_with_a_bad_rule_file_exits_1(
     rules = write(tmp_path / "typo.fxr", "rule typo:\n    torch.reluu(x) => x\n")
     assert main(["apply", str(rules), "--model", f"{models}:make"]) == 1
     _, err = capsys.readouterr()
-    assert f"{rules}:2:5: error: unknown target 'torch.reluu'" in err
+    assert f"{rules}:2:11: error: unknown target 'torch.reluu'" in err
 
 
 def test_apply_with_a_malformed_model_spec_exits_with_message(models: str) -> None:
