@@ -35,6 +35,7 @@ from fxrules.ir import (
 )
 from fxrules.metadata import MissingMetadata, TensorInfo, UnknownTensor
 
+
 def inverse_permutation(permutation: Any) -> list[int]:
     """The permutation that undoes ``permutation`` (negative dims count from the end)."""
     size = len(permutation)

@@ -19,7 +19,7 @@ import attrs
 
 from fxrules import bundled
 from fxrules import syntax_tree as st
-from fxrules.diagnostics import DiagnosticSink, FxrLoadError, FxrLoopWarning, FxrUsageError, Span
+from fxrules.diagnostics import DiagnosticSink, FxrLoadError, FxrLoopWarning, FxrUsageError
 from fxrules.ir import Rule, RuleSet
 from fxrules.loops import loop_warnings
 from fxrules.parser import parse_syntax
