@@ -1,20 +1,23 @@
 """``apply``: the driver that runs a rule set over a graph module in passes, all or nothing.
 
 1. Check the inputs; load the rules; check every helper a rule calls exists.
-2. Scan the original graph read-only until a rule fires; if none does, stop:
-   the module is untouched.
-3. Otherwise copy the graph and run passes on the copy.  A pass visits its
-   candidate nodes in graph order; at each node, the rules indexed under its
-   key are tried in file order and the first match is rewritten at once.
-   Nodes a rewrite creates are not matched again in the same pass.  Pass 1
-   visits every node; later passes visit only the nodes within pattern depth
-   (along use edges) of what the previous pass changed.
-4. At a fixpoint, remove dead code, lint, install the new graph, recompile,
-   and delete the submodules the rewrite left unreferenced.  Any failure
-   restores the original graph and removes the attributes helpers added.
+2. Run passes on the graph itself, every change logged in a
+   :class:`~fxrules.rewriter.Transaction`.  A pass visits its candidate
+   nodes in graph order; at each node the rules indexed under its key are
+   tried in file order and the first match is rewritten at once.  Nodes a
+   rewrite creates are not matched again in the same pass.  Pass 1 visits the
+   nodes the graph's own op/target index finds for the rules' anchor keys;
+   later passes visit only the nodes within pattern depth (along use edges)
+   of what the previous pass changed.  The graph is linted before the first
+   rewrite; if nothing fires, it is left exactly as it was.
+3. At a fixpoint, lint, erase the retired nodes and other dead code,
+   recompile, and delete the submodules the rewrite left unreferenced.  Any
+   failure before that undoes the log: the graph, its nodes and the module's
+   attributes are as they were.
 
 Cost: one index lookup per visited node, plus the matching of the rules
-filed under that node's key: ``O(nodes + candidates x pattern size)``.
+filed under that node's key: ``O(candidates x pattern size)``; no copy of
+the graph is made.
 """
 
 from __future__ import annotations
@@ -99,7 +102,7 @@ class _Pass:
     """One pass's state: what fired, the nodes rewrites created (not matched again) and touched."""
 
     matcher: Matcher
-    rewriter: Rewriter | None
+    rewriter: Rewriter
     fired: set[str] = attrs.Factory(set)
     claimed: set[torch.fx.Node] = attrs.Factory(set)
     touched: set[torch.fx.Node] = attrs.Factory(set)
@@ -122,52 +125,43 @@ class _Run:
 
     def execute(self) -> Report:
         started = time.perf_counter()
-        nodes_before = len(self.gm.graph.nodes)
-        if not self._anything_fires():
-            return self.report.build(nodes_before, nodes_before, time.perf_counter() - started)
-        working = _copy_graph(self.gm.graph)
+        graph = self.gm.graph
+        nodes_before = len(graph.nodes)
         transaction = Transaction(self.gm)
         try:
-            self._passes(working, transaction)
-            self._commit(working)
+            fired = self._passes(graph, transaction)
+            if fired:
+                self._commit(graph, transaction)
         except BaseException:
-            transaction.rollback()
+            transaction.rollback(graph)
             raise
         return self.report.build(nodes_before, len(self.gm.graph.nodes), time.perf_counter() - started)
 
-    def _anything_fires(self) -> bool:
-        """A read-only scan of the original graph, up to the first usable match (recording skips on the way)."""
-        dry_run = self._visit(list(self.gm.graph.nodes), Matcher(self.gm, explain=self.explain), None)
-        if dry_run.fired:
-            self.report = ReportBuilder(self.ruleset)  # the real passes report again from the start
-        return bool(dry_run.fired)
-
-    def _passes(self, working: torch.fx.Graph, transaction: Transaction) -> None:
-        rewriter = Rewriter(self.gm, working, self.helpers, transaction)
-        candidates = list(working.nodes)
+    def _passes(self, graph: torch.fx.Graph, transaction: Transaction) -> bool:
+        """Run passes to a fixpoint; True when any rule fired."""
+        rewriter = Rewriter(self.gm, graph, self.helpers, transaction)
+        candidates = self.index.candidates(graph)
         for number in range(1, self.max_passes + 1):
             self.report.passes = number
-            matcher = Matcher(self.gm, explain=self.explain)
+            matcher = Matcher(self.gm, explain=self.explain, retired=transaction.retired)
             current = self._visit(candidates, matcher, rewriter)
             if not current.fired:
-                return
-            candidates = self._worklist(current.touched)
+                return number > 1
+            candidates = self._worklist(current.touched, transaction.retired)
         raise FxrConvergenceError(
             f"rules still firing after max_passes={self.max_passes} passes: {', '.join(sorted(current.fired))}; "
             "they may undo each other or grow the graph"
         )
 
-    def _visit(self, candidates: list[torch.fx.Node], matcher: Matcher, rewriter: Rewriter | None) -> _Pass:
+    def _visit(self, candidates: list[torch.fx.Node], matcher: Matcher, rewriter: Rewriter) -> _Pass:
         current = _Pass(matcher, rewriter)
         for node in candidates:
-            if node._erased or node in current.claimed:
+            if node in current.claimed or node in matcher.retired:
                 continue
             for rule in self.index.rules_at(node):
                 if self._try(rule, node, current):
                     current.fired.add(rule.name)
                     break
-            if current.fired and current.rewriter is None:
-                break  # a dry run only asks whether anything fires
         return current
 
     def _try(self, rule: Rule, node: torch.fx.Node, current: _Pass) -> bool:
@@ -187,8 +181,6 @@ class _Run:
             if best is not None and best.progress > 0:
                 self.report.missed(best)
             return False
-        if current.rewriter is None:
-            return True
         return self._rewrite(rule, node, match, current)
 
     def _skipped(self, rule: Rule, node: torch.fx.Node, skip: Skip, matcher: Matcher) -> None:
@@ -198,7 +190,9 @@ class _Run:
                                     rule.span))
 
     def _rewrite(self, rule: Rule, node: torch.fx.Node, match: Match, current: _Pass) -> bool:
-        assert current.rewriter is not None
+        transaction = current.rewriter.transaction
+        if not transaction.created and not transaction.redirected:
+            _check_lint(current.rewriter.graph)  # before the first change: a graph left alone is not judged
         started = time.perf_counter()
         try:
             change = current.rewriter.rewrite(match)
@@ -213,35 +207,50 @@ class _Run:
         finally:
             self.report.rewrite_seconds += time.perf_counter() - started
         self.report.fired(rule, node.name)
+        current.matcher.forget()
         current.claimed.update(change.created)
         current.touched.update(change.created)
         current.touched.update(change.touched)
         return True
 
-    def _worklist(self, touched: set[torch.fx.Node]) -> list[torch.fx.Node]:
-        """Every node whose pattern region may contain a changed node, in graph order."""
-        seeds = {n for n in touched if not n._erased}
+    def _worklist(self, touched: set[torch.fx.Node], retired: Mapping[torch.fx.Node, None]) -> list[torch.fx.Node]:
+        """Every node that rules may anchor at and whose match may contain a changed node, in graph order.
+
+        A changed node (new, with new inputs, or with fewer users) lies at most ``depth - 1`` use edges
+        before the anchor of any match that contains it.
+        """
+        seeds = {n for n in touched if n not in retired}
         if self.multi_output:  # further outputs hang off shared inputs: look upstream too
             seeds |= _neighbourhood(seeds, self.depth, lambda n: n.all_input_nodes)
-        region = seeds | _neighbourhood(seeds, self.depth, lambda n: n.users)
-        return sorted(region, key=lambda n: n._sort_key)
+        region = seeds | _neighbourhood(seeds, self.depth - 1, lambda n: n.users)
+        return sorted((n for n in region if n not in retired and self.index.rules_at(n)), key=lambda n: n._sort_key)
 
-    def _commit(self, working: torch.fx.Graph) -> None:
+    def _commit(self, graph: torch.fx.Graph, transaction: Transaction) -> None:
+        """Lint while the log can still undo; then erase what is dead, recompile, drop unused submodules.
+
+        What could make the code generation fail afterwards was checked when it entered the graph
+        (see ``rewriter._printable``).
+        """
         gm = self.gm
-        original = gm.graph
-        referenced_before = {str(n.target) for n in original.find_nodes(op="call_module")}
         try:
-            working.eliminate_dead_code()
-            working.lint()
-            gm.graph = working
-            gm.recompile()
+            graph.lint()
         except Exception as error:
-            gm.graph = original
-            gm.recompile()
             raise FxrApplyError(f"the rewritten graph is invalid, so nothing was changed: {error}") from error
-        referenced_after = {str(n.target) for n in working.find_nodes(op="call_module")}
+        referenced_before = {str(n.target) for n in graph.find_nodes(op="call_module")}
+        transaction.erase_retired(graph)
+        graph.eliminate_dead_code()
+        gm.recompile()
+        referenced_after = {str(n.target) for n in graph.find_nodes(op="call_module")}
         for name in sorted(referenced_before - referenced_after):
             gm.delete_submodule(name)
+
+
+def _check_lint(graph: torch.fx.Graph) -> None:
+    try:
+        graph.lint()
+    except Exception as error:
+        raise FxrUsageError(f"the graph fails lint() before any rewrite, so fxrules will not touch it: {error}") \
+            from error
 
 
 def _neighbourhood(seeds: set[torch.fx.Node], depth: int,
@@ -252,16 +261,6 @@ def _neighbourhood(seeds: set[torch.fx.Node], depth: int,
         frontier = {m for n in frontier for m in step(n)} - found
         found |= frontier
     return found
-
-
-def _copy_graph(graph: torch.fx.Graph) -> torch.fx.Graph:
-    """A copy of ``graph`` (same node names and metadata) that passes can change freely."""
-    copy = torch.fx.Graph(owning_module=graph.owning_module, tracer_cls=graph._tracer_cls)
-    copy._codegen = graph._codegen
-    value_map: dict[torch.fx.Node, torch.fx.Node] = {}
-    output = copy.graph_copy(graph, value_map)
-    copy.output(output, type_expr=getattr(graph.find_nodes(op="output")[0], "type", None))
-    return copy
 
 
 def apply(
@@ -286,11 +285,6 @@ def apply(
     helper_table = _helper_table(ruleset, helpers)
     if max_passes < 1:
         raise FxrUsageError(f"max_passes must be at least 1, got {max_passes}")
-    try:
-        module.graph.lint()
-    except Exception as error:
-        raise FxrUsageError(f"the graph fails lint() before any rewrite, so fxrules will not touch it: {error}") \
-            from error
     if example_inputs is not None:
         propagate_shapes(module, example_inputs)
     return _Run(module, ruleset, helper_table, max_passes, explain).execute()

@@ -45,6 +45,13 @@ def inverse_permutation(permutation: Any) -> list[int]:
     return inverse
 
 
+def broadcasts_to(shape: Any, target: Any) -> bool:
+    """True when a tensor of ``shape`` broadcasts to ``target`` without making it larger."""
+    if len(shape) > len(target):
+        return False
+    return all(size in (1, other) for size, other in zip(reversed(shape), reversed(target), strict=False))
+
+
 def is_static(value: Any) -> bool:
     """True when every dim of a tensor's shape is a plain int (not symbolic)."""
     return all(type(size) is int for size in read_attribute(value, "shape"))
@@ -61,6 +68,7 @@ def num_users(value: Any) -> int:
 FUNCTIONS: Mapping[str, Callable[..., Any]] = {
     "len": len, "all": all, "any": any, "min": min, "max": max, "abs": abs, "list": list, "tuple": tuple,
     "inverse_permutation": inverse_permutation, "is_static": is_static, "num_users": num_users,
+    "broadcasts_to": broadcasts_to,
 }
 TENSOR_METHODS = frozenset({"numel", "size", "dim"})
 DTYPE_NAMES = {name for name in dir(torch) if isinstance(getattr(torch, name, None), torch.dtype)}

@@ -247,7 +247,7 @@ class TensorType:
 
 @attrs.frozen
 class ScalarType:
-    """``int``, ``float``, ``bool``, ``str`` or ``Scalar`` (int, float or bool)."""
+    """``int``, ``float``, ``bool``, ``str``, ``Scalar`` (int, float or bool) or ``dtype`` (a torch.dtype)."""
 
     name: str
     span: Span
@@ -382,7 +382,7 @@ class Tolerance:
     rtol: float | None
 
 
-@attrs.frozen
+@attrs.frozen(repr=False)
 class Rule:
     """One resolved rewrite rule."""
 
@@ -394,6 +394,7 @@ class Rule:
     guard: Guard | None = None
     docstring: str | None = None
     tolerance: Tolerance | None = None
+    finite_inputs: bool = False  # sound for finite inputs only: verify draws no nan or inf
     notes: tuple[str, ...] = ()
 
     @property
@@ -415,6 +416,9 @@ class Rule:
 
     def __str__(self) -> str:
         return f"rule {self.name} ({self.span})"
+
+    def __repr__(self) -> str:
+        return f"Rule({self.name!r} at {self.span})"
 
 
 def anchor_keys(template: Template) -> tuple[AnchorKey, ...]:

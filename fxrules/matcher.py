@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
@@ -85,12 +85,17 @@ class State:
     nodes: Mapping[int, torch.fx.Node] = attrs.field(factory=dict)  # id(OpTemplate) -> node
     modules: Mapping[str, str] = attrs.field(factory=dict)  # module capture -> qualified name
 
+    # Each step makes a new State (choices backtrack by keeping the old one); the constructor is called
+    # directly because attrs.evolve's field introspection costs more than the copy on this hot path.
     def bind(self, name: str, value: Any) -> State:
-        return attrs.evolve(self, bindings={**self.bindings, name: value})
+        return State({**self.bindings, name: value}, self.nodes, self.modules)
 
     def map_node(self, template: OpTemplate, node: torch.fx.Node) -> State:
         bindings = {**self.bindings, template.name: node} if template.name else self.bindings
-        return attrs.evolve(self, nodes={**self.nodes, id(template): node}, bindings=bindings)
+        return State(bindings, {**self.nodes, id(template): node}, self.modules)
+
+    def bind_module(self, name: str, qualified_name: str) -> State:
+        return State(self.bindings, self.nodes, {**self.modules, name: qualified_name})
 
 
 @attrs.frozen
@@ -141,12 +146,13 @@ class MissTracker:
     def furthest(self) -> int:
         return self.best.progress if self.best else 0
 
-    def fail(self, state: State, condition: str, detail: str, span: Span) -> None:
+    def fail(self, state: State, condition: str, detail: Callable[[], str], span: Span) -> None:
+        """Record a failed condition; ``detail`` is only formatted when explaining (the hot path skips it)."""
         if not self.enabled:
             return
         progress = len(state.nodes)
         if self.best is None or progress > self.best.progress:
-            self.best = Miss(self.rule, self.anchor, progress, condition, detail, span)
+            self.best = Miss(self.rule, self.anchor, progress, condition, detail(), span)
 
 
 class Skip(Exception):  # noqa: N818 - a control-flow signal carrying the skip reason
@@ -161,12 +167,18 @@ class Skip(Exception):  # noqa: N818 - a control-flow signal carrying the skip r
 class Matcher:
     """Matches rules at nodes of one graph module."""
 
-    def __init__(self, gm: torch.fx.GraphModule, explain: bool = False) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, explain: bool = False,
+                 retired: Mapping[torch.fx.Node, None] | None = None) -> None:
         self.gm = gm
         self.misses = MissTracker(explain)
+        self.retired = retired if retired is not None else {}  # rewritten away: no longer users of anything
         self._bound_cache: dict[tuple[int, int], BoundCall | None] = {}
         self.rule_types: Mapping[str, CaptureType] = {}
         self.pending_skip: Skip | None = None
+
+    def forget(self) -> None:
+        """Drop what was cached about nodes: a rewrite changed the graph."""
+        self._bound_cache.clear()
 
     # ---------------------------------------------------------------- entry point
 
@@ -212,7 +224,7 @@ class Matcher:
         seen: dict[torch.fx.Node, None] = {}
         for node in bound:
             for user in node.users:
-                if user not in mapped:
+                if user not in mapped and user not in self.retired:
                     seen[user] = None
         return list(seen)
 
@@ -225,7 +237,7 @@ class Matcher:
             yield from self.match_capture(template, value, state)
         elif isinstance(template, Literal):
             if isinstance(value, torch.fx.Node) or not literal_equal(template.value, value):
-                self.misses.fail(state, "literal", f"expected {template.value!r}, found {_show(value)}",
+                self.misses.fail(state, "literal", lambda: f"expected {template.value!r}, found {_show(value)}",
                                  template.span)
                 return
             yield state
@@ -236,13 +248,13 @@ class Matcher:
                 yield from self.match_template(option, value, state)
         elif isinstance(template, SeqTemplate):
             if not isinstance(value, list | tuple) or len(value) != len(template.items):
-                self.misses.fail(state, "argument", f"expected a sequence of {len(template.items)}, found "
+                self.misses.fail(state, "argument", lambda: f"expected a sequence of {len(template.items)}, found "
                                                     f"{_show(value)}", template.span)
                 return
             yield from self.match_all(template.items, value, state)
         elif isinstance(template, SliceTemplate):
             if not isinstance(value, slice):
-                self.misses.fail(state, "argument", f"expected a slice, found {_show(value)}", template.span)
+                self.misses.fail(state, "argument", lambda: f"expected a slice, found {_show(value)}", template.span)
                 return
             parts = (template.start, template.stop, template.step)
             yield from self.match_all(parts, (value.start, value.stop, value.step), state)
@@ -261,7 +273,7 @@ class Matcher:
             same = previous is value if isinstance(previous, torch.fx.Node) or isinstance(value, torch.fx.Node) \
                 else literal_equal(previous, value)
             if not same:
-                self.misses.fail(state, "argument", f"'{name}' is bound to {_show(previous)} but here is "
+                self.misses.fail(state, "argument", lambda: f"'{name}' is bound to {_show(previous)} but here is "
                                                     f"{_show(value)}", template.span)
                 return
             yield state
@@ -277,18 +289,19 @@ class Matcher:
 
     def match_op(self, template: OpTemplate, value: Any, state: State) -> Iterator[State]:
         if not isinstance(value, torch.fx.Node):
-            self.misses.fail(state, "target", f"expected {template.describe()}, found {_show(value)}", template.span)
+            self.misses.fail(state, "target", lambda: f"expected {template.describe()}, found {_show(value)}",
+                             template.span)
             return
         node = value
         if id(template) in state.nodes:
             if state.nodes[id(template)] is node:
                 yield state
             else:
-                self.misses.fail(state, "argument", f"'{template.name}' is used twice but the graph has two "
+                self.misses.fail(state, "argument", lambda: f"'{template.name}' is used twice but the graph has two "
                                                     "different nodes", template.span)
             return
         if node in state.nodes.values():
-            self.misses.fail(state, "target", f"node '{node.name}' is already matched by another operation",
+            self.misses.fail(state, "target", lambda: f"node '{node.name}' is already matched by another operation",
                              template.span)
             return
         bound = self._node_call(template, node, state)
@@ -317,7 +330,8 @@ class Matcher:
             or (kind is OpKind.ATTR and node.op == "get_attr")
         )
         if not fits:
-            self.misses.fail(state, "target", f"expected {template.describe()}, found {_describe_node(node, module)}",
+            self.misses.fail(state, "target",
+                             lambda: f"expected {template.describe()}, found {_describe_node(node, module)}",
                              template.span)
             return _MISSING
         if template.bound is None or template.signature is None:
@@ -332,11 +346,11 @@ class Matcher:
             if (candidate.kind.value == node.op and (
                     (candidate.kind is OpKind.FUNCTION and _same_function(candidate.target, node.target))
                     or (candidate.kind is OpKind.METHOD and candidate.target == node.target)
-                    or (candidate.kind is OpKind.MODULE and type(module) is candidate.target))):
+                    or (candidate.kind is OpKind.MODULE and isinstance(module, candidate.target)))):
                 member = candidate
                 break
         if member is None:
-            self.misses.fail(state, "target", f"expected a member of family {family.name}, found "
+            self.misses.fail(state, "target", lambda: f"expected a member of family {family.name}, found "
                                               f"{_describe_node(node, module)}", template.span)
             return _MISSING
         if member.signature is None or template.bound is None:
@@ -346,7 +360,7 @@ class Matcher:
             return None
         mapped = map_member_call(member, family, bound, module)
         if mapped.bound is None:
-            self.misses.fail(state, "argument", mapped.reason, template.span)
+            self.misses.fail(state, "argument", lambda: mapped.reason, template.span)
             return _MISSING
         return mapped.bound
 
@@ -376,15 +390,16 @@ class Matcher:
             if name in expected or template.rest:
                 continue
             if name not in bound.defaults or not _holds_default(bound.explicit[name], bound.defaults[name]):
-                self.misses.fail(state, "argument", f"argument '{name}' is {_show(bound.explicit[name])}; the "
-                                                    "pattern leaves it out, so it must hold its default",
-                                 template.span)
+                given = bound.explicit[name]
+                self.misses.fail(state, "argument", lambda: f"argument '{name}' is {_show(given)}; the "  # noqa: B023
+                                 "pattern leaves it out, so it must hold its default", template.span)
                 return
         values = []
         for name in expected:
             value = bound.value(name, _MISSING)
             if value is _MISSING:
-                self.misses.fail(state, "argument", f"argument '{name}' is not given", template.span)
+                self.misses.fail(state, "argument", lambda: f"argument '{name}' is not given",  # noqa: B023
+                                 template.span)
                 return
             values.append(value)
         yield from self.match_all(tuple(expected.values()), values, state)
@@ -396,13 +411,13 @@ class Matcher:
                 return
             args[0], args[1] = args[1], args[0]
         if len(args) < len(template.args) or (len(args) > len(template.args) and not template.rest):
-            self.misses.fail(state, "argument", f"expected {len(template.args)} positional argument(s), found "
+            self.misses.fail(state, "argument", lambda: f"expected {len(template.args)} positional argument(s), found "
                                                 f"{len(args)}", template.span)
             return
         names = [name for name, _ in template.kwargs]
         if (any(name not in names for name in node.kwargs) and not template.rest) or any(
                 name not in node.kwargs for name in names):
-            self.misses.fail(state, "argument", f"keyword arguments differ: expected {names}, found "
+            self.misses.fail(state, "argument", lambda: f"keyword arguments differ: expected {names}, found "
                                                 f"{list(node.kwargs)}", template.span)
             return
         templates = (*template.args, *(t for _, t in template.kwargs))
@@ -423,10 +438,10 @@ class Matcher:
         value: Any = node if template.kind is OpKind.ATTR else self._module(node)
         previous = state.bindings.get(name, _MISSING)
         if previous is not _MISSING and previous is not value:
-            self.misses.fail(state, "argument", f"'{name}' is bound to another module", template.span)
+            self.misses.fail(state, "argument", lambda: f"'{name}' is bound to another module", template.span)
             return None
         if template.kind is OpKind.MODULE:
-            state = attrs.evolve(state, modules={**state.modules, name: str(node.target)})
+            state = state.bind_module(name, str(node.target))
         return state.bind(name, value)
 
     def check_type(self, name: str, declared: CaptureType, value: Any, state: State, span: Span) -> State | None:
@@ -446,7 +461,7 @@ class Matcher:
         elif isinstance(declared, NodeType | AttrType | ModuleType) and not isinstance(value, torch.fx.Node):
             problem = f"'{name}' must be a node, found {_show(value)}"
         if problem:
-            self.misses.fail(state, "type", problem, span)
+            self.misses.fail(state, "type", lambda: problem, span)
             return None
         return state
 
@@ -461,14 +476,14 @@ class Matcher:
                                     "(pass example_inputs= to apply, or use torch.export)")
             return None
         if declared.dtypes is not None and info.dtype not in declared.dtypes:
-            self.misses.fail(state, "type", f"'{name}' has dtype {info.dtype}, expected one of "
+            self.misses.fail(state, "type", lambda: f"'{name}' has dtype {info.dtype}, expected one of "
                                             f"{', '.join(map(str, declared.dtypes))}", span)
             return None
         if declared.dims is None:
             return state
         unified = unify_dims(declared.dims, tuple(info.shape), state.bindings)
         if unified is None:
-            self.misses.fail(state, "type", f"'{name}' has shape {tuple(info.shape)}, which does not fit "
+            self.misses.fail(state, "type", lambda: f"'{name}' has shape {tuple(info.shape)}, which does not fit "
                                             f"{_show_dims(declared.dims)}", span)
             return None
         for symbol, size in unified.items():
@@ -483,7 +498,7 @@ class Matcher:
         matched = set(state.nodes.values())
         outputs = {_output_node(t, state) for t in rule.pattern}
         for node in sorted(matched - outputs, key=lambda n: n._sort_key):
-            escaping = [u.name for u in node.users if u not in matched]
+            escaping = [u.name for u in node.users if u not in matched and u not in self.retired]
             if escaping:
                 raise Skip("escaping user", f"'{node.name}' is also used by {', '.join(escaping)} outside the match")
         for template in _op_templates(rule):
@@ -498,7 +513,7 @@ class Matcher:
         assert rule.guard is not None
 
         def lookup(name: str) -> Any:
-            return guard_value(state.bindings[name], self.gm)
+            return self.guard_value(state.bindings[name])
 
         try:
             ok = holds(rule.guard, lookup)
@@ -508,8 +523,18 @@ class Matcher:
         except GuardError as error:
             raise Skip("guard error", str(error)) from None
         if not ok:
-            self.misses.fail(state, "guard", "the where: condition is false", rule.guard.conditions[0].span)
+            self.misses.fail(state, "guard", lambda: "the where: condition is false", rule.guard.conditions[0].span)
             raise Skip("guard false", "the where: condition is false")
+
+    def guard_value(self, value: Any) -> Any:
+        """A bound value as guards see it: tensors as TensorInfo, ``get_attr`` nodes as :class:`AttrValue`."""
+        if isinstance(value, torch.fx.Node):
+            if value.op == "get_attr":
+                return AttrValue(str(value.target), operator.attrgetter(str(value.target))(self.gm))
+            return guard_view(value, sum(user not in self.retired for user in value.users))
+        if isinstance(value, list | tuple):
+            return type(value)(self.guard_value(v) for v in value)
+        return value
 
     def _named_exactly(self, template: OpTemplate, node: torch.fx.Node) -> bool:
         if template.kind is OpKind.MODULE:
@@ -529,6 +554,20 @@ class RuleIndex:
         self.by_anchor = ruleset.by_anchor
         self.order = {rule.name: i for i, rule in enumerate(ruleset)}
         self._cache: dict[tuple[str, Any], tuple[Rule, ...]] = {}
+
+    def candidates(self, graph: torch.fx.Graph) -> list[torch.fx.Node]:
+        """The nodes some rule may anchor at, in graph order, found with the graph's own op/target index."""
+        found: set[torch.fx.Node] = set()
+        for op, target in self.by_anchor:
+            if op in {"call_module", "get_attr"} or _unhashable(target):
+                nodes = graph.find_nodes(op=op, sort=False)
+            elif isinstance(target, torch._ops.OpOverloadPacket):  # nodes name one of its overloads
+                overloads = [getattr(target, name) for name in target.overloads()]
+                nodes = [n for overload in overloads for n in graph.find_nodes(op=op, target=overload, sort=False)]
+            else:
+                nodes = graph.find_nodes(op=op, target=target, sort=False)
+            found.update(n for n in nodes if self.rules_at(n))
+        return sorted(found, key=lambda n: n._sort_key)
 
     def rules_at(self, node: torch.fx.Node) -> tuple[Rule, ...]:
         op = node.op
@@ -559,6 +598,14 @@ class RuleIndex:
             keys.append(("get_attr", None))
         found = {rule.name: rule for key in keys for rule in self.by_anchor.get(key, ())}
         return tuple(sorted(found.values(), key=lambda rule: self.order[rule.name]))
+
+
+def _unhashable(target: Any) -> bool:
+    try:
+        hash(target)
+    except TypeError:
+        return True
+    return False
 
 
 def _output_node(template: Template, state: State) -> torch.fx.Node | None:
@@ -637,17 +684,6 @@ class AttrValue:
         return int(self._value.numel())
 
 
-def guard_value(value: Any, gm: torch.fx.GraphModule) -> Any:
-    """A bound value as guards see it: tensors as :class:`TensorInfo`, ``get_attr`` nodes as :class:`AttrValue`."""
-    if isinstance(value, torch.fx.Node):
-        if value.op == "get_attr":
-            return AttrValue(str(value.target), operator.attrgetter(str(value.target))(gm))
-        return guard_view(value)
-    if isinstance(value, list | tuple):
-        return type(value)(guard_value(v, gm) for v in value)
-    return value
-
-
 def _same_function(expected: Any, actual: Any) -> bool:
     if expected is actual:
         return True
@@ -666,6 +702,8 @@ def _scalar_fits(type_name: str, value: Any) -> bool:
         return isinstance(value, bool)
     if type_name == "str":
         return isinstance(value, str)
+    if type_name == "dtype":
+        return isinstance(value, torch.dtype)
     return isinstance(value, int | float | bool)
 
 

@@ -82,22 +82,22 @@ def _from_value(value: Any, users: int | None = None) -> TensorInfo | None:
     return None
 
 
-def tensor_info(node: torch.fx.Node) -> TensorInfo:
-    """The metadata of a tensor-valued node, or :class:`MissingMetadata`."""
+def tensor_info(node: torch.fx.Node, users: int | None = None) -> TensorInfo:
+    """The metadata of a tensor-valued node, or :class:`MissingMetadata`; ``users``: its live users, if known."""
     meta = node.meta
-    users = len(node.users)
+    users = len(node.users) if users is None else users
     info = _from_value(meta.get("val"), users) or _from_value(meta.get("tensor_meta"), users)
     if info is None:
         raise MissingMetadata(f"node '{node.name}' has no shape metadata")
     return info
 
 
-def guard_view(node: torch.fx.Node) -> TensorInfo | UnknownTensor:
+def guard_view(node: torch.fx.Node, users: int) -> TensorInfo | UnknownTensor:
     """A node as guards see it: its metadata, or an :class:`UnknownTensor` that fails only when read."""
     try:
-        return tensor_info(node)
+        return tensor_info(node, users)
     except MissingMetadata:
-        return UnknownTensor(node.name, len(node.users))
+        return UnknownTensor(node.name, users)
 
 
 def has_metadata(node: torch.fx.Node) -> bool:

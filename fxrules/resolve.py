@@ -69,7 +69,7 @@ COMMUTATIVE_TARGETS: frozenset[Any] = frozenset({
     _aten.mul.Scalar, _aten.add, _aten.mul, ("call_method", "add"), ("call_method", "mul"), "add", "mul",
 })
 
-SCALAR_TYPES = ("int", "float", "bool", "str", "Scalar")
+SCALAR_TYPES = ("int", "float", "bool", "str", "Scalar", "dtype")
 SEQUENCE_TYPES = ("list", "tuple")
 CONSTANT_NAMES: dict[str, float] = {"nan": math.nan, "inf": math.inf}
 
@@ -203,12 +203,13 @@ class RuleResolver:
         self.mode = "replace"
         replacement = self.statements(decl.replace, "replace")
         self.check_rule(pattern, replacement)
-        tolerance = self.tolerance()
+        tolerance, finite = self.decorators()
         if len(self.sink.diagnostics) > errors_before:
             return None
         return Rule(
             name=decl.name, span=decl.name_span, pattern=pattern, replacement=replacement, types=dict(self.types),
-            guard=guard, docstring=decl.docstring, tolerance=tolerance, notes=tuple(dict.fromkeys(self.notes)),
+            guard=guard, docstring=decl.docstring, tolerance=tolerance, finite_inputs=finite,
+            notes=tuple(dict.fromkeys(self.notes)),
         )
 
     def check_rule(self, pattern: tuple[Template, ...], replacement: tuple[Template, ...]) -> None:
@@ -225,23 +226,31 @@ class RuleResolver:
             if name not in self.used_captures:
                 self.error(declared.span, f"'{name}' is declared in given: but the pattern does not use it")
 
-    def tolerance(self) -> Tolerance | None:
-        result = None
+    def decorators(self) -> tuple[Tolerance | None, bool]:
+        """``@tolerance(atol=, rtol=)`` and ``@finite_inputs``: how the rule is verified."""
+        tolerance = None
+        finite = False
         for decorator in self.decl.decorators:
-            if decorator.name != "tolerance":
-                self.error(decorator.span, f"unknown decorator '@{decorator.name}'", "the only decorator is @tolerance")
+            if decorator.name == "finite_inputs" and not decorator.args and not decorator.keywords:
+                finite = True
+            elif decorator.name == "tolerance":
+                tolerance = self.tolerance(decorator)
+            else:
+                self.error(decorator.span, f"unknown decorator '@{decorator.name}'",
+                           "the decorators are @tolerance(atol=..., rtol=...) and @finite_inputs()")
+        return tolerance, finite
+
+    def tolerance(self, decorator: st.Decorator) -> Tolerance:
+        values: dict[str, float | None] = {"atol": None, "rtol": None}
+        for keyword in decorator.keywords:
+            number = _number(keyword.value)
+            if keyword.name not in values or number is None:
+                self.error(keyword.span, "@tolerance takes atol=NUMBER and rtol=NUMBER")
                 continue
-            values: dict[str, float | None] = {"atol": None, "rtol": None}
-            for keyword in decorator.keywords:
-                number = _number(keyword.value)
-                if keyword.name not in values or number is None:
-                    self.error(keyword.span, "@tolerance takes atol=NUMBER and rtol=NUMBER")
-                    continue
-                values[keyword.name] = number
-            if decorator.args:
-                self.error(decorator.args[0].span, "@tolerance takes atol=NUMBER and rtol=NUMBER")
-            result = Tolerance(values["atol"], values["rtol"])
-        return result
+            values[keyword.name] = number
+        if decorator.args:
+            self.error(decorator.args[0].span, "@tolerance takes atol=NUMBER and rtol=NUMBER")
+        return Tolerance(values["atol"], values["rtol"])
 
     # ---------------------------------------------------------------- given:
 
@@ -378,9 +387,9 @@ class RuleResolver:
         name = expr.id
         if name in self.replace_env:
             return self.replace_env[name]
-        if name in self.interior or name in self.used_captures:
+        if name in self.interior or name in self.used_captures or name in self.dim_symbols():
             return Capture(name, expr.span)
-        bound = [*self.replace_env, *self.interior, *self.used_captures]
+        bound = [*self.replace_env, *self.interior, *self.used_captures, *self.dim_symbols()]
         return self.error(expr.span, f"'{name}' is not bound by the pattern", did_you_mean(name, bound))
 
     def t_Constant(self, expr: st.Constant) -> Template:  # noqa: N802
@@ -577,9 +586,12 @@ class RuleResolver:
 
     # ---------------------------------------------------------------- where:
 
+    def dim_symbols(self) -> set[str]:
+        """The symbolic dims of the ``given`` tensor types (``M`` of ``Tensor[M, K]``): bound by a match."""
+        return {s for t in self.types.values() if isinstance(t, TensorType) for s in t.symbols()}
+
     def guard(self, conditions: tuple[st.Expr, ...]) -> Guard | None:
-        dims = {s for t in self.types.values() if isinstance(t, TensorType) for s in t.symbols()}
-        bound = set(self.used_captures) | set(self.interior) | dims
+        bound = set(self.used_captures) | set(self.interior) | self.dim_symbols()
         builder = GuardBuilder(self.sink, bound, ScopeResolver(self.sink, self.scope))
         return builder.build(conditions)
 

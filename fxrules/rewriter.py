@@ -1,4 +1,4 @@
-"""Splicing one match's replacement into the graph with torch.fx primitives.
+"""Splicing one match's replacement into the graph with torch.fx primitives, undoably.
 
 Steps for a match: (1) emit the replacement's nodes before the earliest
 matched output (``Graph.inserting_before``), each shared template once, in
@@ -6,9 +6,10 @@ dependency order; helpers run here; (2) give the new nodes the replaced
 output's ``stack_trace``/``nn_module_stack``, provenance in
 ``meta["fxrules"]``, and shape metadata (copied for outputs, inferred for the
 rest); (3) redirect the outputs' users (``Node.replace_all_uses_with``);
-(4) erase the matched nodes that became dead.  Submodules and buffers that
-helpers create are recorded in a :class:`Transaction` so a failed ``apply``
-can remove them.
+(4) retire the matched nodes that became dead: they stay in the graph, seen
+by nobody, until the commit erases them.  Every change is logged in a
+:class:`Transaction`, so a failed ``apply`` can undo them all in place
+instead of working on a copy of the graph.
 """
 
 from __future__ import annotations
@@ -33,10 +34,26 @@ SHAPE_META = ("val", "tensor_meta")
 
 @attrs.define
 class Transaction:
-    """Attributes added to the module during one ``apply``, so they can be taken back."""
+    """The undo log of one ``apply``: nodes created and retired, uses redirected, attributes added."""
 
     gm: torch.nn.Module
     added: list[str] = attrs.Factory(list)
+    created: list[torch.fx.Node] = attrs.Factory(list)
+    redirected: list[tuple[torch.fx.Node, tuple[Any, ...], dict[str, Any]]] = attrs.Factory(list)
+    retired: dict[torch.fx.Node, None] = attrs.Factory(dict)  # ordered: dead matched nodes, erased at commit
+
+    def record_inputs(self, node: torch.fx.Node) -> None:
+        """Remember a node's arguments before a rewrite changes them."""
+        self.redirected.append((node, node.args, dict(node.kwargs)))
+
+    def live_users(self, node: torch.fx.Node) -> list[torch.fx.Node]:
+        return [user for user in node.users if user not in self.retired]
+
+    def erase_retired(self, graph: torch.fx.Graph) -> None:
+        """Commit: erase the retired nodes, users before what they use."""
+        for node in sorted(self.retired, key=lambda n: n._sort_key, reverse=True):
+            graph.erase_node(node)
+        self.retired.clear()
 
     def fresh_name(self, base: str) -> str:
         stem = "".join(c if c.isalnum() or c == "_" else "_" for c in base).strip("_") or "fxrules"
@@ -58,13 +75,21 @@ class Transaction:
         self.added.append(name)
         return name
 
-    def rollback(self) -> None:
+    def rollback(self, graph: torch.fx.Graph) -> None:
+        """Undo everything, newest first: the graph and module are as they were before ``apply``."""
+        for node, args, kwargs in reversed(self.redirected):
+            node.args, node.kwargs = args, kwargs
+        for node in reversed(self.created):
+            graph.erase_node(node)
+        self.retired.clear()
         for name in reversed(self.added):
             if name in self.gm._modules:
                 del self.gm._modules[name]
             elif name in self.gm._buffers:
                 del self.gm._buffers[name]
         self.added.clear()
+        self.created.clear()
+        self.redirected.clear()
 
 
 class HelperTensor:
@@ -122,7 +147,7 @@ class Rewriter:
         for output, value in zip(match.outputs, values, strict=True):
             if value is not output:
                 touched += self._redirect(output, value, created)
-        touched += self._erase_dead(match)
+        touched += self._retire_dead(match)
         return Rewrite(tuple(created), tuple(touched))
 
     def _annotate(self, match: Match, created: list[torch.fx.Node], values: list[Any]) -> None:
@@ -144,23 +169,21 @@ class Rewriter:
                 infer_metadata(node)
 
     def _redirect(self, output: torch.fx.Node, value: Any, created: list[torch.fx.Node]) -> list[torch.fx.Node]:
-        users = list(output.users)
         new = set(created)
-        if isinstance(value, torch.fx.Node):
-            output.replace_all_uses_with(value, delete_user_cb=lambda user: user not in new)
-        else:
-            for user in users:
-                if user not in new:
-                    user.replace_input_with(output, value)
+        users = [user for user in self.transaction.live_users(output) if user not in new]
+        for user in users:
+            self.transaction.record_inputs(user)
+            user.replace_input_with(output, value)
         return users
 
-    def _erase_dead(self, match: Match) -> list[torch.fx.Node]:
+    def _retire_dead(self, match: Match) -> list[torch.fx.Node]:
+        """Retire the matched nodes nothing live uses any more; their inputs lost a user."""
         inputs: list[torch.fx.Node] = []
         for node in sorted(match.nodes, key=lambda n: n._sort_key, reverse=True):
-            if not node.users:
+            if not self.transaction.live_users(node):
                 inputs += node.all_input_nodes
-                self.graph.erase_node(node)
-        return [n for n in inputs if not getattr(n, "_erased", False)]
+                self.transaction.retired[node] = None
+        return [n for n in inputs if n not in self.transaction.retired]
 
 
 class Emitter:
@@ -208,7 +231,11 @@ class Emitter:
             node = self.graph.call_method(target, args, kwargs)
         else:
             node = self.graph.call_function(target, args, kwargs)
+        return self._created(node)
+
+    def _created(self, node: torch.fx.Node) -> torch.fx.Node:
         self.created.append(node)
+        self.rewriter.transaction.created.append(node)  # logged at once: a later failure must remove it
         return node
 
     def _module_name(self, template: OpTemplate) -> str:
@@ -230,10 +257,8 @@ class Emitter:
                                 f"as in @{template.name}(...)(x)")
         if isinstance(result, torch.Tensor):
             name = self.rewriter.transaction.add_buffer(template.name, result.detach())
-            node = self.graph.get_attr(name)
-            self.created.append(node)
-            return node
-        return result
+            return self._created(self.graph.get_attr(name))
+        return _printable(template, result)
 
     def _call_helper(self, template: HelperTemplate) -> Any:
         function = self.rewriter.helpers[template.name]
@@ -260,3 +285,18 @@ def _foldable(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> boo
     """An ``operator`` function applied to plain numbers only."""
     return (getattr(target, "__module__", None) == "_operator" and not kwargs
             and all(isinstance(a, int | float | bool) for a in args))
+
+
+def _printable(template: HelperTemplate, value: Any) -> Any:
+    """A helper's literal result must be one the generated code can spell; checked now, while undoable."""
+    if isinstance(value, list | tuple):
+        for item in value:
+            _printable(template, item)
+    elif not isinstance(value, PRINTABLE):
+        raise FxrApplyError(f"{template.span}: helper '@{template.name}' returned {type(value).__name__}, which "
+                            "cannot be inlined in generated code; return a module, a tensor or a Python literal")
+    return value
+
+
+#: Literal types FX code generation writes out faithfully.
+PRINTABLE = (bool, int, float, str, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout, slice)

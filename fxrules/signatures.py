@@ -27,6 +27,7 @@ VARARG_METHODS = frozenset({"view", "reshape", "permute", "expand", "repeat", "t
 _NO_DEFAULT = inspect.Parameter.empty
 _NO_OVERLOAD = object()
 _AMBIGUOUS = object()
+_UNBINDABLE = object()
 
 
 @attrs.frozen
@@ -75,15 +76,43 @@ class CallSignature:
         """Bind a call, or None when no overload accepts it or the overloads disagree.
 
         ``partial`` accepts a call that leaves out required parameters (a pattern ending in ``...``).
+        How a call binds depends only on its argument count, its keyword names and which arguments are
+        lists, so the outcome is planned once per such shape and replayed (inspect's binding is slow).
         """
+        shape = (len(args), tuple(kwargs), tuple(_is_sequence(a) for a in args), partial)
+        plan = self._plans.get(shape)
+        if plan is None:
+            plan = self._plans[shape] = self._plan(args, kwargs, partial)
+        if plan is _UNBINDABLE:
+            return None
+        packed, slots, defaults = plan
+        if packed:
+            args = (*args[: self.pack_from], tuple(args[self.pack_from:]))
+        return BoundCall({name: args[key] if isinstance(key, int) else kwargs[key] for name, key in slots}, defaults)
+
+    @functools.cached_property
+    def _plans(self) -> dict[tuple[Any, ...], Any]:
+        return {}
+
+    def _plan(self, args: Sequence[Any], kwargs: Mapping[str, Any], partial: bool) -> Any:
+        """(packed, [(parameter, argument index or keyword)] in parameter order, defaults), or _UNBINDABLE."""
+        packed = False
         bound = self._bind(args, kwargs, partial)
         start = self.pack_from
         if bound is _NO_OVERLOAD and start is not None and len(args) > start:  # x.view(2, 3) is x.view((2, 3))
-            bound = self._bind((*args[:start], tuple(args[start:])), kwargs, partial)
-        return bound if isinstance(bound, BoundCall) else None
+            packed, args = True, (*args[:start], tuple(args[start:]))
+            bound = self._bind(args, kwargs, partial)
+        if not isinstance(bound, tuple):
+            return _UNBINDABLE
+        overload, names, defaults = bound
+        positional = [p for p in overload.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        source: dict[str, int | str] = {p.name: i for i, p in enumerate(positional[: len(args)])}
+        source.update({k: k for k in kwargs})
+        return packed, tuple((name, source[name]) for name in names), defaults
 
-    def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any], partial: bool) -> BoundCall | object:
-        """A BoundCall; _NO_OVERLOAD when no overload accepts the call; _AMBIGUOUS when they disagree."""
+    def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any], partial: bool) -> tuple[Any, ...] | object:
+        """(an accepting overload, bound parameter names, defaults); _NO_OVERLOAD when no overload accepts
+        the call; _AMBIGUOUS when they disagree."""
         bindings = []
         for overload in self.overloads:
             try:
@@ -102,7 +131,7 @@ class CallSignature:
             names = list(bindings[0][1].arguments)
             if any(list(bound.arguments) != names for _, bound in bindings[1:]):
                 return _AMBIGUOUS
-        return BoundCall(dict(bindings[0][1].arguments), _agreed_defaults([sig for sig, _ in bindings]))
+        return bindings[0][0], names, _agreed_defaults([sig for sig, _ in bindings])
 
 
 def _agreed_defaults(overloads: list[inspect.Signature]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from fxrules.ir import (
     OpTemplate,
     Rule,
     Template,
+    TensorType,
     Wildcard,
     walk,
 )
@@ -57,7 +58,16 @@ def input_names(rule: Rule) -> tuple[str, ...]:
             elif isinstance(template, Wildcard):
                 wildcards += 1
                 names[f"_{wildcards}"] = None
+    for name in replacement_dims(rule):
+        names[name] = None
     return tuple(names)
+
+
+def replacement_dims(rule: Rule) -> tuple[str, ...]:
+    """Symbolic dims of ``given`` types that the replacement uses as values (``[C]`` in F.layer_norm)."""
+    symbols = {s for t in rule.types.values() if isinstance(t, TensorType) for s in t.symbols()}
+    return tuple(dict.fromkeys(t.name for output in rule.replacement for t in walk(output)
+                               if isinstance(t, Capture) and t.name in symbols))
 
 
 def attribute_names(rule: Rule) -> tuple[str, ...]:

@@ -24,6 +24,7 @@ are rejected (``assume``).
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -50,9 +51,11 @@ from fxrules.ir import (
 )
 from fxrules.matcher import unify_dims
 from fxrules.metadata import MissingMetadata, TensorInfo
-from fxrules.standalone import attribute_names, build_pattern, input_names
+from fxrules.standalone import attribute_names, build_pattern, input_names, replacement_dims
 
 SPECIAL_FLOATS = (math.nan, math.inf, -math.inf, -0.0, 0.0, 1.0, -1.0)
+FINITE_SPECIALS = (-0.0, 0.0, 1.0, -1.0, 100.0)
+FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
 ModuleFactory = Callable[[Draw, torch.Tensor], torch.nn.Module]
@@ -119,14 +122,24 @@ def _show_tensor(tensor: torch.Tensor) -> str:
 # ---------------------------------------------------------------- roles of captures
 
 
-def _role_of_annotation(annotation: Any) -> str:
+def _role_of_parameter(parameter: inspect.Parameter) -> str:
+    """How to draw a literal passed to ``parameter``: by its annotation, refined by its name.
+
+    A dim is drawn among the input's dims, a size as a reshape of the input's shape, a permutation as one:
+    drawn at random, such literals would almost never be valid and the examples would be rejected.
+    """
+    annotation, name = parameter.annotation, parameter.name
     text = str(annotation)
     if "Tensor" in text or annotation is torch.Tensor:
         return "tensor_list" if "List" in text else "tensor"
     if "List[int]" in text or "list[int]" in text:
-        return "int_list"
+        if name in {"size", "shape"}:
+            return "shape"
+        return "permutation" if name == "dims" else "dims" if "dim" in name else "int_list"
     if annotation is int or text in {"int", "Optional[int]", "typing.Optional[int]"}:
-        return "int"
+        if "dtype" in name:
+            return "dtype"
+        return "dim" if "dim" in name else "int"
     if annotation is float or "float" in text:
         return "float"
     if annotation is bool:
@@ -139,13 +152,15 @@ def capture_roles(rule: Rule) -> dict[str, str]:
     roles: dict[str, str] = {}
     for output in rule.pattern:
         for template in walk(output):
-            if not isinstance(template, OpTemplate) or template.bound is None or template.signature is None:
+            if not isinstance(template, OpTemplate) or template.signature is None:
                 continue
             parameters = template.signature.richest.parameters
-            for name, argument in template.bound.items():
+            # compared as written (no binding): the richest overload's parameters, by position
+            bound = template.bound or dict(zip(parameters, template.args, strict=False))
+            for name, argument in bound.items():
                 if isinstance(argument, Capture) and argument.name not in roles and name in parameters:
-                    roles[argument.name] = _role_of_annotation(parameters[name].annotation)
-            if template.target is torch.Tensor.__getitem__ or getattr(template.target, "__name__", "") == "getitem":
+                    roles[argument.name] = _role_of_parameter(parameters[name])
+            if getattr(template.target, "__name__", "") == "getitem":
                 index = template.args[1] if len(template.args) > 1 else None
                 if isinstance(index, Capture):
                     roles[index.name] = "int"
@@ -167,33 +182,21 @@ def module_input_ranks(rule: Rule) -> dict[str, tuple[int, ...]]:
 # ---------------------------------------------------------------- values
 
 
-def _element(dtype: torch.dtype) -> st.SearchStrategy[Any]:
+def _element(dtype: torch.dtype, finite: bool) -> st.SearchStrategy[Any]:
     if dtype == torch.bool:
         return st.booleans()
     if not dtype.is_floating_point:
         return st.integers(-5, 5)
-    return st.one_of(st.floats(-4, 4, width=32), st.sampled_from(SPECIAL_FLOATS))
+    return st.one_of(st.floats(-4, 4, width=32), st.sampled_from(FINITE_SPECIALS if finite else SPECIAL_FLOATS))
 
 
-def draw_tensor(draw: Draw, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """A tensor: zeros or seeded random values, with a few drawn elements (often nan, inf, -0.0) set on top.
-
-    Drawing every element through hypothesis is slow for 4-D inputs; a seed plus a few overrides is fast,
-    still varied, and shrinks to zeros with the one element that matters.
-    """
-    count = math.prod(shape)
-    base = draw(st.sampled_from(["zeros", "random"]))
-    generator = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
-    if base == "zeros":
-        tensor = torch.zeros(count, dtype=torch.float64)
-    elif dtype.is_floating_point:
-        tensor = torch.randn(count, generator=generator, dtype=torch.float64) * 2
-    else:
-        tensor = torch.randint(-5, 6, (count,), generator=generator).double()
-    if count:
-        for _ in range(draw(st.integers(0, min(count, 4)))):
-            tensor[draw(st.integers(0, count - 1))] = float(draw(_element(dtype)))
-    return tensor.reshape(shape).to(dtype)
+def _reshaped(draw: Draw, base: tuple[int, ...]) -> tuple[int, ...]:
+    """A shape with as many elements as ``base``: itself, reversed, flattened, with -1, or two dims merged."""
+    options = [base, base[::-1], (math.prod(base),), (-1,)]
+    if len(base) > 1:
+        options.append((base[0] * base[1], *base[2:]))
+        options.append((*base[:-1], -1))
+    return tuple(draw(st.sampled_from(options)))
 
 
 def _broadcast_variant(draw: Draw, base: tuple[int, ...]) -> tuple[int, ...]:
@@ -205,37 +208,13 @@ def _broadcast_variant(draw: Draw, base: tuple[int, ...]) -> tuple[int, ...]:
     return base
 
 
-def _tensor_shape(draw: Draw, declared: TensorType, dims: dict[str, int], max_side: int) -> tuple[int, ...]:
-    shape: list[int] = []
-    for dim in declared.dims or ():
-        if isinstance(dim, DimSymbol):
-            if dim.name not in dims:
-                dims[dim.name] = draw(st.integers(1, max_side))
-            shape.append(dims[dim.name])
-        elif isinstance(dim, DimRest):
-            shape += [draw(st.integers(1, max_side)) for _ in range(draw(st.integers(0, 2)))]
-        else:
-            shape.append(dim)
-    return tuple(shape)
-
-
-def _literal(draw: Draw, kind: str) -> Any:
-    if kind == "int":
-        return draw(st.integers(-3, 3))
-    if kind == "float":
-        return draw(st.one_of(st.floats(-4, 4), st.sampled_from(SPECIAL_FLOATS)))
-    if kind == "bool":
-        return draw(st.booleans())
-    if kind == "str":
-        return draw(st.sampled_from(["mean", "sum", "none"]))
-    if kind == "int_list":
-        return draw(st.lists(st.integers(-3, 3), min_size=1, max_size=2))
-    return draw(st.one_of(st.integers(-3, 3), st.floats(-4, 4)))  # Scalar
-
-
 @attrs.define
 class _Drawer:
-    """Draws every input of one rule for one example."""
+    """Draws every input of one rule for one example.
+
+    Shapes share what they can: one base shape for untyped tensors, one size per symbolic dim, and one
+    tuple of leading dims for every ``...``, so that most draws are inputs the pattern accepts.
+    """
 
     draw: Draw
     rule: Rule
@@ -243,6 +222,7 @@ class _Drawer:
     max_rank: int
     dims: dict[str, int] = attrs.Factory(dict)
     base: tuple[int, ...] = ()
+    rest: tuple[int, ...] | None = None
 
     def values(self) -> dict[str, Any]:
         square = self.draw(st.booleans())
@@ -251,28 +231,86 @@ class _Drawer:
         self.base = tuple(side if square else self.draw(st.integers(1, self.max_side)) for _ in range(rank))
         roles = capture_roles(self.rule)
         module_ranks = module_input_ranks(self.rule)
-        return {name: self.value(name, roles.get(name, "tensor"), module_ranks.get(name))
-                for name in (*input_names(self.rule), *attribute_names(self.rule))}
+        dims = replacement_dims(self.rule)
+        values = {name: self.value(name, roles.get(name, "tensor"), module_ranks.get(name))
+                  for name in (*input_names(self.rule), *attribute_names(self.rule)) if name not in dims}
+        for name in dims:  # drawn with the tensors whose types name them
+            values[name] = self.dims[name] if name in self.dims else self.draw(st.integers(1, self.max_side))
+        return values
 
     def value(self, name: str, role: str, module_ranks: tuple[int, ...] | None) -> Any:
         declared = self.rule.types.get(name)
         if isinstance(declared, TensorType):
             dtype = self.draw(st.sampled_from(declared.dtypes)) if declared.dtypes else torch.float32
-            if declared.dims is None:
-                return draw_tensor(self.draw, _broadcast_variant(self.draw, self.base), dtype)
-            return draw_tensor(self.draw, _tensor_shape(self.draw, declared, self.dims, self.max_side), dtype)
+            shape = self.shape(declared) if declared.dims is not None else _broadcast_variant(self.draw, self.base)
+            return self.tensor(shape, dtype)
         if isinstance(declared, ScalarType):
-            return _literal(self.draw, declared.name)
+            return self.literal(declared.name)
         if isinstance(declared, SequenceType) or role == "tensor_list":
             count = self.draw(st.integers(1, 3))
-            return [draw_tensor(self.draw, self.base, torch.float32) for _ in range(count)]
+            return [self.tensor(self.base, torch.float32) for _ in range(count)]
         if role not in {"tensor", "tensor_list"} and declared is None:
-            return _literal(self.draw, role)
+            return self.literal(role)
         if module_ranks is not None:
             rank = self.draw(st.sampled_from(module_ranks))
-            shape = tuple(self.draw(st.integers(1, self.max_side)) for _ in range(rank))
-            return draw_tensor(self.draw, shape, torch.float32)
-        return draw_tensor(self.draw, _broadcast_variant(self.draw, self.base), torch.float32)
+            return self.tensor(tuple(self.draw(st.integers(1, self.max_side)) for _ in range(rank)), torch.float32)
+        return self.tensor(_broadcast_variant(self.draw, self.base), torch.float32)
+
+    def shape(self, declared: TensorType) -> tuple[int, ...]:
+        shape: list[int] = []
+        for dim in declared.dims or ():
+            if isinstance(dim, DimSymbol):
+                if dim.name not in self.dims:
+                    self.dims[dim.name] = self.draw(st.integers(1, self.max_side))
+                shape.append(self.dims[dim.name])
+            elif isinstance(dim, DimRest):
+                if self.rest is None:
+                    count = self.draw(st.integers(0, 2))
+                    self.rest = tuple(self.draw(st.integers(1, self.max_side)) for _ in range(count))
+                shape += self.rest
+            else:
+                shape.append(dim)
+        return tuple(shape)
+
+    def tensor(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        """Zeros or seeded random values, with a few drawn elements (often nan, inf, -0.0) set on top.
+
+        Drawing every element through hypothesis is slow for 4-D inputs; a seed plus a few overrides is fast,
+        still varied, and shrinks to zeros with the one element that matters.
+        """
+        count = math.prod(shape)
+        base = self.draw(st.sampled_from(["zeros", "random"]))
+        generator = torch.Generator().manual_seed(self.draw(st.integers(0, 2**16)))
+        if base == "zeros":
+            tensor = torch.zeros(count, dtype=torch.float64)
+        elif dtype.is_floating_point:
+            tensor = torch.randn(count, generator=generator, dtype=torch.float64) * 2
+        else:
+            tensor = torch.randint(-5, 6, (count,), generator=generator).double()
+        if count:
+            element = _element(dtype, self.rule.finite_inputs)
+            for _ in range(self.draw(st.integers(0, min(count, 4)))):
+                tensor[self.draw(st.integers(0, count - 1))] = float(self.draw(element))
+        return tensor.reshape(shape).to(dtype)
+
+    def literal(self, kind: str) -> Any:
+        rank = max(len(self.base), 1)
+        draw = self.draw
+        specials = FINITE_SPECIALS if self.rule.finite_inputs else SPECIAL_FLOATS
+        strategies: dict[str, Callable[[], Any]] = {
+            "int": lambda: draw(st.integers(-3, 3)),
+            "dim": lambda: draw(st.integers(-rank, rank - 1)),
+            "dims": lambda: draw(st.lists(st.integers(0, rank - 1), min_size=1, max_size=rank, unique=True)),
+            "permutation": lambda: tuple(draw(st.permutations(range(len(self.base))))),
+            "shape": lambda: _reshaped(draw, self.base),
+            "dtype": lambda: draw(st.sampled_from(FLOAT_DTYPES)),
+            "float": lambda: draw(st.one_of(st.floats(-4, 4), st.sampled_from(specials))),
+            "bool": lambda: draw(st.booleans()),
+            "str": lambda: draw(st.sampled_from(["mean", "sum", "none"])),
+            "int_list": lambda: draw(st.lists(st.integers(-3, 3), min_size=1, max_size=2)),
+        }
+        scalar = lambda: draw(st.one_of(st.integers(-3, 3), st.floats(-4, 4)))  # noqa: E731 - Scalar
+        return strategies.get(kind, scalar)()
 
 
 class _Instantiating(torch.fx.Interpreter):

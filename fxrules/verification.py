@@ -185,22 +185,37 @@ class _RuleCheck:
         return build(self.rule, example.constants(), self.helpers, self.choice)
 
     def check(self, example: Example) -> None:
+        graphs = self.graphs(example)
         with torch.no_grad():
-            graphs = self.graphs(example)
-            inputs = [_clone(example.values[name]) for name in graphs.inputs]
             try:
-                expected = graphs.pattern(*inputs)
+                expected = graphs.pattern.forward(*self._inputs(example, graphs))  # forward: no FX traceback print
             except Exception:  # outside the rule's domain
                 return
             self.valid += 1
-            try:
-                actual = graphs.replacement(*[_clone(example.values[name]) for name in graphs.inputs])
-            except Exception as error:  # a replacement must not fail where the pattern works
-                raise _Disagreement(f"the replacement raises {type(error).__name__}: {error}", example, None,
-                                    None) from error
+            actual = _call(graphs.replacement, self._inputs(example, graphs))
+        if isinstance(actual, _Raised):  # a replacement must not fail where the pattern works
+            raise _Disagreement(f"the replacement raises {actual.text}", example, None, None)
         problem = compare(expected, actual, self.tolerance)
         if problem is not None:
             raise _Disagreement(problem[0], example, problem[1], problem[2])
+
+    @staticmethod
+    def _inputs(example: Example, graphs: Standalone) -> list[Any]:
+        return [_clone(example.values[name]) for name in graphs.inputs]
+
+
+@attrs.frozen
+class _Raised:
+    text: str
+
+
+def _call(graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
+    """The graph's output, or what it raised. Raising from here, outside the handler, keeps the fresh graph
+    code out of the exception's context: hypothesis would call a failure with another context flaky."""
+    try:
+        return graph.forward(*inputs)
+    except Exception as error:
+        return _Raised(f"{type(error).__name__}: {error}")
 
 
 def _clone(value: Any) -> Any:
@@ -251,13 +266,15 @@ def _verify_rule(rule: Rule, max_examples: int, seed_value: int | None,
     started = time.perf_counter()
     table = {**bundled_helpers.BUNDLED, **(helpers or {})}
     total = 0
-    for choice in alternative_choices(rule):
+    choices = alternative_choices(rule)
+    per_choice = max(10, max_examples // len(choices))  # the examples are shared among the alternatives
+    for choice in choices:
         check = _RuleCheck(rule, table, choice)
-        verdict = _run_hypothesis(rule, check, max_examples, seed_value)
+        verdict = _run_hypothesis(rule, check, per_choice, seed_value)
         if verdict is not None:
             return attrs.evolve(verdict, seconds=time.perf_counter() - started)
         total += check.valid
-        if check.valid < max(1, max_examples // 10):
+        if check.valid < max(1, per_choice // 10):
             reason = (f"only {check.valid} of the generated inputs were in the pattern's domain and satisfied the "
                       "guard" if check.valid else "no generated input satisfied the guard and the pattern's domain")
             return RuleVerdict(rule.name, str(rule.span), Verdict.INCONCLUSIVE, check.valid, reason,
