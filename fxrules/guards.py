@@ -57,6 +57,22 @@ def is_static(value: Any) -> bool:
     return all(type(size) is int for size in read_attribute(value, "shape"))
 
 
+def is_computed(value: Any) -> bool:
+    """True when a captured value is made by an operation of the graph (not an input or an attribute)."""
+    computed = getattr(value, "computed", None)
+    if computed is None:
+        raise GuardError("is_computed() needs a value of the graph")
+    return bool(computed)
+
+
+def is_mutated(value: Any) -> bool:
+    """True when a user of the captured value changes it in place (``c.add_(1)``, ``c[i] = v``)."""
+    mutated = getattr(value, "mutated", None)
+    if mutated is None:
+        raise GuardError("is_mutated() needs a value of the graph")
+    return bool(mutated)
+
+
 def num_users(value: Any) -> int:
     """How many graph nodes use a captured value."""
     users = getattr(value, "users", None)
@@ -68,7 +84,7 @@ def num_users(value: Any) -> int:
 FUNCTIONS: Mapping[str, Callable[..., Any]] = {
     "len": len, "all": all, "any": any, "min": min, "max": max, "abs": abs, "list": list, "tuple": tuple,
     "inverse_permutation": inverse_permutation, "is_static": is_static, "num_users": num_users,
-    "broadcasts_to": broadcasts_to,
+    "broadcasts_to": broadcasts_to, "is_computed": is_computed, "is_mutated": is_mutated,
 }
 TENSOR_METHODS = frozenset({"numel", "size", "dim"})
 DTYPE_NAMES = {name for name in dir(torch) if isinstance(getattr(torch, name, None), torch.dtype)}

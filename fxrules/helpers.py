@@ -50,4 +50,27 @@ def fold_linear_bn(linear: torch.nn.Module, bn: torch.nn.Module) -> torch.nn.Mod
     return fuse_linear_bn_eval(linear, bn)
 
 
-BUNDLED: dict[str, Callable[..., Any]] = {"fold_conv_bn": fold_conv_bn, "fold_linear_bn": fold_linear_bn}
+def static_shape(x: Any) -> tuple[int, ...]:
+    """The shape of a tensor capture as a tuple of ints (guard the rule with ``is_static(x)``)."""
+    return tuple(int(size) for size in x.shape)
+
+
+def static_size(x: Any, dim: int) -> int:
+    """One dim of a tensor capture's shape, as an int."""
+    return int(x.shape[dim])
+
+
+def index(sequence: tuple[Any, ...] | list[Any], key: int | slice) -> Any:
+    """``sequence[key]`` of a literal tuple or list, computed at rewrite time."""
+    return sequence[key]
+
+
+def concat(first: tuple[Any, ...] | list[Any], second: tuple[Any, ...] | list[Any]) -> tuple[Any, ...] | list[Any]:
+    """``first + second`` of two literal tuples (or two lists), computed at rewrite time."""
+    return first + second
+
+
+BUNDLED: dict[str, Callable[..., Any]] = {
+    "fold_conv_bn": fold_conv_bn, "fold_linear_bn": fold_linear_bn, "static_shape": static_shape,
+    "static_size": static_size, "index": index, "concat": concat,
+}

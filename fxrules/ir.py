@@ -247,7 +247,7 @@ class TensorType:
 
 @attrs.frozen
 class ScalarType:
-    """``int``, ``float``, ``bool``, ``str``, ``Scalar`` (int, float or bool) or ``dtype`` (a torch.dtype)."""
+    """``int``, ``float``, ``bool``, ``str``, ``Scalar`` (int, float or bool), ``dtype`` or ``slice``."""
 
     name: str
     span: Span

@@ -56,7 +56,7 @@ from fxrules.ir import (
     Wildcard,
     walk,
 )
-from fxrules.metadata import MissingMetadata, guard_view, tensor_info
+from fxrules.metadata import MissingMetadata, NotATensor, guard_view, tensor_info
 from fxrules.signatures import BoundCall, CallSignature
 
 _MISSING = object()
@@ -455,8 +455,7 @@ class Matcher:
             if not _scalar_fits(declared.name, value):
                 problem = f"'{name}' must be a {declared.name} literal, found {_show(value)}"
         elif isinstance(declared, SequenceType):
-            if not isinstance(value, list | tuple) or (
-                    declared.element == "Tensor" and not all(isinstance(v, torch.fx.Node) for v in value)):
+            if not isinstance(value, list | tuple) or not all(_element_fits(declared.element, v) for v in value):
                 problem = f"'{name}' must be a {declared.name}, found {_show(value)}"
         elif isinstance(declared, NodeType | AttrType | ModuleType) and not isinstance(value, torch.fx.Node):
             problem = f"'{name}' must be a node, found {_show(value)}"
@@ -469,6 +468,10 @@ class Matcher:
                       span: Span) -> State | None:
         try:
             info = tensor_info(node)
+        except NotATensor as not_a_tensor:
+            reason = str(not_a_tensor)
+            self.misses.fail(state, "type", lambda: f"'{name}' must be a tensor: {reason}", span)
+            return None
         except MissingMetadata as missing:
             # Other choices (operand order, alternatives) may still match; report this only if none does.
             self.pending_skip = self.pending_skip or Skip(
@@ -531,7 +534,7 @@ class Matcher:
         if isinstance(value, torch.fx.Node):
             if value.op == "get_attr":
                 return AttrValue(str(value.target), operator.attrgetter(str(value.target))(self.gm))
-            return guard_view(value, sum(user not in self.retired for user in value.users))
+            return guard_view(value, [user for user in value.users if user not in self.retired])
         if isinstance(value, list | tuple):
             return type(value)(self.guard_value(v) for v in value)
         return value
@@ -691,6 +694,15 @@ def _same_function(expected: Any, actual: Any) -> bool:
     return packet is not None and packet is expected
 
 
+def _element_fits(element: str | None, value: Any) -> bool:
+    """An item of a ``list[...]``/``tuple[...]`` capture: ``Tensor`` items are nodes, ``int`` ones ints."""
+    if element == "Tensor":
+        return isinstance(value, torch.fx.Node)
+    if element is not None:
+        return _scalar_fits(element, value)
+    return True
+
+
 def _scalar_fits(type_name: str, value: Any) -> bool:
     if isinstance(value, torch.fx.Node):
         return False
@@ -704,6 +716,8 @@ def _scalar_fits(type_name: str, value: Any) -> bool:
         return isinstance(value, str)
     if type_name == "dtype":
         return isinstance(value, torch.dtype)
+    if type_name == "slice":
+        return isinstance(value, slice)
     return isinstance(value, int | float | bool)
 
 

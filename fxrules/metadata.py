@@ -9,6 +9,7 @@ raises :class:`MissingMetadata`, which makes the rule skip with a reason.
 from __future__ import annotations
 
 import contextlib
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,18 +22,24 @@ class MissingMetadata(Exception):  # noqa: N818 - it is a condition, not a failu
     """A rule needs shape or dtype metadata that the graph does not carry."""
 
 
+class NotATensor(Exception):  # noqa: N818 - a condition, like MissingMetadata
+    """The metadata says the node's value is not a tensor (an int of shape arithmetic, a tuple)."""
+
+
 class TensorInfo:
     """What guards and types may know about a tensor value: shape, dtype, device."""
 
-    __slots__ = ("device", "dtype", "requires_grad", "shape", "users")
+    __slots__ = ("computed", "device", "dtype", "mutated", "requires_grad", "shape", "users")
 
     def __init__(self, shape: Sequence[Any], dtype: torch.dtype, device: torch.device | None,
-                 requires_grad: bool = False, users: int | None = None) -> None:
+                 requires_grad: bool = False, users: int | None = None, computed: bool | None = None) -> None:
         self.shape = torch.Size(shape) if all(isinstance(s, int) for s in shape) else tuple(shape)
         self.dtype = dtype
         self.device = device
         self.requires_grad = requires_grad
         self.users = users  # how many graph nodes use this value (None outside a graph)
+        self.computed = computed  # made by an operation, not a graph input or attribute (None outside a graph)
+        self.mutated: bool | None = None  # changed in place by a user (None outside a graph)
 
     @property
     def ndim(self) -> int:
@@ -64,11 +71,13 @@ class TensorInfo:
 class UnknownTensor:
     """A graph value without metadata, as guards see it: ``len(xs)`` and ``x is None`` work, reads do not."""
 
-    __slots__ = ("name", "users")
+    __slots__ = ("computed", "mutated", "name", "users")
 
-    def __init__(self, name: str, users: int) -> None:
+    def __init__(self, name: str, users: int, computed: bool, mutated: bool) -> None:
         self.name = name
         self.users = users
+        self.computed = computed
+        self.mutated = mutated
 
     def attribute(self, name: str) -> Any:
         raise MissingMetadata(f"node '{self.name}' has no shape metadata")
@@ -87,17 +96,38 @@ def tensor_info(node: torch.fx.Node, users: int | None = None) -> TensorInfo:
     meta = node.meta
     users = len(node.users) if users is None else users
     info = _from_value(meta.get("val"), users) or _from_value(meta.get("tensor_meta"), users)
-    if info is None:
-        raise MissingMetadata(f"node '{node.name}' has no shape metadata")
-    return info
+    if info is not None:
+        return info
+    known_type = type(meta["val"]) if "val" in meta else meta.get("type")  # ShapeProp records every value's type
+    if isinstance(known_type, type) and not issubclass(known_type, torch.Tensor):
+        raise NotATensor(f"node '{node.name}' is a {known_type.__name__}, not a tensor")
+    raise MissingMetadata(f"node '{node.name}' has no shape metadata")
 
 
-def guard_view(node: torch.fx.Node, users: int) -> TensorInfo | UnknownTensor:
+def mutates_first_argument(node: torch.fx.Node) -> bool:
+    """Whether a node changes its first argument in place: ``x.add_(y)``, ``x[i] = y``, a mutating aten op."""
+    if node.op == "call_method":
+        return str(node.target).endswith("_") and not str(node.target).endswith("__")
+    if node.op != "call_function":
+        return False
+    if node.target is operator.setitem or getattr(node.target, "__name__", "").endswith("_"):
+        return True
+    schema = getattr(node.target, "_schema", None)
+    return bool(schema is not None and schema.arguments and schema.arguments[0].alias_info is not None
+                and schema.arguments[0].alias_info.is_write)
+
+
+def guard_view(node: torch.fx.Node, live_users: list[torch.fx.Node]) -> TensorInfo | UnknownTensor:
     """A node as guards see it: its metadata, or an :class:`UnknownTensor` that fails only when read."""
+    computed = node.op not in ("placeholder", "get_attr")
+    mutated = any(mutates_first_argument(user) and user.args and user.args[0] is node for user in live_users)
     try:
-        return tensor_info(node, users)
-    except MissingMetadata:
-        return UnknownTensor(node.name, users)
+        info = tensor_info(node, len(live_users))
+    except (MissingMetadata, NotATensor):
+        return UnknownTensor(node.name, len(live_users), computed, mutated)
+    info.computed = computed
+    info.mutated = mutated
+    return info
 
 
 def has_metadata(node: torch.fx.Node) -> bool:

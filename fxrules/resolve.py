@@ -69,7 +69,7 @@ COMMUTATIVE_TARGETS: frozenset[Any] = frozenset({
     _aten.mul.Scalar, _aten.add, _aten.mul, ("call_method", "add"), ("call_method", "mul"), "add", "mul",
 })
 
-SCALAR_TYPES = ("int", "float", "bool", "str", "Scalar", "dtype")
+SCALAR_TYPES = ("int", "float", "bool", "str", "Scalar", "dtype", "slice")
 SEQUENCE_TYPES = ("list", "tuple")
 CONSTANT_NAMES: dict[str, float] = {"nan": math.nan, "inf": math.inf}
 
@@ -349,6 +349,8 @@ class RuleResolver:
         value = self.template(statement.value)
         if isinstance(value, OpTemplate):
             value = attrs.evolve(value, name=name)
+        elif isinstance(value, AltTemplate) and all(isinstance(o, OpTemplate) for o in value.options):
+            value = attrs.evolve(value, options=tuple(attrs.evolve(o, name=name) for o in value.options))
         elif section == "pattern":
             self.error(statement.value.span, f"'{name} = ...' in a pattern must name an operation")
         env[name] = value

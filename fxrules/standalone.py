@@ -121,22 +121,39 @@ def build_pattern(rule: Rule, constants: Mapping[str, torch.nn.Module | torch.Te
     return torch.fx.GraphModule(root, graph), interior
 
 
-def build(rule: Rule, constants: Mapping[str, torch.nn.Module | torch.Tensor],
-          helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int] | None = None) -> Standalone:
-    """Build the rule's pattern and replacement graphs.
-
-    ``constants`` holds each module capture (a submodule of the root) and each ``Attr`` capture (a buffer).
-    """
-    pattern, interior = build_pattern(rule, constants, choice)
+def build_replacement(rule: Rule, constants: Mapping[str, torch.nn.Module | torch.Tensor],
+                      helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int] | None = None,
+                      inputs: Mapping[str, Any] | None = None) -> torch.fx.GraphModule:
+    """The replacement graph; ``inputs`` (example values) give its placeholders metadata for helpers to read."""
     root = _root(constants)
     graph = torch.fx.Graph()
     # The replacement may reuse interior pattern nodes: compute them again in its graph, then emit it.
     _, pattern_match = _emit_pattern(rule, root, graph, helpers, choice or {})
+    for name, value in (inputs or {}).items():
+        node = pattern_match.bindings.get(name)
+        if not isinstance(node, torch.fx.Node) or node.op != "placeholder":
+            continue
+        if isinstance(value, torch.Tensor):
+            node.meta["val"] = value
+        elif not (isinstance(value, list | tuple) and any(isinstance(v, torch.Tensor) for v in value)):
+            pattern_match.bindings[name] = value  # a literal, as apply binds it: helpers see the value
     emitter = Emitter(Rewriter(root, graph, helpers, Transaction(root)), pattern_match)
     graph.output(_pack([emitter.emit(t) for t in rule.replacement]))
     replacement = torch.fx.GraphModule(root, graph)
     replacement.graph.eliminate_dead_code()  # the interior nodes the replacement did not reuse
     replacement.recompile()
+    return replacement
+
+
+def build(rule: Rule, constants: Mapping[str, torch.nn.Module | torch.Tensor],
+          helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int] | None = None,
+          inputs: Mapping[str, Any] | None = None) -> Standalone:
+    """Build the rule's pattern and replacement graphs.
+
+    ``constants`` holds each module capture (a submodule of the root) and each ``Attr`` capture (a buffer).
+    """
+    pattern, interior = build_pattern(rule, constants, choice)
+    replacement = build_replacement(rule, constants, helpers, choice, inputs)
     return Standalone(pattern, replacement, input_names(rule), interior)
 
 

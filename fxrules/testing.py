@@ -97,6 +97,10 @@ class Example:
     seed: int
     attributes: tuple[str, ...] = ()  # which of the values are Attr captures (buffers, not inputs)
 
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """What hypothesis prints for a drawn example: the short description, not every field."""
+        printer.text("; ".join(self.describe()))
+
     def constants(self) -> dict[str, torch.nn.Module | torch.Tensor]:
         """What the standalone graphs' root holds: module captures and Attr tensors."""
         return {**self.modules, **{name: self.values[name] for name in self.attributes}}
@@ -246,6 +250,9 @@ class _Drawer:
             return self.tensor(shape, dtype)
         if isinstance(declared, ScalarType):
             return self.literal(declared.name)
+        if isinstance(declared, SequenceType) and declared.element != "Tensor":  # a literal: a shape, say
+            items = self.draw(st.lists(st.integers(-2, 4), min_size=0, max_size=3))
+            return tuple(items) if declared.name == "tuple" else items
         if isinstance(declared, SequenceType) or role == "tensor_list":
             count = self.draw(st.integers(1, 3))
             return [self.tensor(self.base, torch.float32) for _ in range(count)]
@@ -304,6 +311,8 @@ class _Drawer:
             "permutation": lambda: tuple(draw(st.permutations(range(len(self.base))))),
             "shape": lambda: _reshaped(draw, self.base),
             "dtype": lambda: draw(st.sampled_from(FLOAT_DTYPES)),
+            "slice": lambda: slice(draw(st.one_of(st.none(), st.integers(-3, 3))),
+                                   draw(st.one_of(st.none(), st.integers(-3, 3)))),
             "float": lambda: draw(st.one_of(st.floats(-4, 4), st.sampled_from(specials))),
             "bool": lambda: draw(st.booleans()),
             "str": lambda: draw(st.sampled_from(["mean", "sum", "none"])),
@@ -363,32 +372,48 @@ def _run_pattern(rule: Rule, draw: Draw, values: dict[str, Any], seed: int) -> _
 
 def guard_allows(rule: Rule, values: Mapping[str, Any], modules: Mapping[str, torch.nn.Module],
                  dims: Mapping[str, int]) -> bool:
-    """Evaluate the rule's guard on concrete inputs, interior values and modules."""
+    """Evaluate the rule's guard on concrete inputs, interior values and modules.
+
+    Conditions on the graph's structure (``num_users``, ``is_computed``, ``is_mutated``) protect against
+    aliasing, not values: verification, which checks values, takes them as holding (one user, computed,
+    not mutated).
+    """
     if rule.guard is None:
         return True
     scope: dict[str, Any] = {**dims, **modules}
     for name, value in values.items():
-        scope[name] = TensorInfo(tuple(value.shape), value.dtype, value.device) if isinstance(
-            value, torch.Tensor) else value
+        scope[name] = _assumed_structure(value) if isinstance(value, torch.Tensor) else value
     try:
         return holds(rule.guard, lambda name: scope[name])
     except (GuardError, MissingMetadata, KeyError):
         return False
 
 
-@st.composite
-def examples(draw: Draw, rule: Rule, max_side: int = 4, max_rank: int = 3) -> Example:
-    """One input of ``rule`` that its pattern accepts and its guard allows."""
-    drawer = _Drawer(draw, rule, max_side, max_rank)
-    values = drawer.values()
-    seed = draw(st.integers(0, 2**16))
-    runner = _run_pattern(rule, draw, values, seed)
-    dims = dict(drawer.dims)
-    for name, declared in rule.types.items():
-        if isinstance(declared, TensorType) and declared.dims and name in values:
-            dims.update(_dims_of(declared, values[name]))
-    assume(guard_allows(rule, {**values, **runner.interior}, runner.built, dims))
-    return Example(values, runner.built, seed, attribute_names(rule))
+def examples(rule: Rule, max_side: int = 4, max_rank: int = 3) -> st.SearchStrategy[Example]:
+    """Inputs of ``rule`` that its pattern accepts and its guard allows."""
+
+    # The rule is closed over, not passed as an argument: hypothesis would pretty-print the whole
+    # rule IR into the strategy's repr on every example (which once cost minutes per rule).
+    @st.composite
+    def example(draw: Draw) -> Example:
+        drawer = _Drawer(draw, rule, max_side, max_rank)
+        values = drawer.values()
+        seed = draw(st.integers(0, 2**16))
+        runner = _run_pattern(rule, draw, values, seed)
+        dims = dict(drawer.dims)
+        for name, declared in rule.types.items():
+            if isinstance(declared, TensorType) and declared.dims and name in values:
+                dims.update(_dims_of(declared, values[name]))
+        assume(guard_allows(rule, {**values, **runner.interior}, runner.built, dims))
+        return Example(values, runner.built, seed, attribute_names(rule))
+
+    return example()
+
+
+def _assumed_structure(value: torch.Tensor) -> TensorInfo:
+    info = TensorInfo(tuple(value.shape), value.dtype, value.device, value.requires_grad, users=1, computed=True)
+    info.mutated = False
+    return info
 
 
 def _dims_of(declared: TensorType, tensor: torch.Tensor) -> dict[str, int]:

@@ -29,7 +29,7 @@ from hypothesis.errors import Unsatisfiable
 from fxrules import helpers as bundled_helpers
 from fxrules.engine import RulesArgument, load_rules
 from fxrules.ir import Rule
-from fxrules.standalone import Standalone, alternative_choices, build
+from fxrules.standalone import alternative_choices, build_pattern, build_replacement, input_names
 from fxrules.testing import Example, NoGeneratorError, examples
 
 #: (rtol, atol) by dtype, as torch.testing.assert_close uses them.
@@ -181,18 +181,17 @@ class _RuleCheck:
         self.tolerance = (rule.tolerance.rtol or 0.0, rule.tolerance.atol or 0.0) if rule.tolerance else None
         self.valid = 0
 
-    def graphs(self, example: Example) -> Standalone:
-        return build(self.rule, example.constants(), self.helpers, self.choice)
-
     def check(self, example: Example) -> None:
-        graphs = self.graphs(example)
+        names = input_names(self.rule)
+        pattern, _ = build_pattern(self.rule, example.constants(), self.choice)
         with torch.no_grad():
             try:
-                expected = graphs.pattern.forward(*self._inputs(example, graphs))  # forward: no FX traceback print
+                expected = pattern.forward(*self._inputs(example, names))  # forward: no FX traceback printing
             except Exception:  # outside the rule's domain
                 return
             self.valid += 1
-            actual = _call(graphs.replacement, self._inputs(example, graphs))
+            actual = _call(lambda: build_replacement(self.rule, example.constants(), self.helpers, self.choice,
+                                                     example.values).forward(*self._inputs(example, names)))
         if isinstance(actual, _Raised):  # a replacement must not fail where the pattern works
             raise _Disagreement(f"the replacement raises {actual.text}", example, None, None)
         problem = compare(expected, actual, self.tolerance)
@@ -200,8 +199,8 @@ class _RuleCheck:
             raise _Disagreement(problem[0], example, problem[1], problem[2])
 
     @staticmethod
-    def _inputs(example: Example, graphs: Standalone) -> list[Any]:
-        return [_clone(example.values[name]) for name in graphs.inputs]
+    def _inputs(example: Example, names: tuple[str, ...]) -> list[Any]:
+        return [_clone(example.values[name]) for name in names]
 
 
 @attrs.frozen
@@ -209,11 +208,12 @@ class _Raised:
     text: str
 
 
-def _call(graph: torch.fx.GraphModule, inputs: list[Any]) -> Any:
-    """The graph's output, or what it raised. Raising from here, outside the handler, keeps the fresh graph
-    code out of the exception's context: hypothesis would call a failure with another context flaky."""
+def _call(run: Callable[[], Any]) -> Any:
+    """What ``run`` returns (building and running the replacement), or what it raised. Raising from here,
+    outside the handler, keeps the fresh graph code out of the exception's context: hypothesis would call a
+    failure with another context flaky."""
     try:
-        return graph.forward(*inputs)
+        return run()
     except Exception as error:
         return _Raised(f"{type(error).__name__}: {error}")
 
@@ -222,7 +222,7 @@ def _clone(value: Any) -> Any:
     return value.clone() if isinstance(value, torch.Tensor) else value
 
 
-def reproduction(rule: Rule, example: Example, graphs: Standalone) -> str:
+def reproduction(rule: Rule, example: Example) -> str:
     """Python lines that rebuild the inputs and run both sides."""
     lines = ["import torch", "import fxrules", "from fxrules.standalone import build"]
     lines.append(f"rule = fxrules.load({rule.file!r})[{rule.name!r}]" if not rule.file.startswith("<")
@@ -238,7 +238,7 @@ def reproduction(rule: Rule, example: Example, graphs: Standalone) -> str:
                   for name, module in example.modules.items()]
     lines.append("constants = {" + ", ".join(constants) + "}")
     lines.append("graphs = build(rule, constants, {})")
-    arguments = ", ".join(graphs.inputs)
+    arguments = ", ".join(input_names(rule))
     lines.append(f"print(graphs.pattern({arguments}), graphs.replacement({arguments}))")
     return "\n".join(lines)
 
@@ -294,9 +294,8 @@ def _run_hypothesis(rule: Rule, check: _RuleCheck, max_examples: int, seed_value
     try:
         test()
     except _Disagreement as found:
-        graphs = check.graphs(found.example)
         counterexample = Counterexample(tuple(found.example.describe()), found.problem, found.abs_diff,
-                                        found.rel_diff, reproduction(rule, found.example, graphs))
+                                        found.rel_diff, reproduction(rule, found.example))
         return RuleVerdict(rule.name, str(rule.span), Verdict.UNSOUND, check.valid, found.problem, counterexample)
     except Unsatisfiable:
         return RuleVerdict(rule.name, str(rule.span), Verdict.INCONCLUSIVE, 0,

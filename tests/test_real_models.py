@@ -1,0 +1,217 @@
+"""Every bundled ruleset on real models: BERT, GPT-2, T5, Llama, ViT, torch's transformer layers, a CNN.
+
+Each test rewrites a freshly traced model (``tests/models.py``) with ``example_inputs``, checks that the
+graph lints and computes what it computed before, and asserts exactly which rules fired and how often,
+so a rule that silently stops (or starts) matching on code written outside this project fails here.
+
+The tables say what *should* fire.  Where a rule misbehaves today the expectation is not weakened:
+the test fails until the rule or the engine is fixed (see the comments in the tables).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.fx
+
+import fxrules
+from fxrules.bundled import ruleset_names
+from tests.models import MODELS, ModelCase, run
+
+F = torch.nn.functional
+
+#: Fusions change the order of floating point operations (SDPA, folded BatchNorm): compare loosely.
+ATOL, RTOL = 1e-5, 1e-4
+
+#: Rules fired per model and bundled ruleset, each ruleset applied alone.
+EXPECTED: dict[str, dict[str, dict[str, int]]] = {
+    "bert": {  # 2 layers: dropout after the embeddings and 3 per layer; one masked attention per layer
+        "algebra.fxr": {"dropout_eval": 7},
+        "fusions.fxr": {"sdpa_masked_div": 2},
+        "cleanup.fxr": {"static_size_call": 10, "getitem_of_tuple": 3, "slice_of_tuple": 8, "tuple_concat": 8},
+    },
+    "gpt2": {  # 2 layers: NewGELU (tanh formula) once per layer; attention divides by a tensor, no match
+        "algebra.fxr": {"dropout_eval": 7},
+        "fusions.fxr": {"gelu_tanh": 2},
+        "cleanup.fxr": {"static_size_call": 18, "static_size_dim": 15, "getitem_of_tuple": 3, "slice_of_tuple": 17,
+                        "tuple_concat": 18},
+    },
+    "t5": {  # unscaled attention with a position bias, RMS norm, ReLU MLP: nothing to fuse
+        "algebra.fxr": {"to_same_dtype": 7, "dropout_eval": 14},
+        "fusions.fxr": {},
+        # clone_single_use must not fire: the causal mask's `clone = expand.clone()` is written in place
+        # (`clone[...] = masked_fill`) right after; without the clone that write hits the expanded view.
+        "cleanup.fxr": {"static_size_call": 15, "getitem_of_tuple": 24, "slice_of_tuple": 3},
+    },
+    "llama": {  # rotary scaling `* 1.0` twice; softmax(..., dtype=float32).to(dtype) keeps attention unfused
+        "algebra.fxr": {"mul_one": 2, "to_same_dtype": 5, "dropout_eval": 2},
+        "fusions.fxr": {},
+        # clone_single_use must not fire: the same in-place write into the cloned causal mask as in T5.
+        "cleanup.fxr": {"static_size_call": 23, "getitem_of_tuple": 37},
+    },
+    "vit": {  # 2 layers: dropout after the embeddings and 3 per layer; unmasked attention once per layer
+        "algebra.fxr": {"dropout_eval": 7},
+        "fusions.fxr": {"sdpa_div": 2},
+        "cleanup.fxr": {"static_size_call": 10, "getitem_of_tuple": 8, "slice_of_tuple": 8, "tuple_concat": 8},
+    },
+    "transformer_encoder_layer": {  # exported: attention is already aten SDPA; three aten dropouts
+        "algebra.fxr": {"dropout_eval": 3},
+        "fusions.fxr": {},
+        "cleanup.fxr": {},
+    },
+    "multihead_attention": {  # exported: bmm/softmax/bmm with the scale on q (not the matmul family)
+        "algebra.fxr": {},
+        "fusions.fxr": {},
+        "cleanup.fxr": {},
+    },
+    "cnn": {  # five conv+bn pairs (3 x 2d, 1d, 3d), Linear+BatchNorm1d head, a written-out swish, nn.Dropout
+        "algebra.fxr": {"dropout_eval": 1},
+        "fusions.fxr": {"fold_conv2d_bn": 3, "fold_conv1d_bn": 1, "fold_conv3d_bn": 1, "fold_linear_bn": 1,
+                        "silu": 1},
+        "cleanup.fxr": {},
+    },
+}
+
+#: Every bundled ruleset in one apply, in this order.
+ALL = ("algebra.fxr", "fusions.fxr", "cleanup.fxr")
+
+RULESETS = sorted(next(iter(EXPECTED.values())))
+
+
+def expected_together(model: str) -> dict[str, int]:
+    """Applied together, the rulesets fire exactly what each fires alone: none enables or blocks another here."""
+    total: Counter[str] = Counter()
+    for ruleset in ALL:
+        total.update(EXPECTED[model][ruleset])
+    return dict(total)
+
+
+def rewrite(case: ModelCase, rules: str | list[str]) -> fxrules.Report:
+    """Apply ``rules`` to ``case.gm`` with its example inputs; assert it lints and its outputs are unchanged."""
+    expected = run(case.gm, case.inputs)
+    report = fxrules.apply(case.gm, rules, example_inputs=case.inputs)
+    case.gm.graph.lint()
+    try:
+        actual = run(case.gm, case.inputs)
+    except Exception as error:
+        raise AssertionError(f"the rewritten graph fails to run: {type(error).__name__}: {error}\n"
+                             f"fired: {report.counts()}\n{report}") from error
+    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL)
+    return report
+
+
+def explained(model: str, rules: str | list[str]) -> str:
+    """The same rewrite of a fresh copy with near misses, for a failure message."""
+    case = MODELS[model]()
+    return str(fxrules.apply(case.gm, rules, example_inputs=case.inputs, explain=True))
+
+
+def calls(gm: torch.fx.GraphModule, target: object) -> list[torch.fx.Node]:
+    return list(gm.graph.find_nodes(op="call_function", target=target))
+
+
+def module_calls(gm: torch.fx.GraphModule, kinds: tuple[type[torch.nn.Module], ...]) -> list[torch.fx.Node]:
+    return [n for n in gm.graph.find_nodes(op="call_module") if isinstance(gm.get_submodule(n.target), kinds)]
+
+
+def test_every_bundled_ruleset_has_expectations() -> None:
+    assert sorted(ruleset_names()) == RULESETS, "record what a new bundled ruleset fires on every model in EXPECTED"
+    assert set(ALL) == set(RULESETS)
+    assert all(sorted(table) == RULESETS for table in EXPECTED.values())
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_trace_computes_what_the_eager_model_computes(model: str) -> None:
+    case = MODELS[model]()
+    torch.testing.assert_close(run(case.gm, case.inputs), run(case.eager, case.inputs), atol=ATOL, rtol=RTOL)
+
+
+@pytest.mark.parametrize("ruleset", RULESETS)
+@pytest.mark.parametrize("model", MODELS)
+def test_ruleset_on_model(model: str, ruleset: str) -> None:
+    report = rewrite(MODELS[model](), ruleset)
+    assert report.counts() == EXPECTED[model][ruleset], explained(model, ruleset)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_all_rulesets_together(model: str) -> None:
+    report = rewrite(MODELS[model](), list(ALL))
+    assert report.counts() == expected_together(model), explained(model, list(ALL))
+
+
+def test_bert_masked_attention_becomes_sdpa_with_the_mask() -> None:
+    case = MODELS["bert"]()
+    report = rewrite(case, "fusions.fxr")
+    sdpa = calls(case.gm, F.scaled_dot_product_attention)
+    assert len(sdpa) == 2, explained("bert", "fusions.fxr")
+    assert all(node.kwargs.get("attn_mask") is not None for node in sdpa), case.gm.code
+    assert not calls(case.gm, F.softmax), case.gm.code
+    assert report.counts() == {"sdpa_masked_div": 2}
+
+
+def test_vit_unmasked_attention_becomes_sdpa() -> None:
+    case = MODELS["vit"]()
+    rewrite(case, "fusions.fxr")
+    sdpa = calls(case.gm, F.scaled_dot_product_attention)
+    assert len(sdpa) == 2, explained("vit", "fusions.fxr")
+    assert all(node.kwargs.get("attn_mask") is None for node in sdpa), case.gm.code
+    assert not calls(case.gm, F.softmax), case.gm.code
+
+
+def test_gpt2_new_gelu_becomes_gelu_tanh() -> None:
+    case = MODELS["gpt2"]()
+    rewrite(case, "fusions.fxr")
+    gelus = calls(case.gm, F.gelu)
+    assert len(gelus) == 2, explained("gpt2", "fusions.fxr")
+    assert all(node.kwargs.get("approximate") == "tanh" for node in gelus), case.gm.code
+    assert not calls(case.gm, torch.tanh) and not calls(case.gm, torch.pow), case.gm.code
+
+
+def test_cnn_every_conv_bn_pair_folds() -> None:
+    case = MODELS["cnn"]()
+    batch_norms = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)
+    layers = (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.Linear)
+    pairs = [bn for bn in module_calls(case.gm, batch_norms) if bn.args[0] in module_calls(case.gm, layers)]
+    assert len(pairs) == 6  # the corpus itself: five conv+bn pairs and the Linear+BatchNorm1d head
+    report = rewrite(case, "fusions.fxr")
+    assert not module_calls(case.gm, batch_norms), explained("cnn", "fusions.fxr")
+    assert not [m for m in case.gm.modules() if isinstance(m, batch_norms)], case.gm
+    assert sum(n for rule, n in report.counts().items() if rule.startswith("fold_")) == len(pairs)
+    assert len(module_calls(case.gm, layers)) == 6
+
+
+def median_ms(case: ModelCase, runs: int = 30, warmup: int = 5) -> float:
+    """Median wall time of one eager call of ``case.gm``, in milliseconds."""
+    times = []
+    with torch.no_grad():
+        for index in range(warmup + runs):
+            started = time.perf_counter()
+            case.gm(*case.inputs)
+            if index >= warmup:
+                times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", MODELS)
+def test_eager_time_before_and_after(model: str, record_property: Callable[[str, object], None]) -> None:
+    """Not a speed assertion: records nodes and eager CPU time (one thread) around rewriting with every ruleset."""
+    case = MODELS[model]()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        before = median_ms(case)
+        report = rewrite(case, list(ALL))
+        after = median_ms(case)
+    finally:
+        torch.set_num_threads(threads)
+    record_property("nodes", f"{report.nodes_before} -> {report.nodes_after}")
+    record_property("fired", report.counts())
+    record_property("eager_ms", f"{before:.3f} -> {after:.3f}")
+    print(f"{model}: nodes {report.nodes_before} -> {report.nodes_after}, eager {before:.3f} -> {after:.3f} ms, "
+          f"fired {report.counts()}")
