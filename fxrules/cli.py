@@ -5,6 +5,7 @@
 ``fxrules apply RULES --model module:factory [--input-shape 2,3 ...] [--output F.py]``
                              trace the model, apply, print the report and a diff of the code.
 ``fxrules explain RULES --model module:factory``  the same, with near misses.
+``fxrules demo``             the bundled rulesets on two small models, measured.
 ``fxrules verify FILE... [--examples N] [--seed S] [--json]``
                              check each rule's soundness; exit 1 if one is unsound.
 """
@@ -24,6 +25,7 @@ import torch.fx
 
 from fxrules import bundled
 from fxrules.diagnostics import FxrError, FxrLoadError
+from fxrules.demo import run_demo
 from fxrules.engine import apply
 from fxrules.loader import load
 from fxrules.verification import verify
@@ -121,7 +123,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_rules.add_argument("--examples", type=int, default=100, help="hypothesis examples per rule")
     check_rules.add_argument("--seed", type=int, default=None, help="hypothesis seed, for reproducible runs")
     check_rules.add_argument("--json", action="store_true", help="print the results as JSON")
+    commands.add_parser("demo", help="apply the bundled rulesets to two small models and measure")
     args = parser.parse_args(argv)
+    if args.command == "demo":
+        run_demo()
+        return 0
     if args.command == "verify":
         return _verify(args)
     if args.command == "check":

@@ -2,7 +2,8 @@
 
 Syntax errors are named by example, as Lark's own grammar loader does: each
 message in :data:`SYNTAX_ERRORS` comes with malformed snippets, and an error
-is given the message of the snippet that fails in the same parser state.
+is given the message of the snippet that failed most like it (in the same
+parser state, or where the parser would have accepted the same things).
 After an error the parser resynchronises at the next top-level item, so one
 run reports every broken rule of a file.
 """

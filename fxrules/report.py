@@ -97,9 +97,14 @@ class Report:
         }
 
     def __str__(self) -> str:
-        width = max([len(r.name) for r in self.rules] + [4])
+        return self.table()
+
+    def table(self, every_rule: bool = True) -> str:
+        """The readable table; ``every_rule=False`` leaves out the rules that neither fired nor were skipped."""
+        shown = [r for r in self.rules if every_rule or r.fired or r.skip_counts]
+        width = max([len(r.name) for r in shown] + [4])
         lines = [f"{'rule':<{width}}  {'fired':>5}  {'skipped':>7}  where"]
-        for rule in self.rules:
+        for rule in shown:
             where = ", ".join(rule.anchors[:4]) + (" ..." if len(rule.anchors) > 4 else "")
             lines.append(f"{rule.name:<{width}}  {rule.fired:>5}  {sum(rule.skip_counts.values()):>7}  {where}")
         lines.append(f"{self.total_fired} rewrites in {self.passes} pass(es); nodes {self.nodes_before} -> "
