@@ -24,8 +24,8 @@ import torch
 import torch.fx
 
 from fxrules import bundled
-from fxrules.diagnostics import FxrError, FxrLoadError
 from fxrules.demo import run_demo
+from fxrules.diagnostics import FxrError, FxrLoadError
 from fxrules.engine import apply
 from fxrules.loader import load
 from fxrules.verification import verify

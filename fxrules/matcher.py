@@ -233,14 +233,11 @@ class Matcher:
     def match_template(self, template: Template, value: Any, state: State) -> Iterator[State]:
         if isinstance(template, OpTemplate):
             yield from self.match_op(template, value, state)
-        elif isinstance(template, Capture):
-            yield from self.match_capture(template, value, state)
-        elif isinstance(template, Literal):
-            if isinstance(value, torch.fx.Node) or not literal_equal(template.value, value):
-                self.misses.fail(state, "literal", lambda: f"expected {template.value!r}, found {_show(value)}",
-                                 template.span)
-                return
-            yield state
+        elif isinstance(template, Capture | Literal):
+            matched = self.capture(template, value, state) if isinstance(template, Capture) else self.literal(
+                template, value, state)
+            if matched is not None:
+                yield matched
         elif isinstance(template, Wildcard):
             yield state
         elif isinstance(template, AltTemplate):
@@ -260,13 +257,32 @@ class Matcher:
             yield from self.match_all(parts, (value.start, value.stop, value.step), state)
 
     def match_all(self, templates: tuple[Template, ...], values: Any, state: State) -> Iterator[State]:
-        if not templates:
-            yield state
-            return
-        for next_state in self.match_template(templates[0], values[0], state):
-            yield from self.match_all(templates[1:], values[1:], next_state)
+        """Match templates to values pairwise.  Literals, ``_`` and captures have at most one outcome and
+        are checked in a loop; the first template with choices recurses (the hot path stays flat)."""
+        for index, template in enumerate(templates):
+            value = values[index]
+            if isinstance(template, Capture):
+                state = self.capture(template, value, state)  # type: ignore[assignment]
+            elif isinstance(template, Literal):
+                state = self.literal(template, value, state)  # type: ignore[assignment]
+            elif not isinstance(template, Wildcard):
+                rest, rest_values = templates[index + 1:], values[index + 1:]
+                for next_state in self.match_template(template, value, state):
+                    yield from self.match_all(rest, rest_values, next_state)
+                return
+            if state is None:
+                return
+        yield state
 
-    def match_capture(self, template: Capture, value: Any, state: State) -> Iterator[State]:
+    def literal(self, template: Literal, value: Any, state: State) -> State | None:
+        if isinstance(value, torch.fx.Node) or not literal_equal(template.value, value):
+            self.misses.fail(state, "literal", lambda: f"expected {template.value!r}, found {_show(value)}",
+                             template.span)
+            return None
+        return state
+
+    def capture(self, template: Capture, value: Any, state: State) -> State | None:
+        """The state with ``template`` bound to ``value`` (type-checked), or None when it cannot be."""
         name = template.name
         if name in state.bindings:
             previous = state.bindings[name]
@@ -275,15 +291,15 @@ class Matcher:
             if not same:
                 self.misses.fail(state, "argument", lambda: f"'{name}' is bound to {_show(previous)} but here is "
                                                     f"{_show(value)}", template.span)
-                return
-            yield state
-            return
+                return None
+            return state
         declared = self.rule_types.get(name)
         if declared is not None:
-            state = self.check_type(name, declared, value, state, template.span)  # type: ignore[assignment]
-            if state is None:
-                return
-        yield state.bind(name, value)
+            checked = self.check_type(name, declared, value, state, template.span)
+            if checked is None:
+                return None
+            state = checked
+        return state.bind(name, value)
 
     # ---------------------------------------------------------------- operations
 
@@ -380,12 +396,12 @@ class Matcher:
                 yield from self._by_name(template, bound, state, swapped)
 
     def _by_name(self, template: OpTemplate, bound: BoundCall, state: State, swapped: bool) -> Iterator[State]:
-        expected = dict(template.bound or {})
+        expected: Mapping[str, Template] = template.bound or {}
         if swapped:
             names = list(expected)[:2]
             if len(names) < 2:
                 return
-            expected[names[0]], expected[names[1]] = expected[names[1]], expected[names[0]]
+            expected = {**expected, names[0]: expected[names[1]], names[1]: expected[names[0]]}
         for name in bound.explicit:
             if name in expected or template.rest:
                 continue
