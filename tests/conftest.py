@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -49,3 +50,10 @@ def assert_rewrites(
     if fired is not None:
         assert report.counts() == {k: v for k, v in fired.items() if v}
     return report
+
+
+def slow_examples(default: int) -> int:
+    """Example count of a @pytest.mark.slow property test: FXRULES_SLOW_EXAMPLES if set; a third in CI."""
+    if "FXRULES_SLOW_EXAMPLES" in os.environ:
+        return int(os.environ["FXRULES_SLOW_EXAMPLES"])
+    return max(20, default // 3) if os.environ.get("CI") else default

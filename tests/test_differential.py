@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 
 import pytest
@@ -21,13 +20,10 @@ import torch.fx
 from hypothesis import HealthCheck, given, settings
 
 import fxrules
+from fxrules.matcher import RuleIndex
+from tests.conftest import slow_examples
 from tests.reference_matcher import Matches, predict_pass, reference_anchors, reference_matches
 from tests.strategies import GeneratedGraph, graphs, site_graphs
-
-try:
-    from fxrules.matcher import RuleIndex
-except ImportError:  # the index's earlier home
-    from fxrules.engine import _Index as RuleIndex  # type: ignore[no-redef]
 
 #: Rules filed under every kind of anchor key: exact functions, operators, methods, modules, families, DAGs.
 FIRST_RULES = """
@@ -90,7 +86,7 @@ rule sum_kept:
 RULES = (fxrules.parse(FIRST_RULES, filename="first.fxr") + fxrules.load("algebra.fxr")
          + fxrules.parse(LAST_RULES, filename="last.fxr"))
 
-SLOW_EXAMPLES = int(os.environ.get("FXRULES_SLOW_EXAMPLES", "300"))
+SLOW_EXAMPLES = slow_examples(300)
 FAST_EXAMPLES = 60
 TWO_PASSES = 2
 COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}

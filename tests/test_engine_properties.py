@@ -9,7 +9,6 @@ did not grow.  When nothing fired, the module is untouched.  With
 from __future__ import annotations
 
 import copy
-import os
 
 import pytest
 import torch
@@ -18,6 +17,7 @@ from hypothesis import strategies as st
 from torch.fx.passes.shape_prop import ShapeProp
 
 import fxrules
+from tests.conftest import slow_examples
 from tests.strategies import GeneratedGraph, graphs, inputs
 
 #: Sound rules that never add nodes, written with families, exact targets, modules, DAGs and two outputs.
@@ -62,7 +62,7 @@ rule transpose_method_twice:
 
 RULES = fxrules.parse(EXTRA_RULES, filename="test_engine_properties.py") + fxrules.load("algebra.fxr")
 
-SLOW_EXAMPLES = int(os.environ.get("FXRULES_SLOW_EXAMPLES", "300"))
+SLOW_EXAMPLES = slow_examples(300)
 FAST_EXAMPLES = 40
 COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
 

@@ -27,14 +27,9 @@ from torch import nn
 
 import fxrules
 from fxrules.ir import RuleSet
-from fxrules.matcher import Matcher, Skip
+from fxrules.matcher import Matcher, RuleIndex, Skip
 from tests.conftest import trace
 from tests.reference_matcher import Matches, predict_pass
-
-try:
-    from fxrules.matcher import RuleIndex
-except ImportError:  # the index's earlier home
-    from fxrules.engine import _Index as RuleIndex  # type: ignore[no-redef]
 
 
 class Calls(nn.Module):

@@ -11,6 +11,7 @@ import torch
 import fxrules
 from fxrules.cli import main
 from fxrules.verification import Verdict, compare, verify_rule
+from tests.conftest import slow_examples
 
 SEED = 20261129
 EXAMPLES = int(os.environ.get("FXRULES_VERIFY_EXAMPLES", "60"))
@@ -195,7 +196,7 @@ def test_bundled_rulesets_are_sound() -> None:
 @pytest.mark.slow
 def test_bundled_rulesets_are_sound_at_the_default_count() -> None:
     report = fxrules.verify(["algebra.fxr", "fusions.fxr"], seed=SEED,
-                            max_examples=int(os.environ.get("FXRULES_SLOW_EXAMPLES", "100")))
+                            max_examples=slow_examples(100))
     assert all(r.verdict is Verdict.SOUND for r in report.results), str(report)
 
 
