@@ -8,12 +8,13 @@
    rewrite creates are not matched again in the same pass.  Pass 1 visits the
    nodes the graph's own op/target index finds for the rules' anchor keys;
    later passes visit only the nodes within pattern depth (along use edges)
-   of what the previous pass changed.  The graph is linted before the first
-   rewrite; if nothing fires, it is left exactly as it was.
+   of what the previous pass changed.  If nothing fires, the graph is left
+   exactly as it was (and is not even linted).
 3. At a fixpoint, lint, erase the retired nodes and other dead code,
    recompile, and delete the submodules the rewrite left unreferenced.  Any
    failure before that undoes the log: the graph, its nodes and the module's
-   attributes are as they were.
+   attributes are as they were.  A graph that fails lint is reported as
+   broken before fxrules touched it when, undone, it still fails.
 
 Cost: one index lookup per visited node, plus the matching of the rules
 filed under that node's key: ``O(candidates x pattern size)``; no copy of
@@ -132,6 +133,10 @@ class _Run:
             fired = self._passes(graph, transaction)
             if fired:
                 self._commit(graph, transaction)
+        except _LintError as failure:
+            transaction.rollback(graph)
+            _check_lint(graph)  # the graph was broken before fxrules touched it: say so
+            raise FxrApplyError(f"the rewritten graph is invalid, so nothing was changed: {failure}") from failure
         except BaseException:
             transaction.rollback(graph)
             raise
@@ -190,9 +195,6 @@ class _Run:
                                     rule.span))
 
     def _rewrite(self, rule: Rule, node: torch.fx.Node, match: Match, current: _Pass) -> bool:
-        transaction = current.rewriter.transaction
-        if not transaction.created and not transaction.redirected:
-            _check_lint(current.rewriter.graph)  # before the first change: a graph left alone is not judged
         started = time.perf_counter()
         try:
             change = current.rewriter.rewrite(match)
@@ -235,7 +237,7 @@ class _Run:
         try:
             graph.lint()
         except Exception as error:
-            raise FxrApplyError(f"the rewritten graph is invalid, so nothing was changed: {error}") from error
+            raise _LintError(str(error)) from error
         referenced_before = {str(n.target) for n in graph.find_nodes(op="call_module")}
         transaction.erase_retired(graph)
         graph.eliminate_dead_code()
@@ -243,6 +245,10 @@ class _Run:
         referenced_after = {str(n.target) for n in graph.find_nodes(op="call_module")}
         for name in sorted(referenced_before - referenced_after):
             gm.delete_submodule(name)
+
+
+class _LintError(Exception):
+    """The rewritten graph fails lint (the original graph may already have failed it)."""
 
 
 def _check_lint(graph: torch.fx.Graph) -> None:

@@ -208,13 +208,13 @@ rule fold:
     calls = {"n": 0}
     real_lint = torch.fx.Graph.lint
 
-    def lint_fails_after_the_first(self: torch.fx.Graph) -> None:
+    def lint_fails_once(self: torch.fx.Graph) -> None:
         calls["n"] += 1
-        if calls["n"] == 1:  # the pre-check of the input graph passes
-            return real_lint(self)
-        return failing_lint(self)
+        if calls["n"] == 1:  # the lint of the rewritten graph, before the commit
+            return failing_lint(self)
+        return real_lint(self)  # the original, undone graph is fine: the failure is the rewrite's
 
-    monkeypatch.setattr(torch.fx.Graph, "lint", lint_fails_after_the_first)
+    monkeypatch.setattr(torch.fx.Graph, "lint", lint_fails_once)
     with pytest.raises(fxrules.FxrApplyError, match="injected lint failure"):
         fxrules.apply(gm, rules)
     monkeypatch.undo()
