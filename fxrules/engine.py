@@ -255,7 +255,7 @@ def _check_lint(graph: torch.fx.Graph) -> None:
     try:
         graph.lint()
     except Exception as error:
-        raise FxrUsageError(f"the graph fails lint() before any rewrite, so fxrules will not touch it: {error}") \
+        raise FxrUsageError(f"the graph fails lint() as it was given, so fxrules leaves it as it was: {error}") \
             from error
 
 

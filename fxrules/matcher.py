@@ -611,7 +611,10 @@ class RuleIndex:
         elif node.op == "call_method":
             keys.append(("call_method", node.target))
         elif node.op == "call_module":
-            module = self.gm.get_submodule(str(node.target))
+            try:
+                module = self.gm.get_submodule(str(node.target))
+            except AttributeError:  # a dangling call_module: no rule can anchor there
+                return ()
             keys += [("call_module", cls) for cls in type(module).__mro__]
         elif node.op == "get_attr":
             keys.append(("get_attr", None))

@@ -231,7 +231,9 @@ class RuleResolver:
         tolerance = None
         finite = False
         for decorator in self.decl.decorators:
-            if decorator.name == "finite_inputs" and not decorator.args and not decorator.keywords:
+            if decorator.name == "finite_inputs":
+                if decorator.args or decorator.keywords:
+                    self.error(decorator.span, "@finite_inputs takes no arguments")
                 finite = True
             elif decorator.name == "tolerance":
                 tolerance = self.tolerance(decorator)
@@ -523,7 +525,8 @@ class RuleResolver:
         if name.startswith("_"):
             return self.failed_call(expr, func.span, f"'.{name}': private and dunder attributes are not allowed")
         if not hasattr(torch.Tensor, name):
-            return self.failed_call(expr, func.span, f"unknown tensor method '.{name}'",
+            name_span = attrs.evolve(func.span, column=(func.span.end_column or 1) - len(name), end_line=None)
+            return self.failed_call(expr, name_span, f"unknown tensor method '.{name}'",
                                     did_you_mean(name, [n for n in dir(torch.Tensor) if not n.startswith("_")]))
         receiver = func.value
         if isinstance(receiver, st.Name) and receiver.id in sys.modules and receiver.id not in self.types:

@@ -9,18 +9,24 @@
   of their block) to a small traced function: the named rule must fire, the
   graph must end with the expected operations, and the outputs must not change.
 * Further tests check the claims the text makes next to the examples
-  (literal types, defaults, families, metadata, rejection, reports, errors).
+  (literal types, defaults, families, metadata, rejection, reports, errors;
+  ``@finite_inputs``, the ``dtype``/``slice``/``tuple[int]`` types, guard
+  functions, named alternatives, dims and helpers in replacements, included
+  rules replaced by name, in-place apply and its lint, the rendered error).
 """
 
 from __future__ import annotations
 
 import math
+import operator
 import re
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
 import torch
 import torch.fx
@@ -28,7 +34,12 @@ import torch.nn.functional as F  # noqa: N812 - the name rule files use too
 from torch import nn
 
 import fxrules
+import fxrules.cli
+from fxrules import guards, helpers, resolve
 from fxrules.families import family_parameters
+from fxrules.testing import Example as DrawnExample
+from fxrules.testing import examples
+from fxrules.verification import Verdict
 from tests.conftest import ops, trace
 
 REPO = Path(__file__).resolve().parents[1]
@@ -253,6 +264,15 @@ def _cat_inputs() -> list[torch.Tensor]:
     return [torch.randn(2, 3), torch.randn(2, 4)]
 
 
+def _sigmoid_twice(a: torch.Tensor) -> torch.Tensor:
+    s = a.sigmoid()
+    return s + s
+
+
+def _gelu_erf(a: torch.Tensor) -> torch.Tensor:
+    return a * 0.5 * (1.0 + torch.erf(a / math.sqrt(2.0)))
+
+
 EXAMPLES: list[Example] = [
     # §1, §2
     Example("docs", "neg_sub", lambda: _neg_sub, lambda: [torch.randn(4, 6), torch.randn(4, 6)], ["sub"]),
@@ -261,6 +281,8 @@ EXAMPLES: list[Example] = [
     Example("docs", "hardswish_from_parts", _HardswishParts, randn(4, 6), ["hardswish"]),
     Example("docs", "max_abs", lambda: lambda a: torch.maximum(torch.neg(a), a), randn(4, 6), ["abs"]),
     Example("docs", "log_softmax_fused", _LogSoftmax, randn(3, 5), ["log_softmax"]),
+    Example("docs", "gelu_from_erf", lambda: _gelu_erf, randn(4, 6), ["gelu"]),
+    Example("docs", "relu_idempotent", lambda: lambda a: torch.relu(torch.relu(a)), randn(4, 6), ["relu"]),
     # §3
     Example("docs", "add_neg_zero", lambda: lambda a: a + -0.0, randn(4, 6), []),
     Example("docs", "first_column", lambda: lambda a: a[:, 0], randn(4, 6), ["select"]),
@@ -295,6 +317,7 @@ EXAMPLES: list[Example] = [
     # §7
     Example("docs", "expit", lambda: lambda a: F.sigmoid(a) * 2, randn(4, 6), ["special_expit", "mul"]),
     Example("docs", "abs_of_square", lambda: lambda a: torch.abs(torch.square(a)), randn(4, 6), ["mul"]),
+    Example("docs", "sum_of_same_sigmoid", lambda: _sigmoid_twice, randn(4, 6), ["method:sigmoid", "mul"]),
     # §9
     Example("docs", "relu_twice_is_relu", lambda: nn.Sequential(nn.ReLU(), nn.ReLU()), randn(4, 6), ["relu"]),
     Example("docs", "silu_from_sigmoid", lambda: lambda a: a * a.sigmoid(), randn(4, 6), ["silu"]),
@@ -307,15 +330,29 @@ EXAMPLES: list[Example] = [
     Example("docs", "leaky_one_is_identity", lambda: lambda a: F.leaky_relu(a, 1.0) * 2, randn(4, 6), ["mul"]),
     Example("docs", "relu_of_cat", lambda: lambda a, b: torch.relu(torch.cat([a, b], 1)), _cat_inputs,
             ["getitem", "relu", "getitem", "relu", "cat"]),
+    Example("docs", "to_same_dtype_twice", lambda: lambda a: a.to(torch.float64).to(torch.float64), randn(4, 6),
+            ["method:to"]),
+    Example("docs", "slice_before_neg", lambda: lambda a: torch.neg(a)[1:], randn(4, 6), ["getitem", "neg"]),
     # §11
     Example("docs", "guard_tour", lambda: lambda a: torch.softmax(a, 1) * 2, randn(4, 8),
             ["softmax", "softmax", "add"], example_inputs=True),
     Example("docs", "conv_relu_in_place", _ConvRelu, randn(1, 3, 6, 6), ["module:Conv2d", "relu"]),
+    Example("docs", "permute_back", lambda: lambda a: a.permute(1, 2, 0).permute(2, 0, 1) * 2, randn(2, 3, 4),
+            ["mul"]),
+    Example("docs", "mul_ones_like", lambda: lambda a, b: a * torch.ones_like(b),
+            lambda: [torch.randn(2, 3), torch.randn(3)], [], example_inputs=True),
+    Example("docs", "drop_fresh_clone", lambda: lambda a: torch.relu(a).clone(), randn(4, 6), ["relu"]),
     # §12, §13
     Example("docs", "merge_scales", _TwoScales, randn(4, 6), ["attr:product", "mul"],
             helpers=DOC_HELPERS),
     Example("docs", "mean_as_sum", lambda: lambda a: torch.mean(a, 1), randn(3, 5), ["sum", "truediv"],
             example_inputs=True, helpers=DOC_HELPERS),
+    Example("docs", "mean_last_as_sum", lambda: lambda a: torch.mean(a, -1), randn(2, 3, 5), ["sum", "truediv"],
+            example_inputs=True),
+    Example("docs", "flatten_2d", lambda: lambda a: torch.flatten(a), randn(2, 3), ["method:reshape"],
+            example_inputs=True),
+    Example("docs", "static_shape_of", lambda: lambda a: a.view(a.shape[0], -1), randn(4, 2, 3), ["method:view"],
+            fired={"static_shape_of": 1, "first_of_sizes": 1}, example_inputs=True),
     Example("docs", "fold_conv_bn", _conv_bn_relu, randn(2, 3, 8, 8), ["module:Conv2d", "module:ReLU"]),
     # §19
     Example("docs", "where_same_branches", lambda: lambda c, a: torch.where(c, a, a),
@@ -570,6 +607,326 @@ def test_allow_opens_another_package() -> None:
         fxrules.parse(text)
     rule = fxrules.parse(text, allow=["numpy"])["np_neg"]
     assert rule.pattern[0].target is numpy.negative
+
+
+# ---------------------------------------------------------------- features added since the first version of the doc
+
+
+def _drawn_values(example: DrawnExample) -> list[Any]:
+    return [*example.values.values(), *(p for m in example.modules.values() for p in m.parameters())]
+
+
+def _all_finite(example: DrawnExample) -> bool:
+    for value in _drawn_values(example):
+        if isinstance(value, torch.Tensor) and value.dtype.is_floating_point and not bool(value.isfinite().all()):
+            return False
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
+    return True
+
+
+def test_finite_inputs_decorator_is_kept_on_the_rule() -> None:
+    rule = parse_block(block_defining("docs", "gelu_from_erf"))["gelu_from_erf"]
+    assert rule.finite_inputs
+    assert rule.tolerance is not None and (rule.tolerance.atol, rule.tolerance.rtol) == (1e-6, 1e-5)
+    assert not parse_block(block_defining("docs", "log_softmax_fused"))["log_softmax_fused"].finite_inputs
+
+
+def test_finite_inputs_rules_are_verified_without_nan_or_inf() -> None:
+    rule = parse_block(block_defining("docs", "gelu_from_erf"))["gelu_from_erf"]
+
+    @hypothesis.settings(max_examples=60, deadline=None, database=None, derandomize=True,
+                         suppress_health_check=list(hypothesis.HealthCheck))
+    @hypothesis.given(examples(rule))
+    def every_draw_is_finite(example: DrawnExample) -> None:
+        assert _all_finite(example), example.describe()
+
+    every_draw_is_finite()
+    text = block_defining("docs", "gelu_from_erf").text.replace("@finite_inputs()\n", "")
+    plain = fxrules.parse(text, filename="gelu-without-finite-inputs.fxr")["gelu_from_erf"]
+    assert not plain.finite_inputs
+    found = hypothesis.find(examples(plain), lambda e: not _all_finite(e),
+                            settings=hypothesis.settings(max_examples=500, database=None, derandomize=True,
+                                                         suppress_health_check=list(hypothesis.HealthCheck)))
+    assert not _all_finite(found)
+
+
+@pytest.mark.parametrize("decorator", ["@finite_inputs", "@finite_inputs(1)"])
+def test_finite_inputs_takes_parentheses_and_no_arguments(decorator: str) -> None:
+    with pytest.raises(fxrules.FxrLoadError):
+        fxrules.parse(f"{decorator}\nrule r: torch.exp(x) => x.exp()\n")
+
+
+def test_every_scalar_type_is_documented() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    section = text.split("## 10. Types in `given:`", 1)[1].split("\n## ", 1)[0]
+    rows = {name for row in re.findall(r"^\| ([^|]*) \|", section, re.MULTILINE)
+            for name in re.findall(r"`(\w+)`", row)}
+    assert set(resolve.SCALAR_TYPES) | set(resolve.SEQUENCE_TYPES) <= rows
+
+
+def test_slice_type_does_not_match_an_integer_index() -> None:
+    _, report = apply_rule("docs", "slice_before_neg", lambda a: torch.neg(a)[0], [torch.randn(4, 6)])
+    assert report.fired("slice_before_neg") == 0
+
+
+def test_dtype_type_does_not_match_another_argument() -> None:
+    _, report = apply_rule("docs", "to_same_dtype_twice", lambda a: a.to("cpu").to("cpu"), [torch.randn(4, 6)])
+    assert report.fired("to_same_dtype_twice") == 0
+
+
+SIZES_RULE = """
+rule reshape_sizes:
+    given:
+        t: {type}
+    pattern:
+        return torch.reshape(x, t)
+    replace:
+        return x.reshape(t)
+"""
+
+
+@pytest.mark.parametrize(("declared", "literal_fires", "computed_fires"), [
+    ("tuple[int]", 1, 0), ("list[int]", 1, 0), ("tuple", 1, 1), ("list[Tensor]", 0, 0),
+])
+def test_sequence_element_types(declared: str, literal_fires: int, computed_fires: int) -> None:
+    """`tuple[int]` matches constant sizes, lists as well as tuples, but not sizes computed by the graph."""
+    ruleset = fxrules.parse(SIZES_RULE.format(type=declared), filename=f"sizes-{declared}.fxr")
+    for fn, expected in [
+        (lambda a: torch.reshape(a, (6, 4)), literal_fires),
+        (lambda a: torch.reshape(a, [6, 4]), literal_fires),
+        (lambda a: torch.reshape(a, (a.shape[0], -1)), computed_fires),
+    ]:
+        gm = trace(fn)
+        assert fxrules.apply(gm, ruleset).fired("reshape_sizes") == expected, (declared, gm.code)
+
+
+def test_list_of_tensors_matches_nodes() -> None:
+    _, report = apply_rule("docs", "relu_of_cat", lambda a, b: torch.relu(torch.cat([a, b], 1)), _cat_inputs())
+    assert report.fired("relu_of_cat") == 1
+    _, report = apply_rule("docs", "relu_of_cat", lambda a: torch.relu(torch.cat([a, a * 2], 1)), [torch.randn(2, 3)])
+    assert report.fired("relu_of_cat") == 1
+
+
+def test_named_alternative_binds_either_spelling() -> None:
+    def torch_spelling(a: torch.Tensor) -> torch.Tensor:
+        s = torch.sigmoid(a)
+        return s + s
+
+    gm, report = apply_rule("docs", "sum_of_same_sigmoid", torch_spelling, [torch.randn(4, 6)])
+    assert report.fired("sum_of_same_sigmoid") == 1
+    assert ops(gm) == ["sigmoid", "mul"]
+
+
+def test_an_interior_alternative_must_be_operations() -> None:
+    text = "rule r:\n    pattern:\n        c = x.clone() | x\n        return c + 1\n    replace:\n        return x\n"
+    with pytest.raises(fxrules.FxrLoadError, match="must name an operation"):
+        fxrules.parse(text)
+
+
+def test_every_guard_function_is_documented() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    section = text.split("## 11. Guards: `where`", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"`(\w+)\(", section)) | set(re.findall(r"`(\w+)`", section))
+    assert set(guards.FUNCTIONS) <= documented, sorted(set(guards.FUNCTIONS) - documented)
+
+
+def test_guard_function_examples_in_the_table() -> None:
+    assert guards.inverse_permutation((1, 2, 0)) == [2, 0, 1]
+    assert guards.broadcasts_to((1, 3), (2, 3))
+    assert not guards.broadcasts_to((2, 3), (3,))
+
+
+def test_broadcasts_to_guard_keeps_a_larger_operand() -> None:
+    inputs = [torch.randn(3), torch.randn(2, 3)]
+    _, report = apply_rule("docs", "mul_ones_like", lambda a, b: a * torch.ones_like(b), inputs,
+                           example_inputs=inputs)
+    assert report.fired("mul_ones_like") == 0
+    assert report["mul_ones_like"].skip_counts == {"guard false": 1}, str(report)
+
+
+def _clone_of_input(a: torch.Tensor) -> torch.Tensor:
+    return a.clone()
+
+
+def _clone_written_in_place(a: torch.Tensor) -> torch.Tensor:
+    c = torch.relu(a).clone()
+    c.add_(1)
+    return c
+
+
+def _clone_of_shared_value(a: torch.Tensor) -> torch.Tensor:
+    r = torch.relu(a)
+    return r.clone() + r
+
+
+@pytest.mark.parametrize("fn", [_clone_of_input, _clone_written_in_place, _clone_of_shared_value],
+                         ids=["input", "written-in-place", "another-user"])
+def test_structural_guards_keep_clones_that_matter(fn: Callable[[torch.Tensor], torch.Tensor]) -> None:
+    gm, report = apply_rule("docs", "drop_fresh_clone", fn, [torch.randn(4, 6)])
+    assert report.fired("drop_fresh_clone") == 0
+    assert report["drop_fresh_clone"].skip_counts == {"guard false": 1}, str(report)
+    assert any(n.target in ("clone", torch.clone) for n in gm.graph.nodes)
+
+
+def test_structural_guards_need_no_metadata_and_are_taken_as_holding_by_verify() -> None:
+    ruleset = parse_block(block_defining("docs", "drop_fresh_clone"))
+    result = fxrules.verify(ruleset, max_examples=20, seed=0)
+    assert result["drop_fresh_clone"].verdict is Verdict.SOUND, str(result)
+    assert result["drop_fresh_clone"].examples > 0
+
+
+def test_dims_of_given_types_are_values_in_the_replacement() -> None:
+    inputs = [torch.randn(2, 3, 5)]
+    gm, _ = apply_rule("docs", "mean_last_as_sum", lambda a: torch.mean(a, -1), inputs, example_inputs=inputs)
+    division = next(n for n in gm.graph.nodes if n.target is operator.truediv)
+    assert division.args[1] == 5
+    inputs = [torch.randn(2, 3)]
+    gm, _ = apply_rule("docs", "flatten_2d", lambda a: torch.flatten(a), inputs, example_inputs=inputs)
+    reshape = next(n for n in gm.graph.nodes if n.op == "call_method")
+    assert reshape.args[1] == 6  # N * C computed at rewrite time
+
+
+def test_shape_helpers_need_static_shapes() -> None:
+    _, report = apply_rule("docs", "static_shape_of", lambda a: a.view(a.shape[0], -1), [torch.randn(4, 2, 3)])
+    assert report.counts() == {}
+    assert report["static_shape_of"].skip_counts == {"missing metadata": 1}, str(report)
+
+
+def test_every_bundled_helper_is_documented() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    section = text.split("Bundled helpers:", 1)[1].split("```", 1)[0]
+    assert set(re.findall(r"^\* `(\w+)\(", section, re.MULTILINE)) == set(helpers.BUNDLED)
+
+
+def test_helper_literal_results_must_be_printable() -> None:
+    text = "rule odd_result:\n    torch.neg(x) => torch.mul(x, @odd(x))\n"
+    gm = trace(lambda a: torch.neg(a))
+    graph, code = gm.graph, gm.code
+    nodes = [(n.name, n.args) for n in graph.nodes]
+    with pytest.raises(fxrules.FxrApplyError, match="returned object, which cannot be inlined in generated code"):
+        fxrules.apply(gm, fxrules.parse(text), helpers={"odd": lambda t: object()})
+    assert gm.graph is graph and gm.code == code
+    assert [(n.name, n.args) for n in graph.nodes] == nodes
+
+
+def test_a_file_rule_replaces_an_included_rule_of_the_same_name() -> None:
+    ruleset = parse_block(block_defining("docs", "relu_idempotent"))
+    names = [rule.name for rule in ruleset]
+    assert names == [*(r.name for r in fxrules.load("algebra.fxr") if r.name != "relu_idempotent"), "relu_idempotent"]
+    assert (ruleset["relu_idempotent"].docstring or "").startswith("Only the torch.relu spelling")
+    gm = trace(lambda a: F.relu(F.relu(a)))
+    assert fxrules.apply(gm, ruleset).fired("relu_idempotent") == 0  # the bundled family version would fire
+
+
+def test_two_included_files_with_one_rule_name_are_an_error(tmp_path: Path) -> None:
+    (tmp_path / "a.fxr").write_text("rule shared: torch.neg(torch.neg(x)) => x\n", encoding="utf-8")
+    (tmp_path / "b.fxr").write_text("rule shared: torch.exp(torch.log(x)) => x\n", encoding="utf-8")
+    (tmp_path / "both.fxr").write_text('include "a.fxr"\ninclude "b.fxr"\n', encoding="utf-8")
+    (tmp_path / "twice.fxr").write_text('include "a.fxr"\ninclude "a.fxr"\n', encoding="utf-8")
+    with pytest.raises(fxrules.FxrLoadError, match="duplicate rule name 'shared'"):
+        fxrules.load(tmp_path / "both.fxr")
+    assert [rule.name for rule in fxrules.load(tmp_path / "twice.fxr")] == ["shared"]
+
+
+def _fails_lint(fn: Callable[..., Any]) -> torch.fx.GraphModule:
+    """A traced graph with an extra node that uses the output's node before it is defined."""
+    gm = trace(fn)
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    last = output.args[0]
+    with gm.graph.inserting_before(last):
+        gm.graph.call_function(torch.sin, (last,))
+    with pytest.raises(RuntimeError):
+        gm.graph.lint()
+    return gm
+
+
+def test_a_graph_that_failed_lint_before_the_rewrite_is_a_usage_error() -> None:
+    gm = _fails_lint(lambda a: torch.neg(torch.neg(a)) + 1)
+    graph, code = gm.graph, gm.code
+    nodes = [(n.name, n.op, n.target, n.args) for n in graph.nodes]
+    with pytest.raises(fxrules.FxrUsageError, match=r"fails lint\(\) as it was given"):
+        fxrules.apply(gm, "algebra.fxr")  # double_neg fires, the lint before the commit fails: all undone
+    assert gm.graph is graph and gm.code == code
+    assert [(n.name, n.op, n.target, n.args) for n in graph.nodes] == nodes
+
+
+def test_a_rewrite_that_breaks_lint_is_an_apply_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    gm = trace(lambda a: torch.neg(torch.neg(a)) + 1)
+    code = gm.code
+    real_lint = torch.fx.Graph.lint
+    calls: list[int] = []
+
+    def first_lint_fails(self: torch.fx.Graph) -> None:
+        calls.append(1)
+        if len(calls) == 1:  # the lint of the rewritten graph; the undone original then passes
+            raise RuntimeError("broken by the rewrite")
+        real_lint(self)
+
+    monkeypatch.setattr(torch.fx.Graph, "lint", first_lint_fails)
+    with pytest.raises(fxrules.FxrApplyError, match="the rewritten graph is invalid, so nothing was changed"):
+        fxrules.apply(gm, "algebra.fxr")
+    monkeypatch.undo()
+    assert gm.code == code and len(calls) == 2
+
+
+def test_a_graph_nothing_fires_on_is_neither_linted_nor_touched() -> None:
+    gm = _fails_lint(lambda a: a + 1)
+    graph, code = gm.graph, gm.code
+    report = fxrules.apply(gm, "algebra.fxr")
+    assert report.counts() == {}
+    assert gm.graph is graph and gm.code == code
+
+
+def test_apply_rewrites_the_graph_in_place() -> None:
+    gm = trace(_neg_sub)
+    graph = gm.graph
+    report = fxrules.apply(gm, parse_block(block_defining("docs", "neg_sub")))
+    assert report.fired("neg_sub") == 1
+    assert gm.graph is graph
+    assert ops(gm) == ["sub"]
+
+
+def test_loop_warnings_are_user_warnings_with_a_location() -> None:
+    assert issubclass(fxrules.FxrLoopWarning, UserWarning)
+    block = next(b for b in DOC_BLOCKS if "expand_neg" in b.rule_names())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fxrules.FxrLoopWarning)
+        ruleset = fxrules.parse(block.text, filename="loop-warnings-location.fxr")
+    first = ruleset.warnings[0]
+    assert isinstance(first, fxrules.Diagnostic)
+    assert first.span.file == "loop-warnings-location.fxr" and first.span.line >= 1
+
+
+def test_rendered_error_in_the_doc_is_what_fxrules_prints() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    shown = next(block for block in re.findall(r"```text\n(.*?)```", text, re.DOTALL) if "my_rules.fxr:1:" in block)
+    with pytest.raises(fxrules.FxrLoadError) as error:
+        fxrules.parse("rule r: torch.reluu(x) => x\n", filename="my_rules.fxr")
+    assert error.value.first.render().rstrip() == shown.rstrip()
+
+
+def test_caret_points_at_the_part_that_failed() -> None:
+    with pytest.raises(fxrules.FxrLoadError) as error:
+        fxrules.parse("rule r: torch.nn.functionall.relu(x) => x\n", filename="nested.fxr")
+    span = error.value.first.span
+    assert span.column == len("rule r: torch.nn.") + 1  # under 'functionall'
+
+
+def test_demo_is_a_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[bool] = []
+    monkeypatch.setattr(fxrules.cli, "run_demo", lambda: calls.append(True))
+    assert fxrules.cli.main(["demo"]) == 0
+    assert calls == [True]
+
+
+def test_documented_bundled_rulesets_are_the_bundled_ones() -> None:
+    from fxrules.bundled import ruleset_names
+
+    text = DOCS.read_text(encoding="utf-8")
+    listed = re.search(r"bundled rulesets \(([^)]*)\)\. Text given to", text)
+    assert listed is not None
+    assert sorted(re.findall(r"`(\w+\.fxr)`", listed.group(1))) == sorted(ruleset_names())
 
 
 # ---------------------------------------------------------------- the prelude table
