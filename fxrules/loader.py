@@ -19,7 +19,7 @@ import attrs
 
 from fxrules import bundled
 from fxrules import syntax_tree as st
-from fxrules.diagnostics import DiagnosticSink, FxrLoadError, FxrLoopWarning, FxrUsageError
+from fxrules.diagnostics import DiagnosticSink, FxrLoadError, FxrLoopWarning, FxrUsageError, Span
 from fxrules.ir import Rule, RuleSet
 from fxrules.loops import loop_warnings
 from fxrules.parser import parse_syntax
@@ -94,7 +94,15 @@ class _Loading:
     def _items(self, syntax: st.File, source: SourceFile, scope: Scope, sink: DiagnosticSink) -> list[Rule]:
         rules: list[Rule] = []
         items = ScopeResolver(sink, scope)
+        declared: dict[str, Span] = {}
         for item in syntax.items:
+            if isinstance(item, st.RuleDecl):
+                if item.name in declared:  # whether or not either resolves: names key the report
+                    sink.error(item.name_span,
+                               f"duplicate rule name '{item.name}' (first defined at {declared[item.name]})",
+                               "rule names key the report: give each rule its own")
+                    continue
+                declared[item.name] = item.name_span
             if isinstance(item, st.Use):
                 items.use(item)
             elif isinstance(item, st.FamilyDecl):
@@ -104,7 +112,11 @@ class _Loading:
             elif isinstance(item, st.Include):
                 rules += self._include(item, source, scope, sink)
             else:
-                rule = RuleResolver(sink, scope, item).resolve()
+                try:
+                    rule = RuleResolver(sink, scope, item).resolve()
+                except RecursionError:  # Python's own limit: the rule is reported, not the interpreter
+                    sink.error(item.name_span, f"rule {item.name} nests expressions too deeply to resolve")
+                    continue
                 if rule is not None:
                     rules.append(rule)
         return rules

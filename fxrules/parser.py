@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterator
 
 from lark import Lark, Token, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+from lark.exceptions import VisitError
 from lark.indenter import DedentError, Indenter
 
 from fxrules.bundled import grammar_text
@@ -537,10 +538,29 @@ def _parse_tree(text: str) -> object:
     return fxr_parser().parse(text)
 
 
+def _build(text: str, filename: str) -> File:
+    """Parse and build the syntax tree; a literal Python cannot hold, or nesting deeper than Python's
+    recursion allows, is a syntax error with a location rather than a crash."""
+    try:
+        return to_syntax_tree(_parse_tree(text), filename)
+    except VisitError as error:
+        token = error.obj if isinstance(error.obj, Token) else None
+        meta = getattr(error.obj, "meta", None)
+        line = token.line if token is not None else getattr(meta, "line", 1)
+        column = token.column if token is not None else getattr(meta, "column", 1)
+        message = f"this literal cannot be read: {error.orig_exc}"
+    except RecursionError:
+        line, column, message = 1, 1, "expressions are nested too deeply to read"
+    sink = DiagnosticSink(text, filename)
+    sink.error(Span(filename, line or 1, column or 1), message)
+    sink.raise_if_any(FxrSyntaxError)
+    raise AssertionError("unreachable")
+
+
 def parse_syntax(text: str, filename: str = "<string>") -> File:
     """Parse ``.fxr`` text into its syntax tree, or raise one error listing every syntax problem."""
     try:
-        return to_syntax_tree(_parse_tree(text), filename)
+        return _build(text, filename)
     except (UnexpectedInput, _BadDedent):
         pass
     sink = DiagnosticSink(text, filename)

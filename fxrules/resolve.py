@@ -166,6 +166,8 @@ class RuleResolver:
         self.used_captures: set[str] = set()
         self.notes: list[str] = []
         self.failures: set[int] = set()
+        self.declared_at: dict[str, Span] = {}  # given: names, where they are declared
+        self.untyped: set[str] = set()  # given: names whose type was wrong (already reported)
         self.mode = "pattern"
 
     def error(self, span: Span, message: str, hint: str | None = None) -> Wildcard:
@@ -222,9 +224,9 @@ class RuleResolver:
             if not _is_operation(output) and id(output) not in self.failures:
                 self.error(output.span, "the pattern has no operation to match: it must call something",
                            "a rule's pattern is anchored at an operation, e.g. 'torch.neg(torch.neg(x)) => x'")
-        for name, declared in self.types.items():
-            if name not in self.used_captures:
-                self.error(declared.span, f"'{name}' is declared in given: but the pattern does not use it")
+        for name, span in self.declared_at.items():
+            if name not in self.used_captures and name not in self.untyped:
+                self.error(span, f"'{name}' is declared in given: but the pattern does not use it")
 
     def decorators(self) -> tuple[Tolerance | None, bool]:
         """``@tolerance(atol=, rtol=)`` and ``@finite_inputs``: how the rule is verified."""
@@ -257,12 +259,15 @@ class RuleResolver:
     # ---------------------------------------------------------------- given:
 
     def declare(self, declaration: st.Declaration) -> None:
-        if declaration.name in self.types:
+        if declaration.name in self.declared_at:
             self.error(declaration.span, f"'{declaration.name}' is declared twice in given:")
             return
+        self.declared_at[declaration.name] = declaration.span
         declared = self.type_of(declaration.type)
         if declared is not None:
             self.types[declaration.name] = declared
+        else:
+            self.untyped.add(declaration.name)
 
     def type_of(self, expr: st.TypeExpr) -> CaptureType | None:
         name = str(expr.name)
@@ -314,6 +319,13 @@ class RuleResolver:
         return TensorType(tuple(dims) if has_dims else None, dtypes, span)
 
     def dtype(self, dotted: st.Dotted) -> Any:
+        if len(dotted.parts) == 1 and not isinstance(getattr(torch, dotted.parts[0], None), torch.dtype):
+            if hasattr(torch, dotted.parts[0]):
+                self.error(dotted.span, f"'{dotted}' is not a dtype")
+                return None
+            names = [n for n in dir(torch) if isinstance(getattr(torch, n, None), torch.dtype)]
+            self.error(dotted.span, f"unknown dtype '{dotted}'", did_you_mean(dotted.parts[0], names))
+            return None
         parts = dotted.parts if len(dotted.parts) > 1 else ("torch", dotted.parts[0])
         value = ScopeResolver(self.sink, self.scope).resolve_dotted(parts, dotted.span)
         if value is not None and not isinstance(value, torch.dtype):
@@ -360,8 +372,24 @@ class RuleResolver:
     # ---------------------------------------------------------------- expressions
 
     def template(self, expr: st.Expr) -> Template:
-        handler = getattr(self, "t_" + type(expr).__name__)
+        handler = getattr(self, "t_" + type(expr).__name__, None)
+        if handler is None:
+            return self.guard_only(expr)
         return handler(expr)
+
+    def guard_only(self, expr: st.Expr) -> Template:
+        """``not``, ``and``, ``or`` and comparisons belong to guards; their operands still bind captures."""
+        if isinstance(expr, st.Not):
+            operands: tuple[st.Expr, ...] = (expr.operand,)
+            what = "'not'"
+        elif isinstance(expr, st.BoolOp):
+            operands, what = expr.values, f"'{expr.op}'"
+        else:
+            assert isinstance(expr, st.Compare)
+            operands, what = (expr.left, *expr.comparators), "a comparison"
+        for operand in operands:
+            self.template(operand)
+        return self.error(expr.span, f"{what} may only appear in a guard")
 
     def t_Name(self, expr: st.Name) -> Template:  # noqa: N802 - dispatched by class name
         name = expr.id
@@ -453,9 +481,9 @@ class RuleResolver:
             if is_value(value):
                 return Literal(value, expr.span)
             return self.error(expr.span, f"'{'.'.join(parts)}' is an operation: call it")
+        value = self.template(expr.value)
         if expr.attr.startswith("_"):
             return self.error(expr.span, f"'.{expr.attr}': private and dunder attributes are not allowed")
-        value = self.template(expr.value)
         return self.finish_operation(OpKind.FUNCTION, getattr, (value, Literal(expr.attr, expr.span)), (), expr.span,
                                      False)
 
@@ -465,6 +493,8 @@ class RuleResolver:
 
     def t_HelperCall(self, expr: st.HelperCall) -> Template:  # noqa: N802
         if self.mode != "replace":
+            for argument in (*expr.args, *(k.value for k in expr.keywords)):
+                self.template(argument)  # its captures still count as bound: one error, not two
             return self.error(expr.span, f"helper '@{expr.name}' may only be called in a replacement")
         args = tuple(self.template(a) for a in expr.args)
         kwargs = tuple((k.name, self.template(k.value)) for k in expr.keywords)
@@ -482,7 +512,8 @@ class RuleResolver:
             return self.call_target(parts, expr)
         if isinstance(func, st.Attribute):
             return self.call_method(func, expr)
-        return self.error(func.span, "only functions, methods, modules and families can be called here")
+        self.template(func)  # what it calls still binds its captures: one error, not two
+        return self.failed_call(expr, func.span, "only functions, methods, modules and families can be called here")
 
     def call_name(self, func: st.Name, expr: st.Call) -> Template:
         name = func.id
@@ -494,7 +525,14 @@ class RuleResolver:
             family = self.scope.families[name]
             return self.operation(OpKind.FAMILY, family, list(expr.args), expr.keywords, expr.span)
         if name in SAFE_BUILTINS:
+            attribute = expr.args[1] if len(expr.args) > 1 else None
+            if isinstance(attribute, st.Constant) and str(attribute.value).startswith("_"):
+                return self.failed_call(expr, attribute.span,
+                                        f"'{attribute.value}': private and dunder attributes are not allowed")
             return self.operation(OpKind.FUNCTION, SAFE_BUILTINS[name], list(expr.args), expr.keywords, expr.span)
+        if name in self.untyped:  # its type was already reported as wrong
+            self.used_captures.add(name)
+            return self.failed_call(expr, func.span)
         if name.startswith("__"):
             return self.failed_call(expr, func.span, f"'{name}': dunder names are not allowed in rule files")
         if name in self.types or name in self.interior or name in self.replace_env:
@@ -522,17 +560,17 @@ class RuleResolver:
 
     def call_method(self, func: st.Attribute, expr: st.Call) -> Template:
         name = func.attr
+        receiver = func.value
+        if isinstance(receiver, st.Name) and receiver.id in sys.modules and receiver.id not in self.types:
+            # `os.system(x)` would otherwise read as the method .system of a capture named os.
+            return self.failed_call(expr, receiver.span, f"unknown name '{receiver.id}'",
+                                    f"pass allow=['{receiver.id}'] to use it")
         if name.startswith("_"):
             return self.failed_call(expr, func.span, f"'.{name}': private and dunder attributes are not allowed")
         if not hasattr(torch.Tensor, name):
             name_span = attrs.evolve(func.span, column=(func.span.end_column or 1) - len(name), end_line=None)
             return self.failed_call(expr, name_span, f"unknown tensor method '.{name}'",
                                     did_you_mean(name, [n for n in dir(torch.Tensor) if not n.startswith("_")]))
-        receiver = func.value
-        if isinstance(receiver, st.Name) and receiver.id in sys.modules and receiver.id not in self.types:
-            # `numpy.negative(x)` would silently read as the method .negative of a capture named numpy.
-            return self.failed_call(expr, receiver.span, f"'{receiver.id}' is a module that rule files may not reach",
-                                    f"pass allow=['{receiver.id}'] to use it, or rename the capture")
         return self.operation(OpKind.METHOD, name, [func.value, *expr.args], expr.keywords, expr.span)
 
     # ---------------------------------------------------------------- operations
@@ -541,9 +579,9 @@ class RuleResolver:
                   span: Span, binds: str | None = None) -> Template:
         rest = bool(args) and isinstance(args[-1], st.EllipsisExpr)
         if rest:
-            args = args[:-1]
             if self.mode != "pattern":
-                return self.error(span, "'...' may only appear in a pattern")
+                return self.error(args[-1].span, "'...' may only appear in a pattern")
+            args = args[:-1]
         arg_templates = tuple(self.template(a) for a in args)
         kwarg_templates = tuple((k.name, self.template(k.value)) for k in keywords)
         return self.finish_operation(kind, target, arg_templates, kwarg_templates, span, rest, binds)

@@ -14,6 +14,7 @@ import difflib
 import importlib
 import math
 import operator
+import sys
 import types
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -92,7 +93,12 @@ class Namespace:
         head = parts[0]
         if head not in self.roots:
             hint_name = _suggest(head, self.roots)
-            hint = f"did you mean '{hint_name}'?" if hint_name else "add 'use MODULE as NAME' or pass allow=[...]"
+            if hint_name:
+                hint = f"did you mean '{hint_name}'?"
+            elif head in sys.modules:  # a module rule files may not reach unless the caller allows it
+                hint = f"pass allow=['{head}'] to use it"
+            else:
+                hint = "add 'use MODULE as NAME' or pass allow=[...]"
             raise ResolutionError(f"unknown name '{head}'", 0, hint)
         value = self.roots[head]
         for index in range(1, len(parts)):
