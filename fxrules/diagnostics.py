@@ -92,7 +92,8 @@ class DiagnosticSink:
 
     def __init__(self, text: str, filename: str) -> None:
         self.filename = filename
-        self._lines = text.splitlines()
+        # Lines as Lark counts them: "\n" only (str.splitlines would also break at form feeds and the like).
+        self._lines = text.replace("\r\n", "\n").split("\n")
         self.diagnostics: list[Diagnostic] = []
 
     def span(self, line: int, column: int, end_line: int | None = None, end_column: int | None = None) -> Span:

@@ -19,10 +19,10 @@ import attrs
 
 from fxrules import bundled
 from fxrules import syntax_tree as st
-from fxrules.diagnostics import DiagnosticSink, FxrLoadError, FxrLoopWarning, FxrUsageError, Span
+from fxrules.diagnostics import DiagnosticSink, FxrLoadError, FxrLoopWarning, FxrSyntaxError, FxrUsageError, Span
 from fxrules.ir import Rule, RuleSet
 from fxrules.loops import loop_warnings
-from fxrules.parser import parse_syntax
+from fxrules.parser import parse_partial
 from fxrules.resolve import RuleResolver, Scope, ScopeResolver
 from fxrules.targets import Namespace
 
@@ -82,11 +82,12 @@ class _Loading:
         self.files[source.identity] = source
         self.chain.append(source.identity)
         try:
-            syntax = parse_syntax(source.text, source.name)
+            syntax, syntax_errors = parse_partial(source.text, source.name)
             sink = DiagnosticSink(source.text, source.name)
+            sink.extend(syntax_errors)  # and go on: the well-formed items may have errors of their own
             rules = self._items(syntax, source, scope, sink)
             rules = _without_overridden(rules, source, sink)
-            sink.raise_if_any()
+            sink.raise_if_any(FxrSyntaxError if syntax_errors else FxrLoadError)
             return rules
         finally:
             self.chain.pop()

@@ -19,8 +19,8 @@ from lark.exceptions import VisitError
 from lark.indenter import DedentError, Indenter
 
 from fxrules.bundled import grammar_text
-from fxrules.diagnostics import DiagnosticSink, FxrSyntaxError, Span
-from fxrules.syntax_tree import File, to_syntax_tree
+from fxrules.diagnostics import Diagnostic, DiagnosticSink, FxrSyntaxError, Span
+from fxrules.syntax_tree import File, Item, to_syntax_tree
 
 
 class _BadDedent(Exception):  # noqa: N818 - internal signal, never raised to users
@@ -557,24 +557,36 @@ def _build(text: str, filename: str) -> File:
     raise AssertionError("unreachable")
 
 
-def parse_syntax(text: str, filename: str = "<string>") -> File:
-    """Parse ``.fxr`` text into its syntax tree, or raise one error listing every syntax problem."""
+def parse_partial(text: str, filename: str = "<string>") -> tuple[File, list[Diagnostic]]:
+    """Parse what parses: the syntax tree of every top-level item that is well formed, and a
+    diagnostic for each one that is not (so semantic errors elsewhere can be reported too)."""
     try:
-        return _build(text, filename)
+        return _build(text, filename), []
     except (UnexpectedInput, _BadDedent):
         pass
     sink = DiagnosticSink(text, filename)
+    items: list[Item] = []
     for first_line, chunk in _chunks(text):
+        padded = "\n" * first_line + chunk  # with the lines before it, the chunk's positions are the file's
         try:
-            _parse_tree(chunk)
+            items += _build(padded, filename).items
         except (UnexpectedInput, _BadDedent) as error:
-            line, column, message = _syntax_diagnostic(error, chunk, first_line)
+            line, column, message = _syntax_diagnostic(error, padded, 0)
             sink.error(Span(filename, line, column), message)
+        except FxrSyntaxError as error:
+            sink.extend(error.diagnostics)
     if not sink.diagnostics:  # the chunks parse alone but not together: report the whole-file error
         try:
             _parse_tree(text)
         except (UnexpectedInput, _BadDedent) as error:
             line, column, message = _syntax_diagnostic(error, text, 0)
             sink.error(Span(filename, line, column), message)
-    sink.raise_if_any(FxrSyntaxError)
-    raise AssertionError("unreachable: the text failed to parse but no error was found")
+    return File(filename, tuple(items)), sink.diagnostics
+
+
+def parse_syntax(text: str, filename: str = "<string>") -> File:
+    """Parse ``.fxr`` text into its syntax tree, or raise one error listing every syntax problem."""
+    syntax, problems = parse_partial(text, filename)
+    if problems:
+        raise FxrSyntaxError(sorted(problems, key=lambda d: (d.span.line, d.span.column)))
+    return syntax

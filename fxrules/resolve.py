@@ -53,7 +53,7 @@ from fxrules.ir import (
 )
 from fxrules.signatures import CallSignature, function_signature, method_signature, module_call_signature
 from fxrules.syntax_tree import dotted_parts
-from fxrules.targets import SAFE_BUILTINS, Namespace, ResolutionError, is_value
+from fxrules.targets import SAFE_BUILTINS, UNKNOWN_NAME_HINT, Namespace, ResolutionError, is_value
 
 _aten = torch.ops.aten
 
@@ -527,8 +527,8 @@ class RuleResolver:
         if name in SAFE_BUILTINS:
             attribute = expr.args[1] if len(expr.args) > 1 else None
             if isinstance(attribute, st.Constant) and str(attribute.value).startswith("_"):
-                return self.failed_call(expr, attribute.span,
-                                        f"'{attribute.value}': private and dunder attributes are not allowed")
+                return self.failed_call(expr, func.span,
+                                        f"'.{attribute.value}': private and dunder attributes are not allowed")
             return self.operation(OpKind.FUNCTION, SAFE_BUILTINS[name], list(expr.args), expr.keywords, expr.span)
         if name in self.untyped:  # its type was already reported as wrong
             self.used_captures.add(name)
@@ -563,8 +563,7 @@ class RuleResolver:
         receiver = func.value
         if isinstance(receiver, st.Name) and receiver.id in sys.modules and receiver.id not in self.types:
             # `os.system(x)` would otherwise read as the method .system of a capture named os.
-            return self.failed_call(expr, receiver.span, f"unknown name '{receiver.id}'",
-                                    f"pass allow=['{receiver.id}'] to use it")
+            return self.failed_call(expr, receiver.span, f"unknown name '{receiver.id}'", UNKNOWN_NAME_HINT)
         if name.startswith("_"):
             return self.failed_call(expr, func.span, f"'.{name}': private and dunder attributes are not allowed")
         if not hasattr(torch.Tensor, name):

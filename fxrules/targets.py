@@ -35,6 +35,8 @@ DEFAULT_ROOTS: Mapping[str, Any] = {
     "math": math,
 }
 
+UNKNOWN_NAME_HINT = "add 'use MODULE as NAME' or pass allow=[...]"
+
 #: Python builtins a pattern may name: FX records ``x.shape`` as ``getattr(x, "shape")``.
 SAFE_BUILTINS: Mapping[str, Any] = {"getattr": builtins.getattr}
 
@@ -98,7 +100,7 @@ class Namespace:
             elif head in sys.modules:  # a module rule files may not reach unless the caller allows it
                 hint = f"pass allow=['{head}'] to use it"
             else:
-                hint = "add 'use MODULE as NAME' or pass allow=[...]"
+                hint = UNKNOWN_NAME_HINT
             raise ResolutionError(f"unknown name '{head}'", 0, hint)
         value = self.roots[head]
         for index in range(1, len(parts)):
