@@ -57,3 +57,17 @@ def slow_examples(default: int) -> int:
     if "FXRULES_SLOW_EXAMPLES" in os.environ:
         return int(os.environ["FXRULES_SLOW_EXAMPLES"])
     return max(20, default // 3) if os.environ.get("CI") else default
+
+
+def fold_rule(name: str, helper: str) -> str:
+    """A conv+bn folding rule calling ``helper``: the rule several failure tests need."""
+    return f"""
+rule {name}:
+    given:
+        c: nn.Conv2d
+        bn: nn.BatchNorm2d
+    pattern:
+        return bn(c(x))
+    replace:
+        return @{helper}(c, bn)(x)
+"""

@@ -10,7 +10,7 @@ import torch.fx
 
 import fxrules
 from fxrules import rewriter as rewriter_module
-from tests.conftest import assert_rewrites, ops, trace
+from tests.conftest import assert_rewrites, fold_rule, ops, trace
 
 F = torch.nn.functional
 
@@ -173,16 +173,7 @@ def test_helper_that_raises_leaves_gm_exactly_as_it_was() -> None:
 
     gm = torch.fx.symbolic_trace(conv_bn_model())
     before = snapshot(gm)
-    rules = """
-rule fold:
-    given:
-        c: nn.Conv2d
-        bn: nn.BatchNorm2d
-    pattern:
-        return bn(c(x))
-    replace:
-        return @broken(c, bn)(x)
-"""
+    rules = fold_rule("fold", "broken")
     with pytest.raises(fxrules.FxrApplyError, match=r"rule fold failed at node 'bn': RuntimeError: cannot fold"):
         fxrules.apply(gm, fxrules.parse(rules), helpers={"broken": broken})
     assert snapshot(gm) == before
@@ -191,16 +182,7 @@ rule fold:
 def test_failure_after_helpers_added_modules_removes_them(monkeypatch: pytest.MonkeyPatch) -> None:
     gm = torch.fx.symbolic_trace(conv_bn_model())
     before = snapshot(gm)
-    rules = fxrules.parse("""
-rule fold:
-    given:
-        c: nn.Conv2d
-        bn: nn.BatchNorm2d
-    pattern:
-        return bn(c(x))
-    replace:
-        return @fold_conv_bn(c, bn)(x)
-""")
+    rules = fxrules.parse(fold_rule("fold", "fold_conv_bn"))
 
     def failing_lint(self: torch.fx.Graph) -> None:
         raise RuntimeError("injected lint failure")

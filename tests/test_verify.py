@@ -11,7 +11,7 @@ import torch
 import fxrules
 from fxrules.cli import main
 from fxrules.verification import Verdict, compare, verify_rule
-from tests.conftest import slow_examples
+from tests.conftest import fold_rule, slow_examples
 
 SEED = 20261129
 EXAMPLES = int(os.environ.get("FXRULES_VERIFY_EXAMPLES", "60"))
@@ -49,16 +49,7 @@ rule transpose_square:
     replace:
         return x + x
 """,
-    "folding_forgets_bias": """
-rule folding_forgets_bias:
-    given:
-        c: nn.Conv2d
-        bn: nn.BatchNorm2d
-    pattern:
-        return bn(c(x))
-    replace:
-        return @forgets_the_bias(c, bn)(x)
-""",
+    "folding_forgets_bias": fold_rule("folding_forgets_bias", "forgets_the_bias"),
     "times_zero": "rule times_zero: x * 0 => torch.zeros_like(x)",
     "integer_division": """
 rule integer_division:
