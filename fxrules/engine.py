@@ -234,13 +234,13 @@ class _Run:
         (see ``rewriter._printable``).
         """
         gm = self.gm
+        referenced_before = {str(n.target) for n in graph.find_nodes(op="call_module")}
         try:
-            graph.lint()
+            # It lints before it erases anything: a failing lint leaves the log able to undo everything.
+            graph.eliminate_dead_code()  # the retired nodes are dead too
         except Exception as error:
             raise _LintError(str(error)) from error
-        referenced_before = {str(n.target) for n in graph.find_nodes(op="call_module")}
-        transaction.erase_retired(graph)
-        graph.eliminate_dead_code()
+        transaction.erase_retired(graph)  # those DCE keeps: impure ones the pattern named
         gm.recompile()
         referenced_after = {str(n.target) for n in graph.find_nodes(op="call_module")}
         for name in sorted(referenced_before - referenced_after):
