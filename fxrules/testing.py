@@ -96,6 +96,7 @@ class Example:
     modules: Mapping[str, torch.nn.Module]
     seed: int
     attributes: tuple[str, ...] = ()  # which of the values are Attr captures (buffers, not inputs)
+    expected: Any = None  # what the pattern computed on these inputs (it ran to instantiate the modules)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         """What hypothesis prints for a drawn example: the short description, not every field."""
@@ -356,18 +357,23 @@ class _Instantiating(torch.fx.Interpreter):
         return self.built[name](*args, **kwargs)
 
 
-def _run_pattern(rule: Rule, draw: Draw, values: dict[str, Any], seed: int) -> _Instantiating:
+def _run_pattern(rule: Rule, draw: Draw, values: dict[str, Any], seed: int,
+                 choice: Mapping[int, int]) -> tuple[_Instantiating, Any]:
+    """Run the pattern (the ``choice`` of its alternatives) on copies of the inputs: its output, and the
+    runner holding the modules it built and the interior values guards read."""
     module_names = [n for n, t in rule.types.items() if isinstance(t, ModuleType)]
     constants: dict[str, Any] = {name: torch.nn.Identity() for name in module_names}
     constants.update({name: values[name] for name in attribute_names(rule)})
-    pattern, interior = build_pattern(rule, constants)
+    pattern, interior = build_pattern(rule, constants, choice)
     runner = _Instantiating(pattern, draw, rule.types, seed, interior)
+    inputs = [value.clone() if isinstance(value, torch.Tensor) else value
+              for value in (values[name] for name in input_names(rule))]
     try:
         with torch.no_grad():
-            runner.run(*(values[name] for name in input_names(rule)))
+            output = runner.run(*inputs)
     except Exception:  # an input the pattern rejects is outside the rule's domain
         assume(False)
-    return runner
+    return runner, output
 
 
 def guard_allows(rule: Rule, values: Mapping[str, Any], modules: Mapping[str, torch.nn.Module],
@@ -389,8 +395,10 @@ def guard_allows(rule: Rule, values: Mapping[str, Any], modules: Mapping[str, to
         return False
 
 
-def examples(rule: Rule, max_side: int = 4, max_rank: int = 3) -> st.SearchStrategy[Example]:
-    """Inputs of ``rule`` that its pattern accepts and its guard allows."""
+def examples(rule: Rule, max_side: int = 4, max_rank: int = 3,
+             choice: Mapping[int, int] | None = None) -> st.SearchStrategy[Example]:
+    """Inputs of ``rule`` that its pattern (with the ``choice`` of its alternatives) accepts and its guard
+    allows, each with the pattern's output on it."""
 
     # The rule is closed over, not passed as an argument: hypothesis would pretty-print the whole
     # rule IR into the strategy's repr on every example (which once cost minutes per rule).
@@ -399,13 +407,13 @@ def examples(rule: Rule, max_side: int = 4, max_rank: int = 3) -> st.SearchStrat
         drawer = _Drawer(draw, rule, max_side, max_rank)
         values = drawer.values()
         seed = draw(st.integers(0, 2**16))
-        runner = _run_pattern(rule, draw, values, seed)
+        runner, output = _run_pattern(rule, draw, values, seed, choice or {})
         dims = dict(drawer.dims)
         for name, declared in rule.types.items():
             if isinstance(declared, TensorType) and declared.dims and name in values:
                 dims.update(_dims_of(declared, values[name]))
         assume(guard_allows(rule, {**values, **runner.interior}, runner.built, dims))
-        return Example(values, runner.built, seed, attribute_names(rule))
+        return Example(values, runner.built, seed, attribute_names(rule), output)
 
     return example()
 
