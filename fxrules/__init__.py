@@ -6,7 +6,9 @@ Pipeline: ``grammar/fxr.lark`` -> :mod:`fxrules.parser` (syntax tree) ->
 :mod:`fxrules.engine`; :mod:`fxrules.loader` reads files and includes.
 On top: :mod:`fxrules.verification` (soundness on generated inputs, with
 :mod:`fxrules.testing` strategies and :mod:`fxrules.standalone` graphs), the
-pytest plugin and :mod:`fxrules.cli`.
+pytest plugin and :mod:`fxrules.cli`; :mod:`fxrules.pipelines` (a torch.compile
+backend and an Inductor pass) and :mod:`fxrules.exported` (``ExportedProgram``
+in and out) put ``apply`` into compile pipelines.
 """
 
 from fxrules.diagnostics import (
@@ -20,9 +22,11 @@ from fxrules.diagnostics import (
     FxrUsageError,
     Span,
 )
-from fxrules.engine import apply
+from fxrules.engine import apply, apply_program
+from fxrules.exported import RewrittenProgram
 from fxrules.ir import Rule, RuleSet
 from fxrules.loader import load, parse
+from fxrules.pipelines import backend, inductor_pass
 from fxrules.report import Report
 from fxrules.verification import VerifyReport, verify
 
@@ -36,11 +40,15 @@ __all__ = [
     "FxrSyntaxError",
     "FxrUsageError",
     "Report",
+    "RewrittenProgram",
     "Rule",
     "RuleSet",
     "Span",
     "VerifyReport",
     "apply",
+    "apply_program",
+    "backend",
+    "inductor_pass",
     "load",
     "parse",
     "verify",

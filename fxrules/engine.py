@@ -23,22 +23,26 @@ the graph is made.
 
 from __future__ import annotations
 
+import copy
+import operator
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import attrs
 import torch
 import torch.fx
+from torch.export import ExportedProgram
 
 from fxrules import helpers as bundled_helpers
 from fxrules.diagnostics import FxrApplyError, FxrConvergenceError, FxrError, FxrUsageError
+from fxrules.exported import RewrittenProgram, rewrite_program
 from fxrules.ir import AltTemplate, HelperTemplate, OpTemplate, Rule, RuleSet, SeqTemplate, Template, walk
 from fxrules.loader import load
 from fxrules.matcher import Match, Matcher, Miss, RuleIndex, Skip
 from fxrules.metadata import propagate_shapes
-from fxrules.report import Report, ReportBuilder
+from fxrules.report import Report, ReportBuilder, combine
 from fxrules.rewriter import Rewriter, Transaction
 
 RulesArgument = str | Path | RuleSet | Sequence["str | Path | RuleSet"]
@@ -269,8 +273,20 @@ def _neighbourhood(seeds: set[torch.fx.Node], depth: int,
     return found
 
 
+@overload
+def apply(gm: torch.fx.GraphModule, rules: RulesArgument, *, example_inputs: Sequence[Any] | None = None,
+          allow: Iterable[str] = (), helpers: Mapping[str, Callable[..., Any]] | None = None,
+          max_passes: int = 100, explain: bool = False) -> Report: ...
+
+
+@overload
+def apply(gm: ExportedProgram, rules: RulesArgument, *, example_inputs: Sequence[Any] | None = None,
+          allow: Iterable[str] = (), helpers: Mapping[str, Callable[..., Any]] | None = None,
+          max_passes: int = 100, explain: bool = False) -> ExportedProgram: ...
+
+
 def apply(
-    gm: torch.fx.GraphModule,
+    gm: torch.fx.GraphModule | ExportedProgram,
     rules: RulesArgument,
     *,
     example_inputs: Sequence[Any] | None = None,
@@ -278,14 +294,20 @@ def apply(
     helpers: Mapping[str, Callable[..., Any]] | None = None,
     max_passes: int = 100,
     explain: bool = False,
-) -> Report:
+) -> Report | ExportedProgram:
     """Rewrite ``gm`` in place with ``rules`` until no rule fires, and report what happened.
 
     ``rules`` is a path, a bundled ruleset name (``"algebra.fxr"``), a
     ``RuleSet``, or a list of them.  With ``example_inputs``, shape metadata
     is propagated first so typed captures and guards can use it.  If anything
     fails, ``gm`` is left exactly as it was and an ``FxrError`` is raised.
+
+    Given a ``torch.export`` ``ExportedProgram``, it returns a new program
+    (the input is not changed); :func:`apply_program` returns its report too.
     """
+    if isinstance(gm, ExportedProgram):
+        return apply_program(gm, rules, allow=allow, helpers=helpers, max_passes=max_passes,
+                             explain=explain).program
     module = _check_module(gm)
     ruleset = load_rules(rules, allow)
     helper_table = _helper_table(ruleset, helpers)
@@ -293,4 +315,60 @@ def apply(
         raise FxrUsageError(f"max_passes must be at least 1, got {max_passes}")
     if example_inputs is not None:
         propagate_shapes(module, example_inputs)
-    return _Run(module, ruleset, helper_table, max_passes, explain).execute()
+    subgraphs = higher_order_subgraphs(module)
+    if not subgraphs:
+        return _Run(module, ruleset, helper_table, max_passes, explain).execute()
+    return _apply_nested(module, subgraphs, lambda m: _Run(m, ruleset, helper_table, max_passes, explain).execute())
+
+
+def higher_order_subgraphs(gm: torch.fx.GraphModule, prefix: str = "") -> list[tuple[str, torch.fx.GraphModule]]:
+    """The subgraphs higher-order operators call (autocast and grad-mode regions...), innermost first, by path."""
+    found: dict[str, torch.fx.GraphModule] = {}
+    for node in gm.graph.find_nodes(op="get_attr"):
+        if any(isinstance(user.target, torch._ops.HigherOrderOperator) for user in node.users):
+            subgraph = operator.attrgetter(str(node.target))(gm)
+            path = f"{prefix}{node.target}"
+            if isinstance(subgraph, torch.fx.GraphModule) and path not in found:
+                found.update(higher_order_subgraphs(subgraph, f"{path}."))
+                found[path] = subgraph
+    return list(found.items())
+
+
+def _apply_nested(gm: torch.fx.GraphModule, subgraphs: list[tuple[str, torch.fx.GraphModule]],
+                  run: Callable[[torch.fx.GraphModule], Report]) -> Report:
+    """Apply to each subgraph, then to ``gm``: all or nothing over the whole module.
+
+    Each ``apply`` undoes itself when it fails; subgraphs already rewritten are
+    restored from a copy of their graph taken before (a shallow copy: node
+    metadata is shared), and the attributes helpers added to them are removed.
+    """
+    started = time.perf_counter()
+    saved = [(sub, copy.deepcopy(sub.graph), set(sub._modules) | set(sub._buffers) | set(sub._parameters))
+             for _, sub in subgraphs]
+    reports: list[tuple[str, Report]] = []
+    try:
+        for path, sub in subgraphs:
+            reports.append((path, run(sub)))
+        root = run(gm)
+    except BaseException:
+        for sub, graph, attributes in saved:
+            for name in (set(sub._modules) | set(sub._buffers) | set(sub._parameters)) - attributes:
+                delattr(sub, name)
+            sub.graph = graph  # regenerates its code
+        raise
+    return combine(root, reports, time.perf_counter() - started)
+
+
+def apply_program(program: ExportedProgram, rules: RulesArgument, *, allow: Iterable[str] = (),
+                  helpers: Mapping[str, Callable[..., Any]] | None = None, max_passes: int = 100,
+                  explain: bool = False) -> RewrittenProgram:
+    """Rewrite a ``torch.export`` program: a new, valid ``ExportedProgram`` and the report.
+
+    Parameters, buffers and constants are visible to helpers as in a traced
+    module; tensors that helpers make become new buffers of the program.
+    """
+    if not isinstance(program, ExportedProgram):
+        raise FxrUsageError(f"apply_program needs a torch.export.ExportedProgram, got {type(program).__name__}")
+    ruleset = load_rules(rules, allow)
+    return rewrite_program(program, lambda gm: apply(gm, ruleset, helpers=helpers, max_passes=max_passes,
+                                                     explain=explain))

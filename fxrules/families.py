@@ -4,7 +4,8 @@ A family's parameters are its first member's.  Every other member's
 parameter maps to the family parameter of the same name, else to the one at
 the same position (if that one is not taken by name); a member parameter
 that maps nowhere must hold its default for the member to match, so
-``F.relu(x, inplace=True)`` is not ``relu(x)``.  A module member (``nn.Softmax``)
+``F.relu(x, inplace=True)`` is not ``relu(x)`` (parameters that only choose an
+implementation, such as ``cudnn_enabled``, excepted).  A module member (``nn.Softmax``)
 takes the family's remaining parameters from its attributes (``dim``), and its
 other constructor arguments must hold their defaults.
 """
@@ -21,6 +22,10 @@ from fxrules.ir import Family, FamilyMember, OpKind
 from fxrules.signatures import BoundCall, constructor_defaults
 
 _MISSING = object()
+
+#: Member parameters that choose how the result is computed, not what it is (``aten.batch_norm``'s
+#: ``cudnn_enabled`` has no default): they may hold anything where the family has no such parameter.
+IMPLEMENTATION_CHOICES = frozenset({"cudnn_enabled", "cudnn_enable"})
 
 
 def family_parameters(family: Family) -> tuple[str, ...]:
@@ -67,7 +72,7 @@ def map_member_call(
     for name, value in bound.explicit.items():
         if name in mapping:
             explicit[mapping[name]] = value
-        elif not _is_default(bound, member, name, value):
+        elif name not in IMPLEMENTATION_CHOICES and not _is_default(bound, member, name, value):
             return MemberCall(None, f"{member} argument '{name}' is not at its default")
     defaults = {mapping[name]: value for name, value in bound.defaults.items() if name in mapping}
     if module is not None:

@@ -13,7 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.nn.utils.fusion import fuse_conv_bn_eval, fuse_linear_bn_eval
+from torch.nn.utils.fusion import fuse_conv_bn_eval, fuse_conv_bn_weights, fuse_linear_bn_eval
+
+from fxrules.rewriter import HelperTensor
 
 _BATCH_NORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)
 
@@ -50,6 +52,35 @@ def fold_linear_bn(linear: torch.nn.Module, bn: torch.nn.Module) -> torch.nn.Mod
     return fuse_linear_bn_eval(linear, bn)
 
 
+def fold_conv_bn_weight(weight: Any, bn_weight: Any, running_var: Any, eps: float) -> torch.Tensor:
+    """The weight of a convolution with an eval-mode batch norm folded in (functional and aten spellings)."""
+    return _folded_conv_bn(weight, None, bn_weight, None, None, running_var, eps)[0]
+
+
+def fold_conv_bn_bias(weight: Any, bias: Any, bn_weight: Any, bn_bias: Any, running_mean: Any, running_var: Any,
+                      eps: float) -> torch.Tensor:
+    """The bias of a convolution with an eval-mode batch norm folded in; ``bias`` may be None."""
+    return _folded_conv_bn(weight, bias, bn_weight, bn_bias, running_mean, running_var, eps)[1]
+
+
+def _folded_conv_bn(weight: Any, bias: Any, bn_weight: Any, bn_bias: Any, running_mean: Any, running_var: Any,
+                    eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    values = [_known(v) for v in (weight, bias, bn_weight, bn_bias, running_mean, running_var)]
+    weight, bias, bn_weight, bn_bias, running_mean, running_var = values
+    if running_var is None:
+        running_var = torch.ones(weight.shape[0], dtype=weight.dtype)
+    if running_mean is None:
+        running_mean = torch.zeros_like(running_var)
+    with torch.no_grad():
+        folded = fuse_conv_bn_weights(weight, bias, running_mean, running_var, eps, bn_weight, bn_bias)
+    return folded[0].detach(), folded[1].detach()
+
+
+def _known(value: Any) -> Any:
+    """A tensor argument's value (a tensor capture's, if it is known when rewriting), or None."""
+    return value.value if isinstance(value, HelperTensor) else value
+
+
 def static_shape(x: Any) -> tuple[int, ...]:
     """The shape of a tensor capture as a tuple of ints (guard the rule with ``is_static(x)``)."""
     return tuple(int(size) for size in x.shape)
@@ -71,6 +102,7 @@ def concat(first: tuple[Any, ...] | list[Any], second: tuple[Any, ...] | list[An
 
 
 BUNDLED: dict[str, Callable[..., Any]] = {
-    "fold_conv_bn": fold_conv_bn, "fold_linear_bn": fold_linear_bn, "static_shape": static_shape,
+    "fold_conv_bn": fold_conv_bn, "fold_linear_bn": fold_linear_bn, "fold_conv_bn_weight": fold_conv_bn_weight,
+    "fold_conv_bn_bias": fold_conv_bn_bias, "static_shape": static_shape,
     "static_size": static_size, "index": index, "concat": concat,
 }

@@ -12,6 +12,7 @@ that can anchor them.
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -439,6 +440,7 @@ class RuleSet:
     rules: tuple[Rule, ...]
     source: str = "<rules>"
     warnings: tuple[Diagnostic, ...] = ()
+    digest: str = ""  # sha256 of the text of every file the rules came from ("" when built in Python)
     by_anchor: Mapping[AnchorKey, tuple[Rule, ...]] = attrs.field(init=False)
 
     @by_anchor.default
@@ -450,7 +452,9 @@ class RuleSet:
         return {key: tuple(rules) for key, rules in index.items()}
 
     def __add__(self, other: RuleSet) -> RuleSet:
-        return RuleSet(self.rules + other.rules, f"{self.source}+{other.source}", self.warnings + other.warnings)
+        digest = hashlib.sha256(f"{self.digest}+{other.digest}".encode()).hexdigest()
+        return RuleSet(self.rules + other.rules, f"{self.source}+{other.source}", self.warnings + other.warnings,
+                       digest)
 
     def __len__(self) -> int:
         return len(self.rules)

@@ -184,7 +184,8 @@ def _load_source(source: SourceFile, allow: Iterable[str]) -> RuleSet:
     base = _prelude_scope().copy()
     base.namespace = Namespace.create(allowed)
     rules = loading.resolve(source, base)
-    ruleset = RuleSet(tuple(rules), source.name)
+    texts = "\0".join(_digest(f.text) for f in loading.files.values())
+    ruleset = RuleSet(tuple(rules), source.name, digest=_digest(texts))
     ruleset = attrs.evolve(ruleset, warnings=loop_warnings(ruleset))
     for warning in ruleset.warnings:
         warnings.warn(warning.render(), FxrLoopWarning, stacklevel=3)

@@ -1,7 +1,9 @@
 """Shape and dtype metadata of FX nodes: reading it, computing it, and carrying it to new nodes.
 
-Metadata comes from ``node.meta["val"]`` (torch.export and Dynamo put
-FakeTensors there) or ``node.meta["tensor_meta"]`` (``ShapeProp``).  Guards
+Metadata comes from ``node.meta["val"]`` (torch.export and AOT put
+FakeTensors there), ``node.meta["example_value"]`` (the FakeTensors of a
+Dynamo graph, as a ``torch.compile`` backend receives it) or
+``node.meta["tensor_meta"]`` (``ShapeProp``).  Guards
 and typed captures see it through :class:`TensorInfo`; a node without it
 raises :class:`MissingMetadata`, which makes the rule skip with a reason.
 """
@@ -95,10 +97,11 @@ def tensor_info(node: torch.fx.Node, users: int | None = None) -> TensorInfo:
     """The metadata of a tensor-valued node, or :class:`MissingMetadata`; ``users``: its live users, if known."""
     meta = node.meta
     users = len(node.users) if users is None else users
-    info = _from_value(meta.get("val"), users) or _from_value(meta.get("tensor_meta"), users)
+    value = _value(meta)
+    info = _from_value(value, users) or _from_value(meta.get("tensor_meta"), users)
     if info is not None:
         return info
-    known_type = type(meta["val"]) if "val" in meta else meta.get("type")  # ShapeProp records every value's type
+    known_type = type(value) if value is not None else meta.get("type")  # ShapeProp records every value's type
     if isinstance(known_type, type) and not issubclass(known_type, torch.Tensor):
         raise NotATensor(f"node '{node.name}' is a {known_type.__name__}, not a tensor")
     raise MissingMetadata(f"node '{node.name}' has no shape metadata")
@@ -130,8 +133,13 @@ def guard_view(node: torch.fx.Node, live_users: list[torch.fx.Node]) -> TensorIn
     return info
 
 
+def _value(meta: dict[str, Any]) -> Any:
+    """The (fake) value a node's metadata records, if any."""
+    return meta["val"] if "val" in meta else meta.get("example_value")
+
+
 def has_metadata(node: torch.fx.Node) -> bool:
-    return "val" in node.meta or "tensor_meta" in node.meta
+    return any(key in node.meta for key in ("val", "example_value", "tensor_meta"))
 
 
 def graph_has_metadata(graph: torch.fx.Graph) -> bool:
@@ -145,14 +153,15 @@ def propagate_shapes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) ->
     ShapeProp(gm).propagate(*example_inputs)
 
 
-def _as_meta_tensor(value: Any) -> Any:
+def fake_value(value: Any) -> Any:
+    """An argument as operations on metadata see it: a node becomes its FakeTensor or a meta-device tensor."""
     if isinstance(value, torch.fx.Node):
-        if "val" in value.meta:
-            return value.meta["val"]
+        if "val" in value.meta or "example_value" in value.meta:
+            return _value(value.meta)
         tensor_meta = value.meta.get("tensor_meta")
         if isinstance(tensor_meta, TensorMetadata):
             return torch.empty(tensor_meta.shape, dtype=tensor_meta.dtype, device="meta")
-        raise MissingMetadata(value.name)
+        raise MissingMetadata(f"node '{value.name}' has no shape metadata")
     return value
 
 
@@ -164,8 +173,8 @@ def infer_metadata(node: torch.fx.Node) -> None:
     gets no metadata, as a node of a graph without metadata would.
     """
     try:
-        args = torch.fx.node.map_aggregate(node.args, _as_meta_tensor)
-        kwargs = torch.fx.node.map_aggregate(node.kwargs, _as_meta_tensor)
+        args = torch.fx.node.map_aggregate(node.args, fake_value)
+        kwargs = torch.fx.node.map_aggregate(node.kwargs, fake_value)
         fake_mode = _fake_mode(args, kwargs)
         with fake_mode if fake_mode is not None else contextlib.nullcontext():
             result = _run(node, args, kwargs)

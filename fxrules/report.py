@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import attrs
@@ -182,3 +183,34 @@ class ReportBuilder:
             ))
         return Report(tuple(rules), self.passes, StopReason.FIXPOINT, nodes_before, nodes_after,
                       self.match_seconds, self.rewrite_seconds, total_seconds)
+
+
+def combine(root: Report, nested: Sequence[tuple[str, Report]], total_seconds: float) -> Report:
+    """One report for an ``apply`` over a graph and the subgraphs of its higher-order operators.
+
+    ``nested`` holds each subgraph's report under its attribute path; its nodes are named ``path.node``.
+    """
+    parts = [("", root), *nested]
+    rules = []
+    for index, rule in enumerate(root.rules):
+        pieces = [(prefix, report.rules[index]) for prefix, report in parts]
+        skip_counts: Counter[str] = Counter()
+        for _, piece in pieces:
+            skip_counts.update(piece.skip_counts)
+        misses = sorted((attrs.evolve(m, anchor=_qualified(p, m.anchor)) for p, r in pieces for m in r.near_misses),
+                        key=lambda m: -m.progress)
+        rules.append(attrs.evolve(
+            rule, fired=sum(r.fired for _, r in pieces),
+            anchors=tuple(_qualified(p, a) for p, r in pieces for a in r.anchors),
+            skipped=tuple(attrs.evolve(s, node=_qualified(p, s.node)) for p, r in pieces for s in r.skipped
+                          )[:KEEP_EXAMPLES],
+            skip_counts=dict(skip_counts), near_misses=tuple(misses[:KEEP_MISSES]),
+            attempts=sum(r.attempts for _, r in pieces)))
+    reports = [report for _, report in parts]
+    return Report(tuple(rules), max(r.passes for r in reports), root.stop_reason,
+                  sum(r.nodes_before for r in reports), sum(r.nodes_after for r in reports),
+                  sum(r.match_seconds for r in reports), sum(r.rewrite_seconds for r in reports), total_seconds)
+
+
+def _qualified(prefix: str, node: str) -> str:
+    return f"{prefix}.{node}" if prefix else node

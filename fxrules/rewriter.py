@@ -2,7 +2,8 @@
 
 Steps for a match: (1) emit the replacement's nodes before the earliest
 matched output (``Graph.inserting_before``), each shared template once, in
-dependency order; helpers run here; (2) give the new nodes the replaced
+dependency order; helpers run here, and in an aten-level graph each operation is spelled as
+an aten operator (:mod:`fxrules.aten`); (2) give the new nodes the replaced
 output's ``stack_trace``/``nn_module_stack``, provenance in
 ``meta["fxrules"]``, and shape metadata (copied for outputs, inferred for the
 rest); (3) redirect the outputs' users (``Node.replace_all_uses_with``);
@@ -14,6 +15,7 @@ instead of working on a copy of the graph.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -22,6 +24,7 @@ import attrs
 import torch
 import torch.fx
 
+from fxrules.aten import NoAtenSpelling, aten_spelling, is_aten_graph, needs_aten_spelling
 from fxrules.diagnostics import FxrApplyError
 from fxrules.ir import Capture, HelperTemplate, Literal, OpKind, OpTemplate, SeqTemplate, SliceTemplate, Template
 from fxrules.matcher import Match, Skip
@@ -29,7 +32,7 @@ from fxrules.metadata import has_metadata, infer_metadata, tensor_info
 
 #: Metadata a replacement inherits from the output it replaces.
 INHERITED_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
-SHAPE_META = ("val", "tensor_meta")
+SHAPE_META = ("val", "example_value", "tensor_meta")
 
 
 @attrs.define
@@ -94,7 +97,7 @@ class Transaction:
 
 
 class HelperTensor:
-    """What a helper receives for a tensor capture: the node's name and its metadata."""
+    """What a helper receives for a tensor capture other than a ``get_attr``: the node's name and metadata."""
 
     def __init__(self, node: torch.fx.Node) -> None:
         self.name = node.name
@@ -107,6 +110,13 @@ class HelperTensor:
     @property
     def dtype(self) -> torch.dtype:
         return tensor_info(self.node).dtype
+
+    @property
+    def value(self) -> torch.Tensor:
+        """Unknown: a helper that needs it skips the rewrite (``get_attr`` captures reach helpers as tensors)."""
+        where = "a graph input (torch.compile passes parameters as inputs)" if self.node.op == "placeholder" \
+            else "computed when the graph runs"
+        raise Skip("value unknown", f"a helper needs the value of '{self.name}', which is {where}")
 
     def __repr__(self) -> str:
         return f"HelperTensor({self.name})"
@@ -130,6 +140,11 @@ class Rewriter:
         self.helpers = helpers
         self.transaction = transaction
         self.with_metadata = any(has_metadata(n) for n in graph.find_nodes(op="placeholder"))
+
+    @functools.cached_property
+    def aten_level(self) -> bool:
+        """Whether replacements must be spelled as aten operators (decided at the first rewrite, not per apply)."""
+        return is_aten_graph(self.graph)
 
     def rewrite(self, match: Match) -> Rewrite:
         anchor = min(match.outputs, key=lambda n: n._sort_key)
@@ -223,8 +238,15 @@ class Emitter:
         kind, target = template.kind, template.target
         if _foldable(target, args, kwargs):  # e.g. `@rank(x) - 1`: arithmetic on literals is done now
             return target(*args)
-        if kind is OpKind.FAMILY:
-            kind, target = target.primary.kind, target.primary.target
+        family = target if kind is OpKind.FAMILY else None
+        if family is not None:
+            kind, target = family.primary.kind, family.primary.target
+        if self.rewriter.aten_level and needs_aten_spelling(kind, target, args, kwargs):
+            try:
+                target, args, kwargs = aten_spelling(family, kind, target, args, kwargs)
+            except NoAtenSpelling as reason:
+                raise Skip("no aten spelling", f"{template.span}: {reason}") from reason
+            kind = OpKind.FUNCTION
         if kind is OpKind.MODULE:
             qualname = self._module_name(template)
             node = self.graph.call_module(qualname, args, kwargs)

@@ -21,6 +21,7 @@ import torch.fx
 from fxrules.ir import (
     AltTemplate,
     Capture,
+    HelperTemplate,
     ModuleType,
     OpKind,
     OpTemplate,
@@ -28,6 +29,7 @@ from fxrules.ir import (
     Template,
     TensorType,
     Wildcard,
+    children,
     walk,
 )
 from fxrules.matcher import Match
@@ -51,10 +53,12 @@ def input_names(rule: Rule) -> tuple[str, ...]:
     """
     names: dict[str, None] = {}
     wildcards = 0
+    constants = helper_tensors(rule)
     for output in rule.pattern:
         for template in walk(output):
             if isinstance(template, Capture) and not isinstance(rule.types.get(template.name), ModuleType):
-                names[template.name] = None
+                if template.name not in constants:
+                    names[template.name] = None
             elif isinstance(template, Wildcard):
                 wildcards += 1
                 names[f"_{wildcards}"] = None
@@ -71,9 +75,23 @@ def replacement_dims(rule: Rule) -> tuple[str, ...]:
 
 
 def attribute_names(rule: Rule) -> tuple[str, ...]:
-    """The ``Attr`` captures: each a buffer of the standalone graphs' root, read with ``get_attr``."""
-    return tuple(dict.fromkeys(t.binds for output in rule.pattern for t in walk(output)
-                               if isinstance(t, OpTemplate) and t.kind is OpKind.ATTR and t.binds))
+    """The ``Attr`` captures and :func:`helper_tensors`: each a buffer of the standalone graphs' root."""
+    attributes = [t.binds for output in rule.pattern for t in walk(output)
+                  if isinstance(t, OpTemplate) and t.kind is OpKind.ATTR and t.binds]
+    return tuple(dict.fromkeys([*attributes, *helper_tensors(rule)]))
+
+
+def helper_tensors(rule: Rule) -> tuple[str, ...]:
+    """Tensor captures the replacement passes to a helper.
+
+    A helper computes with their values, which are known when rewriting only for
+    attributes of the module (a parameter, a buffer): so they are buffers in the
+    standalone graphs too, as they must be in a graph for the rule to fire.
+    """
+    tensors = {name for name, declared in rule.types.items() if isinstance(declared, TensorType)}
+    return tuple(dict.fromkeys(a.name for output in rule.replacement for t in walk(output)
+                               if isinstance(t, HelperTemplate) for a in children(t)
+                               if isinstance(a, Capture) and a.name in tensors))
 
 
 def alternative_choices(rule: Rule) -> list[dict[int, int]]:

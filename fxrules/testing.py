@@ -140,10 +140,14 @@ def _role_of_parameter(parameter: inspect.Parameter) -> str:
     if "List[int]" in text or "list[int]" in text:
         if name in {"size", "shape"}:
             return "shape"
+        if name in {"stride", "dilation", "padding"}:  # of a convolution or pooling
+            return name
         return "permutation" if name == "dims" else "dims" if "dim" in name else "int_list"
     if annotation is int or text in {"int", "Optional[int]", "typing.Optional[int]"}:
         if "dtype" in name:
             return "dtype"
+        if name == "groups":
+            return "groups"
         return "dim" if "dim" in name else "int"
     if annotation is float or "float" in text:
         return "float"
@@ -318,6 +322,11 @@ class _Drawer:
             "bool": lambda: draw(st.booleans()),
             "str": lambda: draw(st.sampled_from(["mean", "sum", "none"])),
             "int_list": lambda: draw(st.lists(st.integers(-3, 3), min_size=1, max_size=2)),
+            # one value for every spatial dim, as convolutions accept it
+            "stride": lambda: [draw(st.integers(1, 2))],
+            "dilation": lambda: [draw(st.integers(1, 2))],
+            "padding": lambda: [draw(st.integers(0, 1))],
+            "groups": lambda: draw(st.integers(1, 2)),
         }
         scalar = lambda: draw(st.one_of(st.integers(-3, 3), st.floats(-4, 4)))  # noqa: E731 - Scalar
         return strategies.get(kind, scalar)()

@@ -39,9 +39,9 @@ def plain(value: Any) -> Any:
     return value
 
 
-def run(module: Callable[..., Any], inputs: tuple[Any, ...]) -> Any:
+def run(module: Callable[..., Any], inputs: tuple[Any, ...], kwargs: dict[str, Any] | None = None) -> Any:
     with torch.no_grad():
-        return plain(module(*inputs))
+        return plain(module(*inputs, **(kwargs or {})))
 
 
 def _generator() -> torch.Generator:

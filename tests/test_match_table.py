@@ -253,7 +253,7 @@ ROWS = [
     row("... accepts any other arguments", lambda c: (torch.sum(c, -1, keepdim=True), torch.sum(c), torch.mean(c)),
         "rule r: torch.sum(x, ...) => torch.mean(x)", "sum_1", "sum_2"),
     row("aten overload, exact and by family", _aten_relu,
-        "rule r: aten.relu.default(x) => torch.relu(x)\nrule s: sigmoid(x) => torch.tanh(x)",
+        "rule r: aten.relu.default(x) => torch.neg(x)\nrule s: sigmoid(x) => torch.tanh(x)",
         "r@relu_default", "s@sigmoid_default"),
     row("get_attr capture", WithBias(), "rule r:\n    given:\n        p: Attr\n    pattern:\n        return x + p\n"
                                         "    replace:\n        return torch.add(x, p)", "add"),
