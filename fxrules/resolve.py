@@ -14,7 +14,7 @@ import inspect
 import math
 import operator
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -269,6 +269,19 @@ class RuleResolver:
         else:
             self.untyped.add(declaration.name)
 
+    def sequence_type(self, name: str, args: Sequence[Any], span: Span) -> SequenceType | None:
+        """``list``, ``tuple``, or one of them with an element type: ``list[Tensor]``, ``tuple[int]``."""
+        if not args:
+            return SequenceType(name, None, span)
+        element = args[0]
+        known = ("Tensor", *SCALAR_TYPES)
+        if len(args) > 1 or not isinstance(element, st.DimName) or element.name not in known:
+            misspelt = len(args) == 1 and isinstance(element, st.DimName)
+            self.error(element.span, f"{name}[...] takes one element type: Tensor or {', '.join(SCALAR_TYPES)}",
+                       did_you_mean(str(element.name), known) if misspelt else None)
+            return None
+        return SequenceType(name, str(element.name), span)
+
     def type_of(self, expr: st.TypeExpr) -> CaptureType | None:
         name = str(expr.name)
         args = expr.args or ()
@@ -281,8 +294,7 @@ class RuleResolver:
         if name in SCALAR_TYPES:
             return ScalarType(name, span)
         if name in SEQUENCE_TYPES:
-            element = args[0].name if args and isinstance(args[0], st.DimName) else None
-            return SequenceType(name, element, span)
+            return self.sequence_type(name, args, span)
         if name == "Node":
             return NodeType(span)
         if name == "Attr":

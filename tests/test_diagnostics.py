@@ -218,6 +218,14 @@ SEMANTIC_CASES = [
     pytest.param("rule r:\n    given:\n        x: Tensr\n    pattern:\n        return torch.neg(x)\n"
                  "    replace:\n        return x\n",
                  [(3, 12, "unknown type 'Tensr'", "did you mean 'Tensor'?")], id="unknown-type-did-you-mean"),
+    pytest.param("rule r:\n    given:\n        xs: list[Tnesor]\n    pattern:\n        return torch.cat(xs, 0)\n"
+                 "    replace:\n        return torch.stack(xs)\n",
+                 [(3, 18, "list[...] takes one element type: Tensor or int, float, bool, str, Scalar, dtype, slice",
+                   "did you mean 'Tensor'?")], id="misspelt-element-type"),
+    pytest.param("rule r:\n    given:\n        xs: tuple[int, int]\n    pattern:\n        return x.view(xs)\n"
+                 "    replace:\n        return x\n",
+                 [(3, 19, "tuple[...] takes one element type: Tensor or int, float, bool, str, Scalar, dtype, slice")],
+                 id="two-element-types"),
     pytest.param("rule r:\n    given:\n        m: Foo\n    pattern:\n        return m(x)\n"
                  "    replace:\n        return x\n",
                  [(3, 12, "unknown type 'Foo'", TYPES_HINT)], id="unknown-type"),
