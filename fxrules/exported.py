@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import operator
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -64,7 +65,9 @@ def rewrite_program(program: ExportedProgram, run: Callable[[torch.fx.GraphModul
         return RewrittenProgram(program, report)
     signature, state_dict, constants = _lift(gm, program, input_specs, unlifted)
     try:
-        rewritten = program._update(gm, signature, state_dict=state_dict, constants=constants)
+        with warnings.catch_warnings():  # _update copies pytree specs, which warn about torch's own LeafSpec
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
+            rewritten = program._update(gm, signature, state_dict=state_dict, constants=constants)
     except Exception as error:  # torch.export's verifier
         raise FxrApplyError(f"the rewritten program is not a valid ExportedProgram: {error}") from error
     return RewrittenProgram(rewritten, report)

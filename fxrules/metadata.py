@@ -172,6 +172,9 @@ def infer_metadata(node: torch.fx.Node) -> None:
     inputs run on the meta device.  Where that is impossible the node simply
     gets no metadata, as a node of a graph without metadata would.
     """
+    if node.op == "get_attr":  # a helper's new tensor: its metadata is its own
+        _attribute_metadata(node)
+        return
     try:
         args = torch.fx.node.map_aggregate(node.args, fake_value)
         kwargs = torch.fx.node.map_aggregate(node.kwargs, fake_value)
@@ -185,6 +188,17 @@ def infer_metadata(node: torch.fx.Node) -> None:
             node.meta["val"] = result
         else:
             node.meta["tensor_meta"] = _extract_tensor_metadata(result)
+
+
+def _attribute_metadata(node: torch.fx.Node) -> None:
+    value = operator.attrgetter(str(node.target))(node.graph.owning_module)
+    if not isinstance(value, torch.Tensor):
+        return
+    fake_mode = _fake_mode([n.meta.get("val") for n in node.graph.find_nodes(op="placeholder")], {})
+    if fake_mode is not None:
+        node.meta["val"] = fake_mode.from_tensor(value, static_shapes=True)
+    else:
+        node.meta["tensor_meta"] = _extract_tensor_metadata(value)
 
 
 def _run(node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
