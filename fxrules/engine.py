@@ -23,8 +23,6 @@ the graph is made.
 
 from __future__ import annotations
 
-import copy
-import operator
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -42,8 +40,9 @@ from fxrules.ir import AltTemplate, HelperTemplate, OpTemplate, Rule, RuleSet, S
 from fxrules.loader import load
 from fxrules.matcher import Match, Matcher, Miss, RuleIndex, Skip
 from fxrules.metadata import propagate_shapes
-from fxrules.report import Report, ReportBuilder, combine
+from fxrules.report import Report, ReportBuilder
 from fxrules.rewriter import Rewriter, Transaction
+from fxrules.subgraphs import apply_nested, higher_order_subgraphs
 
 RulesArgument = str | Path | RuleSet | Sequence["str | Path | RuleSet"]
 
@@ -90,6 +89,14 @@ def _helper_table(ruleset: RuleSet,
                         f"are {', '.join(sorted(bundled_helpers.BUNDLED))}; pass others with helpers={{...}}"
                     )
     return table
+
+
+def checked_options(ruleset: RuleSet, helpers: Mapping[str, Callable[..., Any]] | None,
+                    max_passes: int) -> dict[str, Callable[..., Any]]:
+    """Check ``apply``'s options against the rules before any graph is touched; the helpers by name."""
+    if max_passes < 1:
+        raise FxrUsageError(f"max_passes must be at least 1, got {max_passes}")
+    return _helper_table(ruleset, helpers)
 
 
 def pattern_depth(template: Template) -> int:
@@ -310,53 +317,13 @@ def apply(
                              explain=explain).program
     module = _check_module(gm)
     ruleset = load_rules(rules, allow)
-    helper_table = _helper_table(ruleset, helpers)
-    if max_passes < 1:
-        raise FxrUsageError(f"max_passes must be at least 1, got {max_passes}")
+    helper_table = checked_options(ruleset, helpers, max_passes)
     if example_inputs is not None:
         propagate_shapes(module, example_inputs)
     subgraphs = higher_order_subgraphs(module)
     if not subgraphs:
         return _Run(module, ruleset, helper_table, max_passes, explain).execute()
-    return _apply_nested(module, subgraphs, lambda m: _Run(m, ruleset, helper_table, max_passes, explain).execute())
-
-
-def higher_order_subgraphs(gm: torch.fx.GraphModule, prefix: str = "") -> list[tuple[str, torch.fx.GraphModule]]:
-    """The subgraphs higher-order operators call (autocast and grad-mode regions...), innermost first, by path."""
-    found: dict[str, torch.fx.GraphModule] = {}
-    for node in gm.graph.find_nodes(op="get_attr"):
-        if any(isinstance(user.target, torch._ops.HigherOrderOperator) for user in node.users):
-            subgraph = operator.attrgetter(str(node.target))(gm)
-            path = f"{prefix}{node.target}"
-            if isinstance(subgraph, torch.fx.GraphModule) and path not in found:
-                found.update(higher_order_subgraphs(subgraph, f"{path}."))
-                found[path] = subgraph
-    return list(found.items())
-
-
-def _apply_nested(gm: torch.fx.GraphModule, subgraphs: list[tuple[str, torch.fx.GraphModule]],
-                  run: Callable[[torch.fx.GraphModule], Report]) -> Report:
-    """Apply to each subgraph, then to ``gm``: all or nothing over the whole module.
-
-    Each ``apply`` undoes itself when it fails; subgraphs already rewritten are
-    restored from a copy of their graph taken before (a shallow copy: node
-    metadata is shared), and the attributes helpers added to them are removed.
-    """
-    started = time.perf_counter()
-    saved = [(sub, copy.deepcopy(sub.graph), set(sub._modules) | set(sub._buffers) | set(sub._parameters))
-             for _, sub in subgraphs]
-    reports: list[tuple[str, Report]] = []
-    try:
-        for path, sub in subgraphs:
-            reports.append((path, run(sub)))
-        root = run(gm)
-    except BaseException:
-        for sub, graph, attributes in saved:
-            for name in (set(sub._modules) | set(sub._buffers) | set(sub._parameters)) - attributes:
-                delattr(sub, name)
-            sub.graph = graph  # regenerates its code
-        raise
-    return combine(root, reports, time.perf_counter() - started)
+    return apply_nested(module, subgraphs, lambda m: _Run(m, ruleset, helper_table, max_passes, explain).execute())
 
 
 def apply_program(program: ExportedProgram, rules: RulesArgument, *, allow: Iterable[str] = (),

@@ -43,6 +43,7 @@ from torch.export.graph_signature import (
 
 from fxrules.diagnostics import FxrApplyError
 from fxrules.report import Report
+from fxrules.subgraphs import NO_NEW_TENSORS, higher_order_subgraphs
 
 _LIFTED = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
 
@@ -58,8 +59,11 @@ class RewrittenProgram:
 def rewrite_program(program: ExportedProgram, run: Callable[[torch.fx.GraphModule], Report]) -> RewrittenProgram:
     """Unlift a copy of ``program``'s graph, rewrite it with ``run`` (an ``apply``), lift it into a new program."""
     gm = copy.deepcopy(program.graph_module)
-    input_specs = _input_specs(gm, program)
+    input_specs = _restore_placeholder_names(gm, program)
     unlifted = _unlift(gm, program, input_specs)
+    for path, subgraph in higher_order_subgraphs(gm):
+        subgraph.meta[NO_NEW_TENSORS] = (f"'{path}' is the subgraph of a higher-order operator, and an exported "
+                                         "program takes tensors only as inputs of its root graph")
     report = run(gm)
     if not report.total_fired:
         return RewrittenProgram(program, report)
@@ -82,12 +86,14 @@ class _Unlifted:
     was_used: bool
 
 
-def _input_specs(gm: torch.fx.GraphModule, program: ExportedProgram) -> list[InputSpec]:
-    """The program's input specs, naming the copy's placeholders (copying may rename one: ``input`` is a builtin)."""
-    placeholders = gm.graph.find_nodes(op="placeholder")
-    return [dataclasses.replace(spec, arg=dataclasses.replace(spec.arg, name=node.name))
-            if hasattr(spec.arg, "name") else spec
-            for spec, node in zip(program.graph_signature.input_specs, placeholders, strict=True)]
+def _restore_placeholder_names(gm: torch.fx.GraphModule, program: ExportedProgram) -> list[InputSpec]:
+    """Give the copy's placeholders the program's names again (copying renames ``input``, a builtin); the specs."""
+    specs = program.graph_signature.input_specs
+    for spec, node in zip(specs, gm.graph.find_nodes(op="placeholder"), strict=True):
+        name = getattr(spec.arg, "name", None)
+        if name is not None and node.name != name:
+            node.name = node.target = name  # as torch.export names them; code generation aliases builtins
+    return list(specs)
 
 
 def _unlift(gm: torch.fx.GraphModule, program: ExportedProgram, input_specs: list[InputSpec]) -> dict[str, _Unlifted]:
@@ -101,7 +107,7 @@ def _unlift(gm: torch.fx.GraphModule, program: ExportedProgram, input_specs: lis
         if spec.kind not in _LIFTED or spec.target in mutated or not isinstance(spec.arg, TensorArgument):
             continue
         placeholder = placeholders[spec.arg.name]
-        name = _fresh_attribute(gm, spec.arg.name)
+        name = _fresh(spec.arg.name, lambda candidate: hasattr(gm, candidate))
         gm.register_buffer(name, _value(program, spec))
         with gm.graph.inserting_before(first_computation):
             attribute = gm.graph.get_attr(name)
@@ -123,22 +129,27 @@ def _lift(gm: torch.fx.GraphModule, program: ExportedProgram, input_specs: list[
     user_inputs = [n for n in graph.find_nodes(op="placeholder") if specs[n.name].kind is InputKind.USER_INPUT]
     first_user_input = user_inputs[0] if user_inputs else next(n for n in graph.nodes if n.op != "placeholder")
     values: dict[str, torch.Tensor] = {}
+    taken_targets = {spec.target for spec in input_specs if spec.target} | set(program.state_dict) \
+        | set(program.constants)
     fake_mode = _fake_mode(graph)
     for name in [*unlifted, *sorted(n for n in reads if n not in unlifted)]:
         value = operator.attrgetter(name)(gm)
-        values[unlifted[name].spec.target if name in unlifted else name] = value
         if name in unlifted:
+            values[unlifted[name].spec.target] = value
             placeholder = unlifted[name].placeholder
             if unlifted[name].was_used and name not in reads:  # the rewrite made it unused: drop the input
                 graph.erase_node(placeholder)
                 del specs[placeholder.name]
         else:  # a helper's tensor: a new buffer of the program
+            target = _fresh(name, taken_targets)
+            taken_targets.add(target)
             with graph.inserting_before(first_user_input):
-                placeholder = graph.placeholder(f"b_{name}")
+                placeholder = graph.placeholder(_fresh(f"b_{target}", {n.name for n in graph.nodes}))
             placeholder.meta.update(reads[name][0].meta)
             if "val" not in placeholder.meta and fake_mode is not None:
                 placeholder.meta["val"] = fake_mode.from_tensor(value, static_shapes=True)
-            specs[placeholder.name] = InputSpec(InputKind.BUFFER, TensorArgument(placeholder.name), name, True)
+            specs[placeholder.name] = InputSpec(InputKind.BUFFER, TensorArgument(placeholder.name), target, True)
+            values[target] = value
         for node in reads.get(name, ()):
             node.replace_all_uses_with(placeholder)
             graph.erase_node(node)
@@ -156,9 +167,11 @@ def _value(program: ExportedProgram, spec: InputSpec) -> torch.Tensor:
     return program.constants[spec.target]
 
 
-def _fresh_attribute(gm: torch.fx.GraphModule, name: str) -> str:
+def _fresh(name: str, taken: set[str] | Callable[[str], bool]) -> str:
+    """``name``, or ``name_1``, ``name_2``... : the first that is not taken."""
+    is_taken = taken.__contains__ if isinstance(taken, set) else taken
     candidate, number = name, 1
-    while hasattr(gm, candidate):
+    while is_taken(candidate):
         candidate, number = f"{name}_{number}", number + 1
     return candidate
 

@@ -10,14 +10,17 @@ Inductor's cache is invalidated when the rules change.
 Rules are loaded when the stage is built, so a bad rule file fails there, not
 in the middle of a compilation.  An ``FxrError`` raised while compiling comes
 out of ``torch.compile`` as an ``FxrError`` (see :class:`FxrCompileError`),
-not wrapped in Dynamo's ``BackendCompilerFailed``; ``apply`` has left the
-graph as it was and the model itself is untouched, so it still runs eagerly.
+not wrapped in Dynamo's ``BackendCompilerFailed`` (only Inductor's code path
+without its FX graph cache wraps it, in an ``InductorError``); ``apply`` has
+left the graph as it was and the model is untouched, so it still runs eagerly.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import inspect
+import marshal
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +32,8 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from fxrules import bundled
 from fxrules.diagnostics import FxrError, FxrUsageError
-from fxrules.engine import RulesArgument, apply, load_rules
+from fxrules.engine import RulesArgument, apply, checked_options, load_rules
+from fxrules.ir import RuleSet
 from fxrules.report import Report
 
 CompilerFn = Callable[[torch.fx.GraphModule, Sequence[Any]], Callable[..., Any]]
@@ -59,7 +63,7 @@ class Backend:
     __name__ = "fxrules"  # Dynamo names the backend in its messages by this
 
     def __init__(self, rules: RulesArgument, then: str | CompilerFn, apply_kwargs: dict[str, Any]) -> None:
-        self.ruleset = load_rules(rules, apply_kwargs.get("allow", ()))
+        self.ruleset = _checked_rules("backend", rules, apply_kwargs)
         self.then = _next_backend(then)
         self.apply_kwargs = apply_kwargs
         self.reports: list[Report] = []
@@ -76,6 +80,21 @@ class Backend:
         return f"fxrules.backend({self.ruleset.source}, {len(self.reports)} graphs compiled)"
 
 
+def _checked_rules(stage: str, rules: RulesArgument, apply_kwargs: dict[str, Any]) -> RuleSet:
+    """Load the rules and check ``apply``'s options now, so a mistake fails here, not mid-compilation."""
+    if "example_inputs" in apply_kwargs:
+        raise FxrUsageError(f"{stage}() takes no example_inputs: compiled graphs carry their own metadata")
+    try:
+        bound = inspect.signature(apply).bind(None, None, **apply_kwargs)
+    except TypeError as error:
+        raise FxrUsageError(f"{stage}(): {error} (the options are those of fxrules.apply)") from error
+    bound.apply_defaults()
+    options = bound.arguments
+    ruleset = load_rules(rules, options["allow"])
+    checked_options(ruleset, options["helpers"], options["max_passes"])
+    return ruleset
+
+
 def backend(rules: RulesArgument, *, then: str | CompilerFn = "inductor", **apply_kwargs: Any) -> Backend:
     """A backend for ``torch.compile(model, backend=...)`` that rewrites each graph with ``rules`` first.
 
@@ -84,8 +103,6 @@ def backend(rules: RulesArgument, *, then: str | CompilerFn = "inductor", **appl
     ``(gm, example_inputs) -> callable``.  ``apply_kwargs`` go to
     :func:`fxrules.apply` for every graph (``helpers=``, ``allow=``, ...).
     """
-    if "example_inputs" in apply_kwargs:
-        raise FxrUsageError("backend() takes no example_inputs: Dynamo graphs carry their own metadata")
     return Backend(rules, then, apply_kwargs)
 
 
@@ -113,7 +130,7 @@ class InductorPass(CustomGraphPass):
     """
 
     def __init__(self, rules: RulesArgument, apply_kwargs: dict[str, Any]) -> None:
-        self.ruleset = load_rules(rules, apply_kwargs.get("allow", ()))
+        self.ruleset = _checked_rules("inductor_pass", rules, apply_kwargs)
         self.apply_kwargs = apply_kwargs
         self.reports: list[Report] = []
         self._uuid = _content_uuid(self.ruleset.digest, apply_kwargs.get("helpers") or {})
@@ -134,8 +151,6 @@ class InductorPass(CustomGraphPass):
 
 def inductor_pass(rules: RulesArgument, **apply_kwargs: Any) -> InductorPass:
     """A ``CustomGraphPass`` for ``torch._inductor.config.post_grad_custom_post_pass`` (or ``pre_grad_custom_pass``)."""
-    if "example_inputs" in apply_kwargs:
-        raise FxrUsageError("inductor_pass() takes no example_inputs: Inductor graphs carry their own metadata")
     return InductorPass(rules, apply_kwargs)
 
 
@@ -143,11 +158,45 @@ def _content_uuid(rules_digest: str, helpers: dict[str, Callable[..., Any]]) -> 
     if not rules_digest:
         raise FxrUsageError("the rules have no content digest (a RuleSet built in Python): load them from "
                             "text with fxrules.load or fxrules.parse so the pass can be cached")
-    parts = [rules_digest, _package_digest()]
-    for name in sorted(helpers):
-        code = getattr(helpers[name], "__code__", None)
-        parts.append(f"{name}={hashlib.sha256(code.co_code).hexdigest() if code else repr(helpers[name])}")
+    parts = [rules_digest, _package_digest(), *(f"{name}={_fingerprint(helpers[name])}" for name in sorted(helpers))]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+#: Values a helper may read from its globals or closure whose text says what they are.
+_PLAIN = (bool, int, float, complex, str, bytes, type(None), tuple, frozenset, torch.dtype, torch.device)
+
+
+def _fingerprint(helper: Any) -> str:
+    """What a helper computes, as text that is the same in every process.
+
+    A function: its code (constants and nested code included), defaults, the
+    values it closes over and the plain constants it reads from its globals; a
+    ``functools.partial``: its function and arguments; a callable object: its
+    class's ``__call__`` and its attributes.
+    """
+    if isinstance(helper, functools.partial):
+        return f"partial({_fingerprint(helper.func)}, {helper.args!r}, {sorted(helper.keywords.items())!r})"
+    if inspect.isfunction(helper):
+        code = helper.__code__
+        closure = [_fingerprint_value(cell.cell_contents) for cell in helper.__closure__ or ()]
+        read = {name: helper.__globals__[name] for name in code.co_names if name in helper.__globals__}
+        constants = sorted((name, repr(value)) for name, value in read.items() if isinstance(value, _PLAIN))
+        text = f"{marshal.dumps(code).hex()}|{helper.__defaults__!r}|{helper.__kwdefaults__!r}|{closure}|{constants}"
+        return hashlib.sha256(text.encode()).hexdigest()
+    if inspect.isbuiltin(helper) or inspect.isclass(helper):
+        return f"{helper.__module__}.{helper.__qualname__}"
+    call = inspect.getattr_static(type(helper), "__call__", None)
+    if inspect.isfunction(call):
+        state = sorted((name, _fingerprint_value(value)) for name, value in vars(helper).items())
+        return f"{type(helper).__qualname__}({_fingerprint(call)}, {state})"
+    raise FxrUsageError(f"cannot derive a cache key from helper {helper!r}: give inductor_pass a function, "
+                        "a functools.partial or an object with a __call__ method")
+
+
+def _fingerprint_value(value: Any) -> str:
+    if callable(value) and not isinstance(value, torch.Tensor):
+        return _fingerprint(value)
+    return repr(value)
 
 
 def _package_digest() -> str:

@@ -29,6 +29,7 @@ from fxrules.diagnostics import FxrApplyError
 from fxrules.ir import Capture, HelperTemplate, Literal, OpKind, OpTemplate, SeqTemplate, SliceTemplate, Template
 from fxrules.matcher import Match, Skip
 from fxrules.metadata import has_metadata, infer_metadata, tensor_info
+from fxrules.subgraphs import NO_NEW_TENSORS
 
 #: Metadata a replacement inherits from the output it replaces.
 INHERITED_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
@@ -114,8 +115,8 @@ class HelperTensor:
     @property
     def value(self) -> torch.Tensor:
         """Unknown: a helper that needs it skips the rewrite (``get_attr`` captures reach helpers as tensors)."""
-        where = "a graph input (torch.compile passes parameters as inputs)" if self.node.op == "placeholder" \
-            else "computed when the graph runs"
+        where = "a graph input (as parameters are in torch.compile graphs and in subgraphs of higher-order " \
+            "operators)" if self.node.op == "placeholder" else "computed when the graph runs"
         raise Skip("value unknown", f"a helper needs the value of '{self.name}', which is {where}")
 
     def __repr__(self) -> str:
@@ -279,6 +280,9 @@ class Emitter:
             raise FxrApplyError(f"{template.span}: helper '@{template.name}' returned a module; call it, "
                                 f"as in @{template.name}(...)(x)")
         if isinstance(result, torch.Tensor):
+            refused = getattr(self.rewriter.gm, "meta", {}).get(NO_NEW_TENSORS)
+            if refused:
+                raise Skip("no new tensors", f"helper '@{template.name}' returned a tensor, but {refused}")
             name = self.rewriter.transaction.add_buffer(template.name, result.detach())
             return self._created(self.graph.get_attr(name))
         return _printable(template, result)
