@@ -33,8 +33,9 @@ import torch
 import torch.fx
 
 from fxrules import helpers as bundled_helpers
+from fxrules.compiled import UNSURE, CompiledRule, compile_ruleset
 from fxrules.diagnostics import FxrApplyError, FxrConvergenceError, FxrError, FxrUsageError
-from fxrules.ir import AltTemplate, HelperTemplate, OpTemplate, Rule, RuleSet, SeqTemplate, Template, walk
+from fxrules.ir import Rule, RuleSet
 from fxrules.loader import load
 from fxrules.matcher import Match, Matcher, Miss, RuleIndex, Skip
 from fxrules.metadata import propagate_shapes
@@ -76,26 +77,13 @@ def _check_module(gm: Any) -> torch.fx.GraphModule:
 def _helper_table(ruleset: RuleSet,
                   user_helpers: Mapping[str, Callable[..., Any]] | None) -> dict[str, Callable[..., Any]]:
     table = {**bundled_helpers.BUNDLED, **(user_helpers or {})}
-    for rule in ruleset:
-        for output in rule.replacement:
-            for template in walk(output):
-                helper = template.target if isinstance(template, OpTemplate) else template
-                if isinstance(helper, HelperTemplate) and helper.name not in table:
-                    raise FxrApplyError(
-                        f"{helper.span}: rule {rule.name} calls unknown helper '@{helper.name}'; bundled helpers "
-                        f"are {', '.join(sorted(bundled_helpers.BUNDLED))}; pass others with helpers={{...}}"
-                    )
+    for rule, helper in compile_ruleset(ruleset).helper_calls:
+        if helper.name not in table:
+            raise FxrApplyError(
+                f"{helper.span}: rule {rule.name} calls unknown helper '@{helper.name}'; bundled helpers "
+                f"are {', '.join(sorted(bundled_helpers.BUNDLED))}; pass others with helpers={{...}}"
+            )
     return table
-
-
-def pattern_depth(template: Template) -> int:
-    """The longest chain of operations from a pattern output down to its captures."""
-    if isinstance(template, OpTemplate):
-        return 1 + max((pattern_depth(t) for t in template.operands()), default=0)
-    if isinstance(template, AltTemplate | SeqTemplate):
-        parts = template.options if isinstance(template, AltTemplate) else template.items
-        return max((pattern_depth(t) for t in parts), default=0)
-    return 0
 
 
 @attrs.define
@@ -121,8 +109,11 @@ class _Run:
         self.explain = explain
         self.report = ReportBuilder(ruleset)
         self.index = RuleIndex(gm, ruleset)
-        self.depth = max((pattern_depth(o) for rule in ruleset for o in rule.pattern), default=1)
-        self.multi_output = any(len(rule.pattern) > 1 for rule in ruleset)
+        compiled = compile_ruleset(ruleset)
+        # explain=True wants the generic matcher's near misses: no compiled fast path then
+        self.compiled: Mapping[str, CompiledRule | None] = {} if explain else compiled.matchers
+        self.depth = compiled.depth
+        self.multi_output = compiled.multi_output
 
     def execute(self) -> Report:
         started = time.perf_counter()
@@ -144,15 +135,19 @@ class _Run:
 
     def _passes(self, graph: torch.fx.Graph, transaction: Transaction) -> bool:
         """Run passes to a fixpoint; True when any rule fired."""
+        started = time.perf_counter()
         rewriter = Rewriter(self.gm, graph, self.helpers, transaction)
         candidates = self.index.candidates(graph)
-        for number in range(1, self.max_passes + 1):
-            self.report.passes = number
-            matcher = Matcher(self.gm, explain=self.explain, retired=transaction.retired)
-            current = self._visit(candidates, matcher, rewriter)
-            if not current.fired:
-                return number > 1
-            candidates = self._worklist(current.touched, transaction.retired)
+        try:
+            for number in range(1, self.max_passes + 1):
+                self.report.passes = number
+                matcher = Matcher(self.gm, explain=self.explain, retired=transaction.retired)
+                current = self._visit(candidates, matcher, rewriter)
+                if not current.fired:
+                    return number > 1
+                candidates = self._worklist(current.touched, transaction.retired)
+        finally:  # timed per apply, not per attempt: the clock would cost as much as a rejection
+            self.report.match_seconds = time.perf_counter() - started - self.report.rewrite_seconds
         raise FxrConvergenceError(
             f"rules still firing after max_passes={self.max_passes} passes: {', '.join(sorted(current.fired))}; "
             "they may undo each other or grow the graph"
@@ -171,22 +166,28 @@ class _Run:
 
     def _try(self, rule: Rule, node: torch.fx.Node, current: _Pass) -> bool:
         self.report.attempted(rule)
-        started = time.perf_counter()
         try:
-            match = current.matcher.match(rule, node)
+            match = self._match(rule, node, current.matcher)
             if match is not None and current.claimed.intersection(match.nodes):
                 raise Skip("overlap", "part of this match was created by another rewrite in this pass")
         except Skip as skip:
             self._skipped(rule, node, skip, current.matcher)
             return False
-        finally:
-            self.report.match_seconds += time.perf_counter() - started
         if match is None:
             best = current.matcher.misses.best
-            if best is not None and best.progress > 0:
+            if self.explain and best is not None and best.progress > 0:
                 self.report.missed(best)
             return False
         return self._rewrite(rule, node, match, current)
+
+    def _match(self, rule: Rule, node: torch.fx.Node, matcher: Matcher) -> Match | None:
+        """The compiled matcher's answer when it is sure of it, else the generic matcher's."""
+        compiled = self.compiled.get(rule.name)
+        if compiled is not None:
+            found = compiled.match(node, matcher)
+            if found is not UNSURE:
+                return found  # type: ignore[return-value]
+        return matcher.match(rule, node)
 
     def _skipped(self, rule: Rule, node: torch.fx.Node, skip: Skip, matcher: Matcher) -> None:
         self.report.skipped(rule, node.name, skip.reason, skip.detail)

@@ -190,11 +190,11 @@ class Matcher:
         skip: Skip | None = None
         for state in self._outputs(rule, anchor):
             try:
-                self._check(rule, state)
+                self.check_usable(rule, state)
             except Skip as reason:
                 skip = skip or reason
                 continue
-            return self._finish(rule, state)
+            return self.to_match(rule, state)
         skip = skip or self.pending_skip
         if skip is not None:
             raise skip
@@ -405,7 +405,7 @@ class Matcher:
         for name in bound.explicit:
             if name in expected or template.rest:
                 continue
-            if name not in bound.defaults or not _holds_default(bound.explicit[name], bound.defaults[name]):
+            if name not in bound.defaults or not holds_default(bound.explicit[name], bound.defaults[name]):
                 given = bound.explicit[name]
                 self.misses.fail(state, "argument", lambda: f"argument '{name}' is {_show(given)}; the "  # noqa: B023
                                  "pattern leaves it out, so it must hold its default", template.span)
@@ -461,20 +461,12 @@ class Matcher:
         return state.bind(name, value)
 
     def check_type(self, name: str, declared: CaptureType, value: Any, state: State, span: Span) -> State | None:
-        problem = None
         if isinstance(declared, TensorType):
-            if not isinstance(value, torch.fx.Node):
-                problem = f"'{name}' must be a tensor, found {_show(value)}"
-            else:
+            if isinstance(value, torch.fx.Node):
                 return self._check_tensor(name, declared, value, state, span)
-        elif isinstance(declared, ScalarType):
-            if not _scalar_fits(declared.name, value):
-                problem = f"'{name}' must be a {declared.name} literal, found {_show(value)}"
-        elif isinstance(declared, SequenceType):
-            if not isinstance(value, list | tuple) or not all(_element_fits(declared.element, v) for v in value):
-                problem = f"'{name}' must be a {declared.name}, found {_show(value)}"
-        elif isinstance(declared, NodeType | AttrType | ModuleType) and not isinstance(value, torch.fx.Node):
-            problem = f"'{name}' must be a node, found {_show(value)}"
+            problem = f"'{name}' must be a tensor, found {_show(value)}"
+        else:
+            problem = value_type_problem(name, declared, value)
         if problem:
             self.misses.fail(state, "type", lambda: problem, span)
             return None
@@ -511,7 +503,8 @@ class Matcher:
 
     # ---------------------------------------------------------------- after the structure matched
 
-    def _check(self, rule: Rule, state: State) -> None:
+    def check_usable(self, rule: Rule, state: State) -> None:
+        """Raise :class:`Skip` when a structural match cannot be used: guard, escaping user, impure node, cycle."""
         if rule.guard is not None:
             self._check_guard(rule, state)
         matched = set(state.nodes.values())
@@ -522,7 +515,8 @@ class Matcher:
                 raise Skip("escaping user", f"'{node.name}' is also used by {', '.join(escaping)} outside the match")
         for template in _op_templates(rule):
             node = state.nodes.get(id(template))
-            if node is not None and node.is_impure() and not self._named_exactly(template, node):
+            # named_exactly first: it is cheap, and it holds for every function and method pattern
+            if node is not None and not self._named_exactly(template, node) and node.is_impure():
                 raise Skip("impure", f"'{node.name}' has side effects and the pattern does not name its target")
         captured = [v for v in state.bindings.values() if isinstance(v, torch.fx.Node) and v not in matched]
         if _depends_on(captured, matched):
@@ -560,7 +554,8 @@ class Matcher:
             return type(self._module(node)) is template.target
         return template.kind in (OpKind.FUNCTION, OpKind.METHOD, OpKind.FAMILY)
 
-    def _finish(self, rule: Rule, state: State) -> Match:
+    def to_match(self, rule: Rule, state: State) -> Match:
+        """The usable match a structural match makes."""
         outputs = tuple(_output_node(t, state) for t in rule.pattern)
         return Match(rule, outputs, tuple(state.nodes.values()), dict(state.bindings), dict(state.modules))
 
@@ -706,6 +701,19 @@ class AttrValue:
         return int(self._value.numel())
 
 
+def value_type_problem(name: str, declared: CaptureType, value: Any) -> str | None:
+    """Why ``value`` does not fit the declared type of capture ``name`` (None: it fits); not for tensor types."""
+    if isinstance(declared, ScalarType):
+        if not _scalar_fits(declared.name, value):
+            return f"'{name}' must be a {declared.name} literal, found {_show(value)}"
+    elif isinstance(declared, SequenceType):
+        if not isinstance(value, list | tuple) or not all(_element_fits(declared.element, v) for v in value):
+            return f"'{name}' must be a {declared.name}, found {_show(value)}"
+    elif isinstance(declared, NodeType | AttrType | ModuleType) and not isinstance(value, torch.fx.Node):
+        return f"'{name}' must be a node, found {_show(value)}"
+    return None
+
+
 def _same_function(expected: Any, actual: Any) -> bool:
     if expected is actual:
         return True
@@ -740,7 +748,8 @@ def _scalar_fits(type_name: str, value: Any) -> bool:
     return isinstance(value, int | float | bool)
 
 
-def _holds_default(value: Any, default: Any) -> bool:
+def holds_default(value: Any, default: Any) -> bool:
+    """An argument the pattern leaves out may be given explicitly, at its default (``alpha=1`` or ``1.0``)."""
     if isinstance(value, torch.fx.Node):
         return False
     if isinstance(value, list | tuple) and isinstance(default, list | tuple):

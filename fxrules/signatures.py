@@ -27,7 +27,7 @@ VARARG_METHODS = frozenset({"view", "reshape", "permute", "expand", "repeat", "t
 _NO_DEFAULT = inspect.Parameter.empty
 _NO_OVERLOAD = object()
 _AMBIGUOUS = object()
-_UNBINDABLE = object()
+_UNPLANNED = object()
 
 
 @attrs.frozen
@@ -41,6 +41,15 @@ class BoundCall:
         if parameter in self.explicit:
             return self.explicit[parameter]
         return self.defaults.get(parameter, missing)
+
+
+@attrs.frozen(eq=False)
+class BindingPlan:
+    """How every call of one shape binds: which argument each parameter takes, and the defaults."""
+
+    packed: bool  # the arguments from ``CallSignature.pack_from`` on are one tuple: x.view(2, 3)
+    slots: tuple[tuple[str, int | str], ...]  # (parameter, argument index or keyword), in parameter order
+    defaults: Mapping[str, Any]  # of every parameter that has one, given or not
 
 
 @attrs.frozen(eq=False, slots=False)
@@ -76,26 +85,32 @@ class CallSignature:
         """Bind a call, or None when no overload accepts it or the overloads disagree.
 
         ``partial`` accepts a call that leaves out required parameters (a pattern ending in ``...``).
+        """
+        plan = self.plan(args, kwargs, partial)
+        if plan is None:
+            return None
+        if plan.packed:
+            args = (*args[: self.pack_from], tuple(args[self.pack_from:]))
+        return BoundCall({name: args[key] if isinstance(key, int) else kwargs[key] for name, key in plan.slots},
+                         plan.defaults)
+
+    def plan(self, args: Sequence[Any], kwargs: Mapping[str, Any], partial: bool = False) -> BindingPlan | None:
+        """How a call of this shape binds, or None when it does not bind unambiguously.
+
         How a call binds depends only on its argument count, its keyword names and which arguments are
         lists, so the outcome is planned once per such shape and replayed (inspect's binding is slow).
         """
         shape = (len(args), tuple(kwargs), tuple(_is_sequence(a) for a in args), partial)
-        plan = self._plans.get(shape)
-        if plan is None:
+        plan = self._plans.get(shape, _UNPLANNED)
+        if plan is _UNPLANNED:
             plan = self._plans[shape] = self._plan(args, kwargs, partial)
-        if plan is _UNBINDABLE:
-            return None
-        packed, slots, defaults = plan
-        if packed:
-            args = (*args[: self.pack_from], tuple(args[self.pack_from:]))
-        return BoundCall({name: args[key] if isinstance(key, int) else kwargs[key] for name, key in slots}, defaults)
+        return plan  # type: ignore[return-value]
 
     @functools.cached_property
-    def _plans(self) -> dict[tuple[Any, ...], Any]:
+    def _plans(self) -> dict[tuple[Any, ...], BindingPlan | None]:
         return {}
 
-    def _plan(self, args: Sequence[Any], kwargs: Mapping[str, Any], partial: bool) -> Any:
-        """(packed, [(parameter, argument index or keyword)] in parameter order, defaults), or _UNBINDABLE."""
+    def _plan(self, args: Sequence[Any], kwargs: Mapping[str, Any], partial: bool) -> BindingPlan | None:
         packed = False
         bound = self._bind(args, kwargs, partial)
         start = self.pack_from
@@ -103,12 +118,12 @@ class CallSignature:
             packed, args = True, (*args[:start], tuple(args[start:]))
             bound = self._bind(args, kwargs, partial)
         if not isinstance(bound, tuple):
-            return _UNBINDABLE
+            return None
         overload, names, defaults = bound
         positional = [p for p in overload.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         source: dict[str, int | str] = {p.name: i for i, p in enumerate(positional[: len(args)])}
         source.update({k: k for k in kwargs})
-        return packed, tuple((name, source[name]) for name in names), defaults
+        return BindingPlan(packed, tuple((name, source[name]) for name in names), defaults)
 
     def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any], partial: bool) -> tuple[Any, ...] | object:
         """(an accepting overload, bound parameter names, defaults); _NO_OVERLOAD when no overload accepts
