@@ -8,14 +8,15 @@ reader built from the same :class:`~fxrules.signatures.BindingPlan` the generic 
 with, captures and literals) that bind into one mutable :class:`_Attempt`, so a rejection costs
 about a microsecond.
 
-A compiled rule answers only when its answer is certainly the generic matcher's: the first
-structural match in the generic order (operands left to right, a commutative operation unswapped
-before swapped), checked by the same :meth:`Matcher.check_usable <fxrules.matcher.Matcher.check_usable>`.
-The generic matcher backtracks into the most recent choice with an alternative left; the compiled
-one only tries a commutative operation's swapped order while that operation is being matched.  So
-when a failure comes after a choice was taken with its alternative unexplored, it answers
-:data:`UNSURE` and the engine asks the generic matcher, which stays the reference the tests compare
-against and the only matcher under ``explain=True`` (it records near misses).
+A compiled rule gives the generic matcher's answer: the first structural match in the generic
+order (operands left to right, a commutative operation unswapped before swapped) that passes the
+same :meth:`Matcher.check_usable <fxrules.matcher.Matcher.check_usable>`, else the first skip, else
+None.  The generic matcher backtracks into the most recent choice with an alternative left; the
+compiled one tries a commutative operation's swapped order on the spot when nothing chosen since is
+left to backtrack into, and otherwise starts over, replaying the choices made up to the most recent
+open one and taking its other order (the same depth-first order, without generators).  The generic
+matcher stays the reference the tests compare against, and the matcher of ``explain=True`` (it
+records near misses).
 
 :func:`compile_ruleset` does this once per :class:`~fxrules.ir.RuleSet` object, together with the
 other things ``apply`` derives from the rules alone (pattern depth, helper calls), so an ``apply``
@@ -29,9 +30,9 @@ None): families, modules, attributes, alternatives, several outputs, and tensor-
 
 from __future__ import annotations
 
-import weakref
+import operator
 from collections.abc import Callable, Mapping
-from typing import Any, Final
+from typing import Any
 
 import attrs
 import torch.fx
@@ -54,35 +55,33 @@ from fxrules.ir import (
     walk,
 )
 from fxrules.matcher import Match, Matcher, Skip, State, holds_default, literal_equal, value_type_problem
+from fxrules.memo import per_object
 from fxrules.signatures import BindingPlan, CallSignature
 
 Node = torch.fx.Node
 
 
-class _Unsure:
-    """The type of :data:`UNSURE`."""
-
-    def __repr__(self) -> str:
-        return "UNSURE"
-
-
-#: What a compiled rule answers when only the generic matcher can tell.
-UNSURE: Final = _Unsure()
-
-
 class _Attempt:
-    """What one compiled match attempt has bound so far (mutable: choices snapshot it)."""
+    """One run of a compiled matcher: what it bound, and the operand order taken at each choice."""
 
-    __slots__ = ("bindings", "nodes", "open_choices")
+    __slots__ = ("bindings", "nodes", "orders", "replayed")
 
-    def __init__(self) -> None:
+    def __init__(self, replayed: tuple[bool, ...]) -> None:
         self.bindings: dict[str, Any] = {}  # in binding order, as the generic State's
         self.nodes: dict[int, Node] = {}  # id(OpTemplate) -> node, in matching order
-        self.open_choices = 0  # commutative operations matched unswapped, the swapped order unexplored
+        self.replayed = replayed  # the orders to take at the first choices (True: swapped)
+        self.orders: list[bool] = []  # the order taken at each choice met; False leaves swapped to explore
+
+    def next_replay(self) -> tuple[bool, ...] | None:
+        """The choices of the next run in depth-first order: the most recent open choice swapped."""
+        for index in range(len(self.orders) - 1, -1, -1):
+            if not self.orders[index]:
+                return (*self.orders[:index], True)
+        return None
 
 
 class _Backtrack(Exception):  # noqa: N818 - a control-flow signal, not an error
-    """A failure after an unexplored choice: the generic matcher would backtrack into it."""
+    """A failure after a choice whose swapped order is unexplored: start over to explore it."""
 
 
 #: Matches one template against one value, binding into the attempt; False when it does not match.
@@ -92,35 +91,49 @@ Step = Callable[[Any, _Attempt], bool]
 class CompiledRule:
     """One rule's compiled matcher."""
 
-    def __init__(self, rule: Rule, root: Step) -> None:
+    def __init__(self, rule: Rule, root: _Operation) -> None:
         self.rule = rule
         self._root = root
 
-    def match(self, anchor: Node, matcher: Matcher) -> Match | _Unsure | None:
-        """The generic ``matcher.match(rule, anchor)`` (a match, None, or :class:`Skip` raised), or UNSURE."""
-        attempt = _Attempt()
-        try:
-            matched = self._root(anchor, attempt)
-        except _Backtrack:
-            return UNSURE
-        if not matched:
-            return UNSURE if attempt.open_choices else None
-        state = State(attempt.bindings, attempt.nodes)
-        try:
-            matcher.check_usable(self.rule, state)
-        except Skip:
-            if attempt.open_choices:  # the generic matcher would go on to the other operand orders
-                return UNSURE
-            raise
-        return matcher.to_match(self.rule, state)
+    def may_match(self, anchor: Node) -> bool:
+        """False when the rule certainly does not match at ``anchor`` (nothing to report either): the anchor
+        does not call the pattern output's target, or lacks an operand call or a literal the pattern needs.
+        Most attempts end here, before any argument binding."""
+        return self._root.may_match(anchor)
+
+    def match(self, anchor: Node, matcher: Matcher) -> Match | None:
+        """What ``matcher.match(rule, anchor)`` returns (a match or None) or raises (:class:`Skip`)."""
+        if not self._root.may_match(anchor):
+            return None
+        skip: Skip | None = None
+        replayed: tuple[bool, ...] | None = ()
+        while replayed is not None:
+            attempt = _Attempt(replayed)
+            try:
+                matched = self._root.match(anchor, attempt)
+            except _Backtrack:
+                matched = False
+            if matched:
+                state = State(attempt.bindings, attempt.nodes)
+                try:
+                    matcher.check_usable(self.rule, state)
+                except Skip as reason:  # the generic matcher goes on to the other orders, and raises the first
+                    skip = skip or reason
+                else:
+                    return matcher.to_match(self.rule, state)
+            replayed = attempt.next_replay()
+        if skip is not None:
+            raise skip
+        return None
 
 
 def compile_rule(rule: Rule) -> CompiledRule | None:
     """The rule's compiled matcher, or None when its pattern is outside the compiled subset."""
-    if len(rule.pattern) != 1 or any(isinstance(t, TensorType) for t in rule.types.values()):
+    output = rule.pattern[0]
+    if len(rule.pattern) != 1 or not _compiles(output) or any(isinstance(t, TensorType) for t in rule.types.values()):
         return None
     try:
-        root = _Compiler(rule.types).step(rule.pattern[0])
+        root = _Compiler(rule.types).operation(output)  # type: ignore[arg-type]
     except _UnsupportedTemplateError:
         return None
     return CompiledRule(rule, root)
@@ -146,25 +159,16 @@ class CompiledRuleSet:
     helper_calls: tuple[tuple[Rule, HelperTemplate], ...]  # every helper a replacement calls
 
 
-#: id(RuleSet) -> (a weak reference to it, its compiled form); an entry leaves with its rule set.
-_COMPILED: dict[int, tuple[weakref.ref[RuleSet], CompiledRuleSet]] = {}
-
-
+@per_object
 def compile_ruleset(ruleset: RuleSet) -> CompiledRuleSet:
-    """The rule set's :class:`CompiledRuleSet`, built on first use (RuleSets are immutable, and unhashable)."""
-    key = id(ruleset)
-    cached = _COMPILED.get(key)
-    if cached is not None and cached[0]() is ruleset:
-        return cached[1]
-    compiled = CompiledRuleSet(
+    """The rule set's :class:`CompiledRuleSet`, built on first use for each RuleSet object."""
+    return CompiledRuleSet(
         matchers={rule.name: compile_rule(rule) for rule in ruleset},
         depth=max((pattern_depth(o) for rule in ruleset for o in rule.pattern), default=1),
         multi_output=any(len(rule.pattern) > 1 for rule in ruleset),
         helper_calls=tuple((rule, helper) for rule in ruleset for output in rule.replacement
                            for helper in _helpers_in(output)),
     )
-    _COMPILED[key] = (weakref.ref(ruleset, lambda _: _COMPILED.pop(key, None)), compiled)
-    return compiled
 
 
 def _helpers_in(template: Template) -> list[HelperTemplate]:
@@ -205,10 +209,19 @@ class _Compiler:
             return _sequence_step(tuple(self.step(t) for t in template.items))
         if isinstance(template, SliceTemplate):
             return _slice_step(tuple(self.step(t) for t in (template.start, template.stop, template.step)))
-        if isinstance(template, OpTemplate) and template.kind in (OpKind.FUNCTION, OpKind.METHOD) \
-                and template.binds is None:
+        if _compiles(template):
             return _Operation(template, self).match
         raise _UnsupportedTemplateError(type(template).__name__)
+
+    def operation(self, template: OpTemplate) -> _Operation:
+        step = self.step(template)
+        return step.__self__  # type: ignore[attr-defined]  # the bound method _Operation.match
+
+
+def _compiles(template: Template) -> bool:
+    """An operation the compiled matcher handles: an exact function or method call."""
+    return isinstance(template, OpTemplate) and template.kind in (OpKind.FUNCTION, OpKind.METHOD) \
+        and template.binds is None
 
 
 # ---------------------------------------------------------------- captures, literals, lists
@@ -234,19 +247,29 @@ def _capture_step(name: str, declared: CaptureType | None) -> Step:
     return capture
 
 
-def _literal_step(expected: Any) -> Step:
+def _literal_test(expected: Any) -> Callable[[Any], bool]:
+    """``literal_equal(expected, value)`` for a value that is not a node, as cheap as the literal allows."""
     if type(expected) in (int, bool, str, type(None)) or (
             type(expected) is float and expected == expected and expected != 0.0):  # noqa: PLR0124 - not nan
         kind = type(expected)
 
-        def plain_literal(value: Any, attempt: _Attempt) -> bool:
+        def plain_literal(value: Any) -> bool:
             # literal_equal for these types: same type and equal (no nan or signed zero to tell apart)
             return type(value) is kind and value == expected
 
         return plain_literal
 
-    def literal(value: Any, attempt: _Attempt) -> bool:
+    def literal(value: Any) -> bool:
         return not isinstance(value, Node) and literal_equal(expected, value)
+
+    return literal
+
+
+def _literal_step(expected: Any) -> Step:
+    test = _literal_test(expected)
+
+    def literal(value: Any, attempt: _Attempt) -> bool:
+        return test(value)
 
     return literal
 
@@ -307,8 +330,17 @@ class _PlannedReader:
             if name not in plan.defaults:
                 self.impossible = True
             self.left_out.append((key, plan.defaults.get(name)))
+        # The usual call: every parameter the pattern names given by position, nothing else to check.
+        self.positions: Callable[[tuple[Any, ...]], Any] | None = None
+        if not self.impossible and not self.left_out and self.pack_from is None and self.sources \
+                and all(kind == _POSITION for kind, _ in self.sources):
+            self.positions = operator.itemgetter(*(key for _, key in self.sources))
+            self.single = len(self.sources) == 1  # itemgetter of one index gives the item, not a tuple
 
     def read(self, node: Node) -> tuple[Any, ...] | None:
+        if self.positions is not None:
+            values = self.positions(node.args)
+            return (values,) if self.single else values
         if self.impossible:
             return None
         args, kwargs = node.args, node.kwargs
@@ -348,6 +380,15 @@ class _Operation:
             self.named_steps = tuple(compiler.step(t) for t in template.bound.values())
             if len(self.named_steps) >= 2:
                 self.swapped_named_steps = (self.named_steps[1], self.named_steps[0], *self.named_steps[2:])
+        self.required = _required_arguments(template, compiler)
+
+    def is_call(self, value: Any) -> bool:
+        """The value is a node calling this operation's target."""
+        return isinstance(value, Node) and value.op == self.op and self._same_target(value.target)
+
+    def may_match(self, node: Node) -> bool:
+        """The cheap necessary conditions: the node calls the target with every required argument."""
+        return self.is_call(node) and (not self.required or self._has_required(node))
 
     def match(self, value: Any, attempt: _Attempt) -> bool:
         if not isinstance(value, Node):
@@ -356,6 +397,8 @@ class _Operation:
         if self.key in nodes:  # a shared operation of a DAG pattern: the node it matched before
             return nodes[self.key] is value
         if value.op != self.op or not self._same_target(value.target) or value in nodes.values():
+            return False
+        if self.required and not self._has_required(value):
             return False
         nodes[self.key] = value
         if self.name:
@@ -373,6 +416,16 @@ class _Operation:
         if self.commutative and len(values) >= 2:
             return _either_order(self.named_steps, values, self.swapped_named_steps, values, attempt)
         return _match_all(self.named_steps, values, attempt)
+
+    def _has_required(self, node: Node) -> bool:
+        values = (*node.args, *node.kwargs.values()) if node.kwargs else node.args
+        for test in self.required:
+            for value in values:
+                if test(value):
+                    break
+            else:
+                return False
+        return True
 
     def _same_target(self, target: Any) -> bool:
         if self.op == "call_method":
@@ -396,16 +449,44 @@ class _Operation:
         return _match_all(self.written_steps, values, attempt)
 
 
+def _required_arguments(template: OpTemplate, compiler: _Compiler) -> tuple[Callable[[Any], bool], ...]:
+    """Tests of which each must hold for some argument of a node the operation matches.
+
+    Whichever way the call binds (by name, as written, operands swapped), an operand that is a call
+    is one of the node's arguments, and so is a literal, unless it could come from a default or from
+    sizes packed into a tuple (x.view(2, 3)).  Checked first, they reject most near misses (another
+    literal, another operand) without binding the call.
+    """
+    signature = template.signature
+    packs = signature is not None and signature.pack_from is not None
+    with_default = {name for overload in signature.overloads for name, parameter in overload.parameters.items()
+                    if parameter.default is not parameter.empty} if signature is not None else set()
+    parameter_of = {id(t): name for name, t in (template.bound or {}).items()}
+    tests: list[Callable[[Any], bool]] = []
+    for operand in template.operands():
+        if _compiles(operand):
+            tests.append(compiler.operation(operand).is_call)  # type: ignore[arg-type]
+        elif isinstance(operand, Literal) and not packs and parameter_of.get(id(operand)) not in with_default:
+            tests.append(_literal_test(operand.value))
+    return tuple(tests)
+
+
 def _either_order(steps: tuple[Step, ...], values: tuple[Any, ...], swapped_steps: tuple[Step, ...],
                   swapped_values: tuple[Any, ...], attempt: _Attempt) -> bool:
-    """Operands as given, else swapped; success as given leaves the swapped order an open choice."""
-    open_before = attempt.open_choices
+    """A choice: the operands as given, else swapped (see the module docstring)."""
+    orders = attempt.orders
+    choice = len(orders)
+    if choice < len(attempt.replayed):
+        swapped = attempt.replayed[choice]
+        orders.append(swapped)
+        return _match_all(swapped_steps, swapped_values, attempt) if swapped else _match_all(steps, values, attempt)
+    orders.append(False)
     bindings, nodes = dict(attempt.bindings), dict(attempt.nodes)
     if _match_all(steps, values, attempt):
-        attempt.open_choices += 1
         return True
-    if attempt.open_choices > open_before:  # an operand's own choice is more recent than this one
+    if not all(orders[choice + 1:]):  # a choice made since is open, and more recent than this one
         raise _Backtrack
     attempt.bindings, attempt.nodes = bindings, nodes
+    del orders[choice:]
+    orders.append(True)
     return _match_all(swapped_steps, swapped_values, attempt)
-

@@ -33,7 +33,7 @@ import torch
 import torch.fx
 
 from fxrules import helpers as bundled_helpers
-from fxrules.compiled import UNSURE, CompiledRule, compile_ruleset
+from fxrules.compiled import CompiledRule, compile_ruleset
 from fxrules.diagnostics import FxrApplyError, FxrConvergenceError, FxrError, FxrUsageError
 from fxrules.ir import Rule, RuleSet
 from fxrules.loader import load
@@ -155,17 +155,21 @@ class _Run:
 
     def _visit(self, candidates: list[torch.fx.Node], matcher: Matcher, rewriter: Rewriter) -> _Pass:
         current = _Pass(matcher, rewriter)
+        claimed, retired, attempts = current.claimed, matcher.retired, self.report.attempts
         for node in candidates:
-            if node in current.claimed or node in matcher.retired:
+            if node in claimed or node in retired:
                 continue
             for rule in self.index.rules_at(node):
+                attempts[rule.name] += 1
+                compiled = self.compiled.get(rule.name)
+                if compiled is not None and not compiled.may_match(node):
+                    continue  # most attempts: rejected before any binding, nothing to report
                 if self._try(rule, node, current):
                     current.fired.add(rule.name)
                     break
         return current
 
     def _try(self, rule: Rule, node: torch.fx.Node, current: _Pass) -> bool:
-        self.report.attempted(rule)
         try:
             match = self._match(rule, node, current.matcher)
             if match is not None and current.claimed.intersection(match.nodes):
@@ -181,13 +185,9 @@ class _Run:
         return self._rewrite(rule, node, match, current)
 
     def _match(self, rule: Rule, node: torch.fx.Node, matcher: Matcher) -> Match | None:
-        """The compiled matcher's answer when it is sure of it, else the generic matcher's."""
+        """The rule's compiled matcher when it has one (it answers as the generic matcher does)."""
         compiled = self.compiled.get(rule.name)
-        if compiled is not None:
-            found = compiled.match(node, matcher)
-            if found is not UNSURE:
-                return found  # type: ignore[return-value]
-        return matcher.match(rule, node)
+        return compiled.match(node, matcher) if compiled is not None else matcher.match(rule, node)
 
     def _skipped(self, rule: Rule, node: torch.fx.Node, skip: Skip, matcher: Matcher) -> None:
         self.report.skipped(rule, node.name, skip.reason, skip.detail)
@@ -238,7 +238,7 @@ class _Run:
         referenced_before = {str(n.target) for n in graph.find_nodes(op="call_module")}
         try:
             # It lints before it erases anything: a failing lint leaves the log able to undo everything.
-            graph.eliminate_dead_code()  # the retired nodes are dead too
+            graph.eliminate_dead_code(is_impure_node=_used_or_impure())  # the retired nodes are dead too
         except Exception as error:
             raise _LintError(str(error)) from error
         transaction.erase_retired(graph)  # those DCE keeps: impure ones the pattern named
@@ -258,6 +258,23 @@ def _check_lint(graph: torch.fx.Graph) -> None:
     except Exception as error:
         raise FxrUsageError(f"the graph fails lint() as it was given, so fxrules leaves it as it was: {error}") \
             from error
+
+
+def _used_or_impure() -> Callable[[torch.fx.Node], bool]:
+    """``eliminate_dead_code``'s test of what it keeps, asking the purity question only of unused nodes.
+
+    It erases a node that is pure and unused, but asks ``Node.is_impure`` first, of every node, and
+    that costs more than the rest of the cleanup; used nodes are kept anyway, so they are reported
+    impure without asking.  ``impure_random`` is the value ``eliminate_dead_code`` passes by default.
+    """
+    impure_random = True
+    if torch._guards.TracingContext.try_get():
+        impure_random = torch._inductor.config.fallback_random
+
+    def used_or_impure(node: torch.fx.Node) -> bool:
+        return bool(node.users) or node.is_impure(impure_random)
+
+    return used_or_impure
 
 
 def _neighbourhood(seeds: set[torch.fx.Node], depth: int,

@@ -56,6 +56,7 @@ from fxrules.ir import (
     Wildcard,
     walk,
 )
+from fxrules.memo import per_object
 from fxrules.metadata import MissingMetadata, NotATensor, guard_view, tensor_info
 from fxrules.signatures import BoundCall, CallSignature
 
@@ -508,19 +509,24 @@ class Matcher:
         if rule.guard is not None:
             self._check_guard(rule, state)
         matched = set(state.nodes.values())
-        outputs = {_output_node(t, state) for t in rule.pattern}
-        for node in sorted(matched - outputs, key=lambda n: n._sort_key):
-            escaping = [u.name for u in node.users if u not in matched and u not in self.retired]
-            if escaping:
+        if len(matched) > 1:
+            outputs = {_output_node(t, state) for t in rule.pattern}
+            escaping_from = [node for node in matched if node not in outputs and self._escapes(node, matched)]
+            if escaping_from:  # report the first in graph order
+                node = min(escaping_from, key=lambda n: n._sort_key)
+                escaping = [u.name for u in node.users if u not in matched and u not in self.retired]
                 raise Skip("escaping user", f"'{node.name}' is also used by {', '.join(escaping)} outside the match")
-        for template in _op_templates(rule):
+        for template in _maybe_unnamed(rule):
             node = state.nodes.get(id(template))
-            # named_exactly first: it is cheap, and it holds for every function and method pattern
             if node is not None and not self._named_exactly(template, node) and node.is_impure():
                 raise Skip("impure", f"'{node.name}' has side effects and the pattern does not name its target")
         captured = [v for v in state.bindings.values() if isinstance(v, torch.fx.Node) and v not in matched]
         if _depends_on(captured, matched):
             raise Skip("cycle", "a capture depends on a node of the match; rewriting would create a cycle")
+
+    def _escapes(self, node: torch.fx.Node, matched: set[torch.fx.Node]) -> bool:
+        """The node has a live user outside the match."""
+        return any(user not in matched and user not in self.retired for user in node.users)
 
     def _check_guard(self, rule: Rule, state: State) -> None:
         assert rule.guard is not None
@@ -633,11 +639,12 @@ def _output_node(template: Template, state: State) -> torch.fx.Node | None:
     return state.nodes.get(id(template)) if isinstance(template, OpTemplate) else None
 
 
-def _op_templates(rule: Rule) -> Iterator[OpTemplate]:
-    for output in rule.pattern:
-        for template in walk(output):
-            if isinstance(template, OpTemplate):
-                yield template
+@per_object
+def _maybe_unnamed(rule: Rule) -> tuple[OpTemplate, ...]:
+    """The pattern's operations that may match a node without naming its exact target (modules by base
+    class, attributes): only these need the purity check."""
+    return tuple(template for output in rule.pattern for template in walk(output)
+                 if isinstance(template, OpTemplate) and template.kind in (OpKind.MODULE, OpKind.ATTR))
 
 
 def _depends_on(captured: list[torch.fx.Node], matched: set[torch.fx.Node]) -> bool:

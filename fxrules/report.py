@@ -130,7 +130,6 @@ class _RuleStats:
     skipped: dict[tuple[str, str], SkippedMatch] = attrs.Factory(dict)
     skip_counts: Counter[str] = attrs.Factory(Counter)
     misses: list[Miss] = attrs.Factory(list)
-    attempts: int = 0
 
 
 @attrs.define
@@ -142,6 +141,7 @@ class ReportBuilder:
     passes: int = 0
     match_seconds: float = 0.0
     rewrite_seconds: float = 0.0
+    attempts: Counter[str] = attrs.Factory(Counter)  # rule name -> nodes it was tried at (the engine counts)
 
     def __attrs_post_init__(self) -> None:
         self.stats = {rule.name: _RuleStats() for rule in self.ruleset}
@@ -150,9 +150,6 @@ class ReportBuilder:
         stats = self.stats[rule.name]
         stats.fired += 1
         stats.anchors.append(anchor)
-
-    def attempted(self, rule: Rule) -> None:
-        self.stats[rule.name].attempts += 1
 
     def skipped(self, rule: Rule, node: str, reason: str, detail: str) -> None:
         stats = self.stats[rule.name]
@@ -178,7 +175,7 @@ class ReportBuilder:
             rules.append(RuleReport(
                 name=rule.name, location=str(rule.span), fired=stats.fired, anchors=tuple(stats.anchors),
                 skipped=tuple(stats.skipped.values()), skip_counts=dict(stats.skip_counts), notes=rule.notes,
-                near_misses=tuple(stats.misses), attempts=stats.attempts,
+                near_misses=tuple(stats.misses), attempts=self.attempts[rule.name],
             ))
         return Report(tuple(rules), self.passes, StopReason.FIXPOINT, nodes_before, nodes_after,
                       self.match_seconds, self.rewrite_seconds, total_seconds)
