@@ -110,7 +110,7 @@ class CompiledRule:
         while replayed is not None:
             attempt = _Attempt(replayed)
             try:
-                matched = self._root.match(anchor, attempt)
+                matched = self._root.match_checked(anchor, attempt)
             except _Backtrack:
                 matched = False
             if matched:
@@ -400,17 +400,21 @@ class _Operation:
             return False
         if self.required and not self._has_required(value):
             return False
-        nodes[self.key] = value
+        return self.match_checked(value, attempt)
+
+    def match_checked(self, node: Node, attempt: _Attempt) -> bool:
+        """:meth:`match` of a node already found new to the attempt and passing :meth:`may_match`."""
+        attempt.nodes[self.key] = node
         if self.name:
-            attempt.bindings[self.name] = value
-        plan = self.signature.plan(value.args, value.kwargs) if self.signature is not None else None
+            attempt.bindings[self.name] = node
+        signature = self.signature
+        plan = signature.plan(node.args, node.kwargs) if signature is not None else None
         if plan is None:
-            return self._as_written(value, attempt)
+            return self._as_written(node, attempt)
         reader = self.readers.get(id(plan))
         if reader is None:
-            reader = self.readers[id(plan)] = _PlannedReader(plan, self.expected, self.rest,
-                                                            self.signature.pack_from)
-        values = reader.read(value)
+            reader = self.readers[id(plan)] = _PlannedReader(plan, self.expected, self.rest, signature.pack_from)
+        values = reader.read(node)
         if values is None:
             return False
         if self.commutative and len(values) >= 2:

@@ -37,7 +37,7 @@ from fxrules.compiled import CompiledRule, compile_ruleset
 from fxrules.diagnostics import FxrApplyError, FxrConvergenceError, FxrError, FxrUsageError
 from fxrules.ir import Rule, RuleSet
 from fxrules.loader import load
-from fxrules.matcher import Match, Matcher, Miss, RuleIndex, Skip
+from fxrules.matcher import Match, Matcher, Miss, RuleIndex, Skip, in_graph_order
 from fxrules.metadata import propagate_shapes
 from fxrules.report import Report, ReportBuilder
 from fxrules.rewriter import Rewriter, Transaction
@@ -226,7 +226,7 @@ class _Run:
         if self.multi_output:  # further outputs hang off shared inputs: look upstream too
             seeds |= _neighbourhood(seeds, self.depth, lambda n: n.all_input_nodes)
         region = seeds | _neighbourhood(seeds, self.depth - 1, lambda n: n.users)
-        return sorted((n for n in region if n not in retired and self.index.rules_at(n)), key=lambda n: n._sort_key)
+        return in_graph_order(self.gm.graph, {n for n in region if n not in retired and self.index.rules_at(n)})
 
     def _commit(self, graph: torch.fx.Graph, transaction: Transaction) -> None:
         """Lint while the log can still undo; then erase what is dead, recompile, drop unused submodules.

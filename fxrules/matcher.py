@@ -510,7 +510,7 @@ class Matcher:
             self._check_guard(rule, state)
         matched = set(state.nodes.values())
         if len(matched) > 1:
-            outputs = {_output_node(t, state) for t in rule.pattern}
+            outputs = _output_nodes(rule, state)
             escaping_from = [node for node in matched if node not in outputs and self._escapes(node, matched)]
             if escaping_from:  # report the first in graph order
                 node = min(escaping_from, key=lambda n: n._sort_key)
@@ -526,7 +526,11 @@ class Matcher:
 
     def _escapes(self, node: torch.fx.Node, matched: set[torch.fx.Node]) -> bool:
         """The node has a live user outside the match."""
-        return any(user not in matched and user not in self.retired for user in node.users)
+        retired = self.retired
+        for user in node.users:  # noqa: SIM110 - a loop: any() would add a generator on a hot path
+            if user not in matched and user not in retired:
+                return True
+        return False
 
     def _check_guard(self, rule: Rule, state: State) -> None:
         assert rule.guard is not None
@@ -562,7 +566,7 @@ class Matcher:
 
     def to_match(self, rule: Rule, state: State) -> Match:
         """The usable match a structural match makes."""
-        outputs = tuple(_output_node(t, state) for t in rule.pattern)
+        outputs = _output_nodes(rule, state)
         return Match(rule, outputs, tuple(state.nodes.values()), dict(state.bindings), dict(state.modules))
 
 
@@ -584,10 +588,11 @@ class RuleIndex:
             elif isinstance(target, torch._ops.OpOverloadPacket):  # nodes name one of its overloads
                 overloads = [getattr(target, name) for name in target.overloads()]
                 nodes = [n for overload in overloads for n in graph.find_nodes(op=op, target=overload, sort=False)]
-            else:
-                nodes = graph.find_nodes(op=op, target=target, sort=False)
+            else:  # every node found calls the target exactly: some rule anchors there
+                found.update(graph.find_nodes(op=op, target=target, sort=False))
+                continue
             found.update(n for n in nodes if self.rules_at(n))
-        return sorted(found, key=lambda n: n._sort_key)
+        return in_graph_order(graph, found)
 
     def rules_at(self, node: torch.fx.Node) -> tuple[Rule, ...]:
         op = node.op
@@ -623,12 +628,27 @@ class RuleIndex:
         return tuple(sorted(found.values(), key=lambda rule: self.order[rule.name]))
 
 
+def in_graph_order(graph: torch.fx.Graph, nodes: set[torch.fx.Node]) -> list[torch.fx.Node]:
+    """``nodes`` (of ``graph``) in graph order: sorted when they are few, else by one walk of the graph."""
+    if len(nodes) * 8 < len(graph.nodes):
+        return sorted(nodes, key=lambda n: n._sort_key)
+    return [n for n in graph.nodes if n in nodes]
+
+
 def _unhashable(target: Any) -> bool:
     try:
         hash(target)
     except TypeError:
         return True
     return False
+
+
+def _output_nodes(rule: Rule, state: State) -> tuple[torch.fx.Node | None, ...]:
+    """The nodes the pattern outputs matched, in order."""
+    pattern = rule.pattern
+    if len(pattern) == 1 and isinstance(pattern[0], OpTemplate):  # the usual pattern, without the calls
+        return (state.nodes.get(id(pattern[0])),)
+    return tuple(_output_node(t, state) for t in pattern)
 
 
 def _output_node(template: Template, state: State) -> torch.fx.Node | None:
@@ -651,8 +671,10 @@ def _depends_on(captured: list[torch.fx.Node], matched: set[torch.fx.Node]) -> b
     """True when a captured node is computed from a matched node (searching only after the earliest match)."""
     if not captured or not matched:
         return False
-    earliest = min(n._sort_key for n in matched)  # FX keeps a sortable position on every node
+    earliest = min([n._sort_key for n in matched])  # FX keeps a sortable position on every node
     stack = [c for c in captured if c._sort_key > earliest]
+    if not stack:  # the usual case: every capture comes before the match
+        return False
     seen: set[torch.fx.Node] = set()
     while stack:
         node = stack.pop()

@@ -39,12 +39,12 @@ class Transaction:
     gm: torch.nn.Module
     added: list[str] = attrs.Factory(list)
     created: list[torch.fx.Node] = attrs.Factory(list)
-    redirected: list[tuple[torch.fx.Node, tuple[Any, ...], dict[str, Any]]] = attrs.Factory(list)
+    redirected: list[tuple[torch.fx.Node, tuple[Any, ...], Mapping[str, Any]]] = attrs.Factory(list)
     retired: dict[torch.fx.Node, None] = attrs.Factory(dict)  # ordered: dead matched nodes, erased at commit
 
     def record_inputs(self, node: torch.fx.Node) -> None:
-        """Remember a node's arguments before a rewrite changes them."""
-        self.redirected.append((node, node.args, dict(node.kwargs)))
+        """Remember a node's arguments before a rewrite changes them (FX replaces them, never mutates)."""
+        self.redirected.append((node, node.args, node.kwargs))
 
     def live_users(self, node: torch.fx.Node) -> list[torch.fx.Node]:
         return [user for user in node.users if user not in self.retired]
@@ -132,7 +132,8 @@ class Rewriter:
         self.with_metadata = any(has_metadata(n) for n in graph.find_nodes(op="placeholder"))
 
     def rewrite(self, match: Match) -> Rewrite:
-        anchor = min(match.outputs, key=lambda n: n._sort_key)
+        outputs = match.outputs
+        anchor = outputs[0] if len(outputs) == 1 else min(outputs, key=lambda n: n._sort_key)
         late = [v.name for v in match.bindings.values()
                 if isinstance(v, torch.fx.Node) and v not in match.nodes and v._sort_key > anchor._sort_key]
         if late:

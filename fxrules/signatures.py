@@ -106,7 +106,7 @@ class CallSignature:
         plan = self._plans_by_counts.get(counts, _UNPLANNED)
         if plan is not _UNPLANNED:
             return plan  # type: ignore[return-value]
-        shape = (*counts, tuple(_is_sequence(a) for a in args))
+        shape = (*counts, tuple(map(_is_sequence, args)))
         plan = self._plans.get(shape, _UNPLANNED)
         if plan is _UNPLANNED:
             plan, lists_matter = self._plan(args, kwargs, partial)
