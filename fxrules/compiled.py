@@ -41,6 +41,8 @@ from fxrules.ir import (
     AltTemplate,
     Capture,
     CaptureType,
+    GuardCall,
+    GuardExpr,
     HelperTemplate,
     Literal,
     OpKind,
@@ -153,22 +155,40 @@ def pattern_depth(template: Template) -> int:
 class CompiledRuleSet:
     """What ``apply`` derives from a rule set alone, computed once per :class:`RuleSet` object."""
 
-    matchers: Mapping[str, CompiledRule | None]  # rule name -> its compiled matcher (None: not compiled)
+    matchers: Mapping[int, CompiledRule | None]  # id(rule) -> its compiled matcher (None: not compiled)
     depth: int  # the deepest pattern output: how far a change can reach to affect a match
     multi_output: bool
     helper_calls: tuple[tuple[Rule, HelperTemplate], ...]  # every helper a replacement calls
+    counts_users: bool  # a guard reads how a value is used (num_users, is_mutated)
 
 
 @per_object
 def compile_ruleset(ruleset: RuleSet) -> CompiledRuleSet:
     """The rule set's :class:`CompiledRuleSet`, built on first use for each RuleSet object."""
     return CompiledRuleSet(
-        matchers={rule.name: compile_rule(rule) for rule in ruleset},
+        matchers={id(rule): compile_rule(rule) for rule in ruleset},
         depth=max((pattern_depth(o) for rule in ruleset for o in rule.pattern), default=1),
         multi_output=any(len(rule.pattern) > 1 for rule in ruleset),
         helper_calls=tuple((rule, helper) for rule in ruleset for output in rule.replacement
                            for helper in _helpers_in(output)),
+        counts_users=any(rule.guard is not None and any(_calls(c) & USER_COUNTING for c in rule.guard.conditions)
+                         for rule in ruleset),
     )
+
+
+#: Guard functions whose value depends on a value's users, which rewrites elsewhere can change.
+USER_COUNTING = frozenset({"num_users", "is_mutated"})
+
+
+def _calls(expr: GuardExpr) -> set[str]:
+    """The guard functions a guard expression calls."""
+    found = {expr.func} if isinstance(expr, GuardCall) and expr.receiver is None else set()
+    for field in attrs.fields(type(expr)):
+        value = getattr(expr, field.name)
+        for part in value if isinstance(value, tuple) else (value,):
+            if isinstance(part, GuardExpr):
+                found |= _calls(part)
+    return found
 
 
 def _helpers_in(template: Template) -> list[HelperTemplate]:

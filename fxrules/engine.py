@@ -88,13 +88,22 @@ def _helper_table(ruleset: RuleSet,
 
 @attrs.define
 class _Pass:
-    """One pass's state: what fired, the nodes rewrites created (not matched again) and touched."""
+    """One pass's state: what fired, the nodes rewrites created (not matched again) and touched.
+
+    Positions are indexes in the pass's candidate list: ``visited`` says where the pass looked at a
+    node (tried its rules, or knew their outcome), ``changed`` where the last rewrite that changed a
+    node's inputs or users happened.
+    """
 
     matcher: Matcher
     rewriter: Rewriter
     fired: set[str] = attrs.Factory(set)
     claimed: set[torch.fx.Node] = attrs.Factory(set)
     touched: set[torch.fx.Node] = attrs.Factory(set)
+    position: int = 0  # of the candidate being visited
+    visited: dict[torch.fx.Node, int] = attrs.Factory(dict)
+    changed: dict[torch.fx.Node, int] = attrs.Factory(dict)
+    overlapped: set[torch.fx.Node] = attrs.Factory(set)  # where a match overlapped what this pass created
 
 
 class _Run:
@@ -111,17 +120,29 @@ class _Run:
         self.index = RuleIndex(gm, ruleset)
         compiled = compile_ruleset(ruleset)
         # explain=True wants the generic matcher's near misses: no compiled fast path then
-        self.compiled: Mapping[str, CompiledRule | None] = {} if explain else compiled.matchers
+        self.compiled: Mapping[int, CompiledRule | None] = {} if explain else compiled.matchers
         self.depth = compiled.depth
         self.multi_output = compiled.multi_output
+        # Whether a pass may skip the nodes whose outcome the previous pass knows (see _settled).
+        self.settles = not (explain or compiled.multi_output or compiled.counts_users)
 
     def execute(self) -> Report:
         started = time.perf_counter()
         graph = self.gm.graph
         nodes_before = len(graph.nodes)
+        candidates = self.index.candidates(graph)
+        if candidates:
+            self._rewrite_to_fixpoint(graph, candidates)
+        else:  # no node any rule can anchor at: one pass that finds nothing, and nothing to undo
+            self.report.passes = 1
+            self.report.match_seconds = time.perf_counter() - started
+        return self.report.build(nodes_before, len(graph.nodes), time.perf_counter() - started)
+
+    def _rewrite_to_fixpoint(self, graph: torch.fx.Graph, candidates: list[torch.fx.Node]) -> None:
+        """The passes, then the commit; any failure undoes every change."""
         transaction = Transaction(self.gm)
         try:
-            fired = self._passes(graph, transaction)
+            fired = self._passes(graph, candidates, transaction)
             if fired:
                 self._commit(graph, transaction)
         except _LintError as failure:
@@ -131,21 +152,21 @@ class _Run:
         except BaseException:
             transaction.rollback(graph)
             raise
-        return self.report.build(nodes_before, len(self.gm.graph.nodes), time.perf_counter() - started)
 
-    def _passes(self, graph: torch.fx.Graph, transaction: Transaction) -> bool:
-        """Run passes to a fixpoint; True when any rule fired."""
+    def _passes(self, graph: torch.fx.Graph, candidates: list[torch.fx.Node], transaction: Transaction) -> bool:
+        """Run passes to a fixpoint, starting from ``candidates``; True when any rule fired."""
         started = time.perf_counter()
         rewriter = Rewriter(self.gm, graph, self.helpers, transaction)
-        candidates = self.index.candidates(graph)
+        settled: set[torch.fx.Node] = set()
         try:
             for number in range(1, self.max_passes + 1):
                 self.report.passes = number
                 matcher = Matcher(self.gm, explain=self.explain, retired=transaction.retired)
-                current = self._visit(candidates, matcher, rewriter)
+                current = self._visit(candidates, settled, matcher, rewriter)
                 if not current.fired:
                     return number > 1
                 candidates = self._worklist(current.touched, transaction.retired)
+                settled = self._settled(candidates, current)
         finally:  # timed per apply, not per attempt: the clock would cost as much as a rejection
             self.report.match_seconds = time.perf_counter() - started - self.report.rewrite_seconds
         raise FxrConvergenceError(
@@ -153,15 +174,21 @@ class _Run:
             "they may undo each other or grow the graph"
         )
 
-    def _visit(self, candidates: list[torch.fx.Node], matcher: Matcher, rewriter: Rewriter) -> _Pass:
+    def _visit(self, candidates: list[torch.fx.Node], settled: set[torch.fx.Node], matcher: Matcher,
+               rewriter: Rewriter) -> _Pass:
+        """One pass over ``candidates``; ``settled`` ones are passed over until the pass first fires."""
         current = _Pass(matcher, rewriter)
-        claimed, retired, attempts = current.claimed, matcher.retired, self.report.attempts
-        for node in candidates:
+        claimed, retired, attempts, visited = current.claimed, matcher.retired, self.report.attempts, current.visited
+        for position, node in enumerate(candidates):
             if node in claimed or node in retired:
                 continue
+            visited[node] = position
+            if node in settled and not current.fired:
+                continue
+            current.position = position
             for rule in self.index.rules_at(node):
                 attempts[rule.name] += 1
-                compiled = self.compiled.get(rule.name)
+                compiled = self.compiled.get(id(rule))
                 if compiled is not None and not compiled.may_match(node):
                     continue  # most attempts: rejected before any binding, nothing to report
                 if self._try(rule, node, current):
@@ -173,6 +200,7 @@ class _Run:
         try:
             match = self._match(rule, node, current.matcher)
             if match is not None and current.claimed.intersection(match.nodes):
+                current.overlapped.add(node)
                 raise Skip("overlap", "part of this match was created by another rewrite in this pass")
         except Skip as skip:
             self._skipped(rule, node, skip, current.matcher)
@@ -186,7 +214,7 @@ class _Run:
 
     def _match(self, rule: Rule, node: torch.fx.Node, matcher: Matcher) -> Match | None:
         """The rule's compiled matcher when it has one (it answers as the generic matcher does)."""
-        compiled = self.compiled.get(rule.name)
+        compiled = self.compiled.get(id(rule))
         return compiled.match(node, matcher) if compiled is not None else matcher.match(rule, node)
 
     def _skipped(self, rule: Rule, node: torch.fx.Node, skip: Skip, matcher: Matcher) -> None:
@@ -214,6 +242,10 @@ class _Run:
         current.claimed.update(change.created)
         current.touched.update(change.created)
         current.touched.update(change.touched)
+        if self.settles:
+            position = current.position
+            for changed in (node, *change.created, *change.touched, *change.gained_users):
+                current.changed[changed] = position
         return True
 
     def _worklist(self, touched: set[torch.fx.Node], retired: Mapping[torch.fx.Node, None]) -> list[torch.fx.Node]:
@@ -227,6 +259,23 @@ class _Run:
             seeds |= _neighbourhood(seeds, self.depth, lambda n: n.all_input_nodes)
         region = seeds | _neighbourhood(seeds, self.depth - 1, lambda n: n.users)
         return in_graph_order(self.gm.graph, {n for n in region if n not in retired and self.index.rules_at(n)})
+
+    def _settled(self, candidates: list[torch.fx.Node], done: _Pass) -> set[torch.fx.Node]:
+        """The candidates of the next pass whose outcome the pass ``done`` already knows: nothing fires there.
+
+        A node looked at after the last rewrite that changed anything within reach of a match anchored
+        there (``depth - 1`` use edges), whose matches did not overlap that pass's new nodes, sees the
+        same graph around it in the next pass until that pass rewrites something: it would fire nothing
+        (else the pass ``done`` would have fired there) and skip for the same reasons, already reported.
+        Not when guards count users (any new use changes them) or patterns have several outputs (their
+        further outputs are found among users), nor when explaining.
+        """
+        if not self.settles:
+            return set()
+        changed_at = _latest_change(done.changed, self.depth - 1)
+        visited = done.visited
+        return {node for node in candidates
+                if node in visited and node not in done.overlapped and changed_at.get(node, -1) < visited[node]}
 
     def _commit(self, graph: torch.fx.Graph, transaction: Transaction) -> None:
         """Lint while the log can still undo; then erase what is dead, recompile, drop unused submodules.
@@ -275,6 +324,23 @@ def _used_or_impure() -> Callable[[torch.fx.Node], bool]:
         return bool(node.users) or node.is_impure(impure_random)
 
     return used_or_impure
+
+
+def _latest_change(changed: dict[torch.fx.Node, int], steps: int) -> dict[torch.fx.Node, int]:
+    """For every node at most ``steps`` use edges after a changed node: the latest change among those."""
+    latest = dict(changed)
+    layer = changed
+    for _ in range(steps):
+        reached: dict[torch.fx.Node, int] = {}
+        for node, position in layer.items():
+            for user in node.users:
+                if reached.get(user, -1) < position:
+                    reached[user] = position
+        for node, position in reached.items():
+            if latest.get(node, -1) < position:
+                latest[node] = position
+        layer = reached
+    return latest
 
 
 def _neighbourhood(seeds: set[torch.fx.Node], depth: int,

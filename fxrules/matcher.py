@@ -575,8 +575,8 @@ class RuleIndex:
 
     def __init__(self, gm: torch.fx.GraphModule, ruleset: RuleSet) -> None:
         self.gm = gm
+        self.ruleset = ruleset
         self.by_anchor = ruleset.by_anchor
-        self.order = {rule.name: i for i, rule in enumerate(ruleset)}
         self._cache: dict[tuple[str, Any], tuple[Rule, ...]] = {}
 
     def candidates(self, graph: torch.fx.Graph) -> list[torch.fx.Node]:
@@ -625,7 +625,16 @@ class RuleIndex:
         elif node.op == "get_attr":
             keys.append(("get_attr", None))
         found = {rule.name: rule for key in keys for rule in self.by_anchor.get(key, ())}
-        return tuple(sorted(found.values(), key=lambda rule: self.order[rule.name]))
+        if len(found) < 2:
+            return tuple(found.values())
+        order = _file_order(self.ruleset)
+        return tuple(sorted(found.values(), key=lambda rule: order[rule.name]))
+
+
+@per_object
+def _file_order(ruleset: RuleSet) -> dict[str, int]:
+    """Rule name -> its position in the rule set."""
+    return {rule.name: i for i, rule in enumerate(ruleset)}
 
 
 def in_graph_order(graph: torch.fx.Graph, nodes: set[torch.fx.Node]) -> list[torch.fx.Node]:

@@ -8,7 +8,7 @@ tools (``report.to_dict()``).
 from __future__ import annotations
 
 import enum
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any
 
 import attrs
@@ -127,9 +127,14 @@ class Report:
 class _RuleStats:
     fired: int = 0
     anchors: list[str] = attrs.Factory(list)
-    skipped: dict[tuple[str, str], SkippedMatch] = attrs.Factory(dict)
+    skipped: dict[tuple[str, str], SkippedMatch] = attrs.Factory(dict)  # the first KEEP_EXAMPLES
     skip_counts: Counter[str] = attrs.Factory(Counter)
+    skipped_at: set[tuple[str, str]] = attrs.Factory(set)  # every (reason, node), counted once however often seen
     misses: list[Miss] = attrs.Factory(list)
+
+
+#: The stats of a rule that did nothing (read only).
+_NOTHING = _RuleStats()
 
 
 @attrs.define
@@ -137,14 +142,11 @@ class ReportBuilder:
     """Accumulates what the engine saw, rule by rule."""
 
     ruleset: RuleSet
-    stats: dict[str, _RuleStats] = attrs.field(init=False)
+    stats: defaultdict[str, _RuleStats] = attrs.Factory(lambda: defaultdict(_RuleStats))  # of rules that did something
     passes: int = 0
     match_seconds: float = 0.0
     rewrite_seconds: float = 0.0
-    attempts: Counter[str] = attrs.Factory(Counter)  # rule name -> nodes it was tried at (the engine counts)
-
-    def __attrs_post_init__(self) -> None:
-        self.stats = {rule.name: _RuleStats() for rule in self.ruleset}
+    attempts: defaultdict[str, int] = attrs.Factory(lambda: defaultdict(int))  # rule name -> nodes it was tried at
 
     def fired(self, rule: Rule, anchor: str) -> None:
         stats = self.stats[rule.name]
@@ -154,8 +156,9 @@ class ReportBuilder:
     def skipped(self, rule: Rule, node: str, reason: str, detail: str) -> None:
         stats = self.stats[rule.name]
         key = (reason, node)
-        if key in stats.skipped:
+        if key in stats.skipped_at:
             return
+        stats.skipped_at.add(key)
         stats.skip_counts[reason] += 1
         if len(stats.skipped) < KEEP_EXAMPLES:
             stats.skipped[key] = SkippedMatch(reason, node, detail)
@@ -171,11 +174,11 @@ class ReportBuilder:
     def build(self, nodes_before: int, nodes_after: int, total_seconds: float) -> Report:
         rules = []
         for rule in self.ruleset:
-            stats = self.stats[rule.name]
+            stats = self.stats.get(rule.name, _NOTHING)
             rules.append(RuleReport(
                 name=rule.name, location=str(rule.span), fired=stats.fired, anchors=tuple(stats.anchors),
                 skipped=tuple(stats.skipped.values()), skip_counts=dict(stats.skip_counts), notes=rule.notes,
-                near_misses=tuple(stats.misses), attempts=self.attempts[rule.name],
+                near_misses=tuple(stats.misses), attempts=self.attempts.get(rule.name, 0),
             ))
         return Report(tuple(rules), self.passes, StopReason.FIXPOINT, nodes_before, nodes_after,
                       self.match_seconds, self.rewrite_seconds, total_seconds)

@@ -117,7 +117,8 @@ class Rewrite:
     """What one rewrite changed: the nodes it created and the nodes whose surroundings changed."""
 
     created: tuple[torch.fx.Node, ...]
-    touched: tuple[torch.fx.Node, ...]
+    touched: tuple[torch.fx.Node, ...]  # with new inputs, or fewer users
+    gained_users: tuple[torch.fx.Node, ...]  # existing nodes the replacement uses
 
 
 class Rewriter:
@@ -150,7 +151,7 @@ class Rewriter:
             if value is not output:
                 touched += self._redirect(output, value, created)
         touched += self._retire_dead(match)
-        return Rewrite(tuple(created), tuple(touched))
+        return Rewrite(tuple(created), tuple(touched), _used_by(created, values))
 
     def _annotate(self, match: Match, created: list[torch.fx.Node], values: list[Any]) -> None:
         rule = match.rule
@@ -281,6 +282,15 @@ class Emitter:
             raise FxrApplyError("a module capture can be called or passed to a helper, not used as a value")
         return value
 
+
+
+def _used_by(created: list[torch.fx.Node], values: list[Any]) -> tuple[torch.fx.Node, ...]:
+    """The existing nodes a replacement uses: inputs of its new nodes, and outputs it reuses."""
+    new = set(created)
+    used = [value for value in values if isinstance(value, torch.fx.Node)]
+    for node in created:
+        used += node.all_input_nodes
+    return tuple(node for node in dict.fromkeys(used) if node not in new)
 
 
 def _foldable(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

@@ -32,10 +32,10 @@ EXACT_RULES = """
 rule neg_neg:
     torch.neg(torch.neg(x)) => x
 
-rule mul_one:
+rule times_one:
     x * 1 => x
 
-rule mul_one_float:
+rule times_one_float:
     x * 1.0 => x
 
 rule silu:
@@ -207,8 +207,7 @@ def test_a_skipped_match_goes_on_to_the_other_order_then_reports_the_first_skip(
 
 
 def test_which_rules_compile() -> None:
-    compiled_names = {name for name, m in compile_ruleset(EXACT).matchers.items() if m is not None}
-    assert compiled_names == {rule.name for rule in EXACT}
+    assert all(compile_ruleset(EXACT).matchers[id(rule)] is not None for rule in EXACT)
     outside = fxrules.parse("""
 rule family:
     relu(relu(x)) => relu(x)
@@ -237,7 +236,7 @@ rule two_outputs:
 def test_compiled_ruleset_is_built_once_per_ruleset_object() -> None:
     rules = EXACT + fxrules.parse("rule other:\n    torch.neg(x) * 1 => torch.neg(x)\n")
     assert compile_ruleset(rules) is compile_ruleset(rules)
-    assert compile_ruleset(rules).matchers.keys() == compile_ruleset(EXACT).matchers.keys() | {"other"}
+    assert compile_ruleset(rules).matchers.keys() == {id(rule) for rule in rules}
 
 
 def test_explain_takes_the_generic_path_and_reports_near_misses() -> None:
