@@ -96,12 +96,10 @@ class CompiledRule:
     def __init__(self, rule: Rule, root: _Operation) -> None:
         self.rule = rule
         self._root = root
-
-    def may_match(self, anchor: Node) -> bool:
-        """False when the rule certainly does not match at ``anchor`` (nothing to report either): the anchor
-        does not call the pattern output's target, or lacks an operand call or a literal the pattern needs.
-        Most attempts end here, before any argument binding."""
-        return self._root.may_match(anchor)
+        #: may_match(anchor) is False when the rule certainly does not match there (nothing to report
+        #: either): the anchor does not call the output's target, or lacks an operand call or a literal
+        #: the pattern needs.  Most attempts end here, before any argument binding.
+        self.may_match: Callable[[Node], bool] = root.may_match
 
     def match(self, anchor: Node, matcher: Matcher) -> Match | None:
         """What ``matcher.match(rule, anchor)`` returns (a match or None) or raises (:class:`Skip`)."""
@@ -402,13 +400,18 @@ class _Operation:
                 self.swapped_named_steps = (self.named_steps[1], self.named_steps[0], *self.named_steps[2:])
         self.required = _required_arguments(template, compiler)
 
-    def is_call(self, value: Any) -> bool:
-        """The value is a node calling this operation's target."""
-        return isinstance(value, Node) and value.op == self.op and self._same_target(value.target)
+    def may_be_operand(self, value: Any) -> bool:
+        """The value may match this operation: a node passing :meth:`may_match`."""
+        return isinstance(value, Node) and self.may_match(value)
 
     def may_match(self, node: Node) -> bool:
         """The cheap necessary conditions: the node calls the target with every required argument."""
-        return self.is_call(node) and (not self.required or self._has_required(node))
+        if node.op != self.op:
+            return False
+        target = node.target
+        if target is not self.target and not self._same_target(target):
+            return False
+        return not self.required or self._has_required(node)
 
     def match(self, value: Any, attempt: _Attempt) -> bool:
         if not isinstance(value, Node):
@@ -477,9 +480,10 @@ def _required_arguments(template: OpTemplate, compiler: _Compiler) -> tuple[Call
     """Tests of which each must hold for some argument of a node the operation matches.
 
     Whichever way the call binds (by name, as written, operands swapped), an operand that is a call
-    is one of the node's arguments, and so is a literal, unless it could come from a default or from
-    sizes packed into a tuple (x.view(2, 3)).  Checked first, they reject most near misses (another
-    literal, another operand) without binding the call.
+    is one of the node's arguments (one that may match it, checked the same way down the pattern),
+    and so is a literal, unless it could come from a default or from sizes packed into a tuple
+    (x.view(2, 3)).  Checked first, they reject most near misses (another literal, another operand)
+    without binding the call.
     """
     signature = template.signature
     packs = signature is not None and signature.pack_from is not None
@@ -489,7 +493,7 @@ def _required_arguments(template: OpTemplate, compiler: _Compiler) -> tuple[Call
     tests: list[Callable[[Any], bool]] = []
     for operand in template.operands():
         if _compiles(operand):
-            tests.append(compiler.operation(operand).is_call)  # type: ignore[arg-type]
+            tests.append(compiler.operation(operand).may_be_operand)  # type: ignore[arg-type]
         elif isinstance(operand, Literal) and not packs and parameter_of.get(id(operand)) not in with_default:
             tests.append(_literal_test(operand.value))
     return tuple(tests)

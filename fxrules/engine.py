@@ -179,6 +179,7 @@ class _Run:
         """One pass over ``candidates``; ``settled`` ones are passed over until the pass first fires."""
         current = _Pass(matcher, rewriter)
         claimed, retired, attempts, visited = current.claimed, matcher.retired, self.report.attempts, current.visited
+        rules_at, compiled_for = self.index.rules_at, self.compiled.get
         for position, node in enumerate(candidates):
             if node in claimed or node in retired:
                 continue
@@ -186,9 +187,9 @@ class _Run:
             if node in settled and not current.fired:
                 continue
             current.position = position
-            for rule in self.index.rules_at(node):
+            for rule in rules_at(node):
                 attempts[rule.name] += 1
-                compiled = self.compiled.get(id(rule))
+                compiled = compiled_for(id(rule))
                 if compiled is not None and not compiled.may_match(node):
                     continue  # most attempts: rejected before any binding, nothing to report
                 if self._try(rule, node, current):

@@ -140,14 +140,19 @@ class Rewriter:
         if late:
             raise Skip("order", f"captured {', '.join(late)} defined after the first output '{anchor.name}'")
         emitter = Emitter(self, match)
-        with self.graph.inserting_before(anchor):
-            values = [emitter.emit(t) for t in match.rule.replacement]
+        replacement = match.rule.replacement
+        if all(isinstance(t, Capture | Literal) for t in replacement):  # x * 1 => x: no node to insert
+            values = [emitter.emit(t) for t in replacement]
+        else:
+            with self.graph.inserting_before(anchor):
+                values = [emitter.emit(t) for t in replacement]
         created = emitter.created
-        if not created and all(v is o for v, o in zip(values, match.outputs, strict=True)):
+        if not created and all(v is o for v, o in zip(values, outputs, strict=True)):
             raise Skip("no change", "the replacement is the matched node itself")
-        self._annotate(match, created, values)
+        if created:
+            self._annotate(match, created, values)
         touched: list[torch.fx.Node] = []
-        for output, value in zip(match.outputs, values, strict=True):
+        for output, value in zip(outputs, values, strict=True):
             if value is not output:
                 touched += self._redirect(output, value, created)
         touched += self._retire_dead(match)
@@ -172,21 +177,26 @@ class Rewriter:
                 infer_metadata(node)
 
     def _redirect(self, output: torch.fx.Node, value: Any, created: list[torch.fx.Node]) -> list[torch.fx.Node]:
-        new = set(created)
-        users = [user for user in self.transaction.live_users(output) if user not in new]
+        users = self.transaction.live_users(output)
+        if created:
+            new = set(created)
+            users = [user for user in users if user not in new]
+        record = self.transaction.record_inputs
         for user in users:
-            self.transaction.record_inputs(user)
+            record(user)
             user.replace_input_with(output, value)
         return users
 
     def _retire_dead(self, match: Match) -> list[torch.fx.Node]:
         """Retire the matched nodes nothing live uses any more; their inputs lost a user."""
         inputs: list[torch.fx.Node] = []
-        for node in sorted(match.nodes, key=lambda n: n._sort_key, reverse=True):
+        retired = self.transaction.retired
+        nodes = match.nodes if len(match.nodes) == 1 else sorted(match.nodes, key=lambda n: n._sort_key, reverse=True)
+        for node in nodes:  # users before what they use
             if not self.transaction.live_users(node):
                 inputs += node.all_input_nodes
-                self.transaction.retired[node] = None
-        return [n for n in inputs if n not in self.transaction.retired]
+                retired[node] = None
+        return [n for n in inputs if n not in retired]
 
 
 class Emitter:
@@ -286,8 +296,10 @@ class Emitter:
 
 def _used_by(created: list[torch.fx.Node], values: list[Any]) -> tuple[torch.fx.Node, ...]:
     """The existing nodes a replacement uses: inputs of its new nodes, and outputs it reuses."""
-    new = set(created)
     used = [value for value in values if isinstance(value, torch.fx.Node)]
+    if not created:
+        return tuple(used)
+    new = set(created)
     for node in created:
         used += node.all_input_nodes
     return tuple(node for node in dict.fromkeys(used) if node not in new)
