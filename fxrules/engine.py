@@ -8,8 +8,12 @@
    rewrite creates are not matched again in the same pass.  Pass 1 visits the
    nodes the graph's own op/target index finds for the rules' anchor keys;
    later passes visit only the nodes within pattern depth (along use edges)
-   of what the previous pass changed.  If nothing fires, the graph is left
-   exactly as it was (and is not even linted).
+   of what the previous pass changed, and until they first fire they pass
+   over those the previous pass looked at after every change within their
+   reach (``_Run._settled``).  Rules are matched by their compiled matchers
+   (:mod:`fxrules.compiled`) where they have one, which reject most
+   candidates before binding any argument.  If nothing fires, the graph is
+   left exactly as it was (and is not even linted).
 3. At a fixpoint, lint, erase the retired nodes and other dead code,
    recompile, and delete the submodules the rewrite left unreferenced.  Any
    failure before that undoes the log: the graph, its nodes and the module's

@@ -46,7 +46,7 @@ class RuleReport:
     skip_counts: dict[str, int]
     notes: tuple[str, ...]
     near_misses: tuple[Miss, ...]
-    attempts: int
+    attempts: int  # candidate nodes the rule was tried at (a pass passes over settled nodes without trying)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,8 +67,8 @@ class Report:
     stop_reason: StopReason
     nodes_before: int
     nodes_after: int
-    match_seconds: float
-    rewrite_seconds: float
+    match_seconds: float  # in the passes, rewrites aside: finding candidates, matching, bookkeeping
+    rewrite_seconds: float  # splicing the replacements in (timed per rewrite)
     total_seconds: float
 
     @property
