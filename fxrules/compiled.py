@@ -481,12 +481,13 @@ def _required_arguments(template: OpTemplate, compiler: _Compiler) -> tuple[Call
 
     Whichever way the call binds (by name, as written, operands swapped), an operand that is a call
     is one of the node's arguments (one that may match it, checked the same way down the pattern),
-    and so is a literal, unless it could come from a default or from sizes packed into a tuple
-    (x.view(2, 3)).  Checked first, they reject most near misses (another literal, another operand)
-    without binding the call.
+    and so is a literal, unless it could come from a default.  Checked first, they reject most near
+    misses (another literal, another operand) without binding the call.  None for a target that
+    takes sizes loose or as one tuple (x.view(2, 3) is x.view((2, 3))): an operand may be inside it.
     """
     signature = template.signature
-    packs = signature is not None and signature.pack_from is not None
+    if signature is not None and signature.pack_from is not None:
+        return ()
     with_default = {name for overload in signature.overloads for name, parameter in overload.parameters.items()
                     if parameter.default is not parameter.empty} if signature is not None else set()
     parameter_of = {id(t): name for name, t in (template.bound or {}).items()}
@@ -494,7 +495,7 @@ def _required_arguments(template: OpTemplate, compiler: _Compiler) -> tuple[Call
     for operand in template.operands():
         if _compiles(operand):
             tests.append(compiler.operation(operand).may_be_operand)  # type: ignore[arg-type]
-        elif isinstance(operand, Literal) and not packs and parameter_of.get(id(operand)) not in with_default:
+        elif isinstance(operand, Literal) and parameter_of.get(id(operand)) not in with_default:
             tests.append(_literal_test(operand.value))
     return tuple(tests)
 

@@ -77,6 +77,9 @@ rule square:
 rule neg_times_neg:
     torch.neg(a) * torch.neg(b) => a * b
 
+rule view_as_rows:
+    x.view(y.size(0), -1) => x.reshape(y.size(0), -1)
+
 rule relu_sum_kept:
     pattern:
         return torch.relu(x) + torch.relu(y)
@@ -156,6 +159,7 @@ def test_compiled_rules_agree_on_every_argument_shape() -> None:
             torch.neg(torch.cat([x, y])), torch.neg(torch.cat((x, y), 0)), torch.neg(torch.cat([x, y, x])),
             torch.mul(x, 3), n * n, torch.neg(n),
             torch.neg(x) * torch.neg(y), torch.relu(x) + torch.relu(y), torch.relu(x) + torch.relu(x), x[1:2, ::2],
+            x.view(y.size(0), -1), x.view((y.size(0), -1)), x.view([y.size(0), -1]), x.view(y.size(1), -1),
         )
 
     gm = trace(f)
