@@ -51,9 +51,9 @@ class Transaction:
 
     def erase_retired(self, graph: torch.fx.Graph) -> None:
         """Commit: erase the retired nodes, users before what they use."""
-        for node in sorted(self.retired, key=lambda n: n._sort_key, reverse=True):
-            if not node._erased:
-                graph.erase_node(node)
+        left = [node for node in self.retired if not node._erased]  # eliminate_dead_code erased the others
+        for node in sorted(left, key=lambda n: n._sort_key, reverse=True):
+            graph.erase_node(node)
         self.retired.clear()
 
     def fresh_name(self, base: str) -> str:
