@@ -103,8 +103,10 @@ class CompiledRule:
 
     def match(self, anchor: Node, matcher: Matcher) -> Match | None:
         """What ``matcher.match(rule, anchor)`` returns (a match or None) or raises (:class:`Skip`)."""
-        if not self._root.may_match(anchor):
-            return None
+        return self.match_candidate(anchor, matcher) if self.may_match(anchor) else None
+
+    def match_candidate(self, anchor: Node, matcher: Matcher) -> Match | None:
+        """:meth:`match` at an anchor for which :attr:`may_match` holds."""
         skip: Skip | None = None
         replayed: tuple[bool, ...] | None = ()
         while replayed is not None:

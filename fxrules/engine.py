@@ -218,9 +218,10 @@ class _Run:
         return self._rewrite(rule, node, match, current)
 
     def _match(self, rule: Rule, node: torch.fx.Node, matcher: Matcher) -> Match | None:
-        """The rule's compiled matcher when it has one (it answers as the generic matcher does)."""
+        """The rule's compiled matcher when it has one (it answers as the generic matcher does; ``_visit``
+        asked its ``may_match`` already)."""
         compiled = self.compiled.get(id(rule))
-        return compiled.match(node, matcher) if compiled is not None else matcher.match(rule, node)
+        return compiled.match_candidate(node, matcher) if compiled is not None else matcher.match(rule, node)
 
     def _skipped(self, rule: Rule, node: torch.fx.Node, skip: Skip, matcher: Matcher) -> None:
         self.report.skipped(rule, node.name, skip.reason, skip.detail)

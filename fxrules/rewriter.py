@@ -23,8 +23,9 @@ import torch
 import torch.fx
 
 from fxrules.diagnostics import FxrApplyError
-from fxrules.ir import Capture, HelperTemplate, Literal, OpKind, OpTemplate, SeqTemplate, SliceTemplate, Template
+from fxrules.ir import Capture, HelperTemplate, Literal, OpKind, OpTemplate, Rule, SeqTemplate, SliceTemplate, Template
 from fxrules.matcher import Match, Skip
+from fxrules.memo import per_object
 from fxrules.metadata import has_metadata, infer_metadata, tensor_info
 
 #: Metadata a replacement inherits from the output it replaces.
@@ -141,7 +142,7 @@ class Rewriter:
             raise Skip("order", f"captured {', '.join(late)} defined after the first output '{anchor.name}'")
         emitter = Emitter(self, match)
         replacement = match.rule.replacement
-        if all(isinstance(t, Capture | Literal) for t in replacement):  # x * 1 => x: no node to insert
+        if _only_values(match.rule):  # x * 1 => x: no node to insert
             values = [emitter.emit(t) for t in replacement]
         else:
             with self.graph.inserting_before(anchor):
@@ -292,6 +293,12 @@ class Emitter:
             raise FxrApplyError("a module capture can be called or passed to a helper, not used as a value")
         return value
 
+
+
+@per_object
+def _only_values(rule: Rule) -> bool:
+    """The replacement is made of captures and literals only: it creates no node."""
+    return all(isinstance(t, Capture | Literal) for t in rule.replacement)
 
 
 def _used_by(created: list[torch.fx.Node], values: list[Any]) -> tuple[torch.fx.Node, ...]:
