@@ -8,8 +8,12 @@
    rewrite creates are not matched again in the same pass.  Pass 1 visits the
    nodes the graph's own op/target index finds for the rules' anchor keys;
    later passes visit only the nodes within pattern depth (along use edges)
-   of what the previous pass changed.  If nothing fires, the graph is left
-   exactly as it was (and is not even linted).
+   of what the previous pass changed, and until they first fire they pass
+   over those the previous pass looked at after every change within their
+   reach (``_Run._settled``).  Rules are matched by their compiled matchers
+   (:mod:`fxrules.compiled`) where they have one, which reject most
+   candidates before binding any argument.  If nothing fires, the graph is
+   left exactly as it was (and is not even linted).
 3. At a fixpoint, lint, erase the retired nodes and other dead code,
    recompile, and delete the submodules the rewrite left unreferenced.  Any
    failure before that undoes the log: the graph, its nodes and the module's
@@ -34,11 +38,12 @@ import torch.fx
 from torch.export import ExportedProgram
 
 from fxrules import helpers as bundled_helpers
+from fxrules.compiled import CompiledRule, compile_ruleset
 from fxrules.diagnostics import FxrApplyError, FxrConvergenceError, FxrError, FxrUsageError
 from fxrules.exported import RewrittenProgram, rewrite_program
-from fxrules.ir import AltTemplate, HelperTemplate, OpTemplate, Rule, RuleSet, SeqTemplate, Template, walk
+from fxrules.ir import Rule, RuleSet
 from fxrules.loader import load
-from fxrules.matcher import Match, Matcher, Miss, RuleIndex, Skip
+from fxrules.matcher import Match, Matcher, Miss, RuleIndex, Skip, in_graph_order
 from fxrules.metadata import propagate_shapes
 from fxrules.report import Report, ReportBuilder
 from fxrules.rewriter import Rewriter, Transaction
@@ -79,15 +84,12 @@ def _check_module(gm: Any) -> torch.fx.GraphModule:
 def _helper_table(ruleset: RuleSet,
                   user_helpers: Mapping[str, Callable[..., Any]] | None) -> dict[str, Callable[..., Any]]:
     table = {**bundled_helpers.BUNDLED, **(user_helpers or {})}
-    for rule in ruleset:
-        for output in rule.replacement:
-            for template in walk(output):
-                helper = template.target if isinstance(template, OpTemplate) else template
-                if isinstance(helper, HelperTemplate) and helper.name not in table:
-                    raise FxrApplyError(
-                        f"{helper.span}: rule {rule.name} calls unknown helper '@{helper.name}'; bundled helpers "
-                        f"are {', '.join(sorted(bundled_helpers.BUNDLED))}; pass others with helpers={{...}}"
-                    )
+    for rule, helper in compile_ruleset(ruleset).helper_calls:
+        if helper.name not in table:
+            raise FxrApplyError(
+                f"{helper.span}: rule {rule.name} calls unknown helper '@{helper.name}'; bundled helpers "
+                f"are {', '.join(sorted(bundled_helpers.BUNDLED))}; pass others with helpers={{...}}"
+            )
     return table
 
 
@@ -99,25 +101,24 @@ def checked_options(ruleset: RuleSet, helpers: Mapping[str, Callable[..., Any]] 
     return _helper_table(ruleset, helpers)
 
 
-def pattern_depth(template: Template) -> int:
-    """The longest chain of operations from a pattern output down to its captures."""
-    if isinstance(template, OpTemplate):
-        return 1 + max((pattern_depth(t) for t in template.operands()), default=0)
-    if isinstance(template, AltTemplate | SeqTemplate):
-        parts = template.options if isinstance(template, AltTemplate) else template.items
-        return max((pattern_depth(t) for t in parts), default=0)
-    return 0
-
-
 @attrs.define
 class _Pass:
-    """One pass's state: what fired, the nodes rewrites created (not matched again) and touched."""
+    """One pass's state: what fired, the nodes rewrites created (not matched again) and touched.
+
+    Positions are indexes in the pass's candidate list: ``visited`` says where the pass looked at a
+    node (tried its rules, or knew their outcome), ``changed`` where the last rewrite that changed a
+    node's inputs or users happened.
+    """
 
     matcher: Matcher
     rewriter: Rewriter
     fired: set[str] = attrs.Factory(set)
     claimed: set[torch.fx.Node] = attrs.Factory(set)
     touched: set[torch.fx.Node] = attrs.Factory(set)
+    position: int = 0  # of the candidate being visited
+    visited: dict[torch.fx.Node, int] = attrs.Factory(dict)
+    changed: dict[torch.fx.Node, int] = attrs.Factory(dict)
+    overlapped: set[torch.fx.Node] = attrs.Factory(set)  # where a match overlapped what this pass created
 
 
 class _Run:
@@ -132,16 +133,31 @@ class _Run:
         self.explain = explain
         self.report = ReportBuilder(ruleset)
         self.index = RuleIndex(gm, ruleset)
-        self.depth = max((pattern_depth(o) for rule in ruleset for o in rule.pattern), default=1)
-        self.multi_output = any(len(rule.pattern) > 1 for rule in ruleset)
+        compiled = compile_ruleset(ruleset)
+        # explain=True wants the generic matcher's near misses: no compiled fast path then
+        self.compiled: Mapping[int, CompiledRule | None] = {} if explain else compiled.matchers
+        self.depth = compiled.depth
+        self.multi_output = compiled.multi_output
+        # Whether a pass may skip the nodes whose outcome the previous pass knows (see _settled).
+        self.settles = not (explain or compiled.multi_output or compiled.counts_users)
 
     def execute(self) -> Report:
         started = time.perf_counter()
         graph = self.gm.graph
         nodes_before = len(graph.nodes)
+        candidates = self.index.candidates(graph)
+        if candidates:
+            self._rewrite_to_fixpoint(graph, candidates)
+        else:  # no node any rule can anchor at: one pass that finds nothing, and nothing to undo
+            self.report.passes = 1
+            self.report.match_seconds = time.perf_counter() - started
+        return self.report.build(nodes_before, len(graph.nodes), time.perf_counter() - started)
+
+    def _rewrite_to_fixpoint(self, graph: torch.fx.Graph, candidates: list[torch.fx.Node]) -> None:
+        """The passes, then the commit; any failure undoes every change."""
         transaction = Transaction(self.gm)
         try:
-            fired = self._passes(graph, transaction)
+            fired = self._passes(graph, candidates, transaction)
             if fired:
                 self._commit(graph, transaction)
         except _LintError as failure:
@@ -151,53 +167,72 @@ class _Run:
         except BaseException:
             transaction.rollback(graph)
             raise
-        return self.report.build(nodes_before, len(self.gm.graph.nodes), time.perf_counter() - started)
 
-    def _passes(self, graph: torch.fx.Graph, transaction: Transaction) -> bool:
-        """Run passes to a fixpoint; True when any rule fired."""
+    def _passes(self, graph: torch.fx.Graph, candidates: list[torch.fx.Node], transaction: Transaction) -> bool:
+        """Run passes to a fixpoint, starting from ``candidates``; True when any rule fired."""
+        started = time.perf_counter()
         rewriter = Rewriter(self.gm, graph, self.helpers, transaction)
-        candidates = self.index.candidates(graph)
-        for number in range(1, self.max_passes + 1):
-            self.report.passes = number
-            matcher = Matcher(self.gm, explain=self.explain, retired=transaction.retired)
-            current = self._visit(candidates, matcher, rewriter)
-            if not current.fired:
-                return number > 1
-            candidates = self._worklist(current.touched, transaction.retired)
+        settled: set[torch.fx.Node] = set()
+        try:
+            for number in range(1, self.max_passes + 1):
+                self.report.passes = number
+                matcher = Matcher(self.gm, explain=self.explain, retired=transaction.retired)
+                current = self._visit(candidates, settled, matcher, rewriter)
+                if not current.fired:
+                    return number > 1
+                candidates = self._worklist(current.touched, transaction.retired)
+                settled = self._settled(candidates, current)
+        finally:  # timed per apply, not per attempt: the clock would cost as much as a rejection
+            self.report.match_seconds = time.perf_counter() - started - self.report.rewrite_seconds
         raise FxrConvergenceError(
             f"rules still firing after max_passes={self.max_passes} passes: {', '.join(sorted(current.fired))}; "
             "they may undo each other or grow the graph"
         )
 
-    def _visit(self, candidates: list[torch.fx.Node], matcher: Matcher, rewriter: Rewriter) -> _Pass:
+    def _visit(self, candidates: list[torch.fx.Node], settled: set[torch.fx.Node], matcher: Matcher,
+               rewriter: Rewriter) -> _Pass:
+        """One pass over ``candidates``; ``settled`` ones are passed over until the pass first fires."""
         current = _Pass(matcher, rewriter)
-        for node in candidates:
-            if node in current.claimed or node in matcher.retired:
+        claimed, retired, attempts, visited = current.claimed, matcher.retired, self.report.attempts, current.visited
+        rules_at, compiled_for = self.index.rules_at, self.compiled.get
+        for position, node in enumerate(candidates):
+            if node in claimed or node in retired:
                 continue
-            for rule in self.index.rules_at(node):
+            visited[node] = position
+            if node in settled and not current.fired:
+                continue
+            current.position = position
+            for rule in rules_at(node):
+                attempts[rule.name] += 1
+                compiled = compiled_for(id(rule))
+                if compiled is not None and not compiled.may_match(node):
+                    continue  # most attempts: rejected before any binding, nothing to report
                 if self._try(rule, node, current):
                     current.fired.add(rule.name)
                     break
         return current
 
     def _try(self, rule: Rule, node: torch.fx.Node, current: _Pass) -> bool:
-        self.report.attempted(rule)
-        started = time.perf_counter()
         try:
-            match = current.matcher.match(rule, node)
+            match = self._match(rule, node, current.matcher)
             if match is not None and current.claimed.intersection(match.nodes):
+                current.overlapped.add(node)
                 raise Skip("overlap", "part of this match was created by another rewrite in this pass")
         except Skip as skip:
             self._skipped(rule, node, skip, current.matcher)
             return False
-        finally:
-            self.report.match_seconds += time.perf_counter() - started
         if match is None:
             best = current.matcher.misses.best
-            if best is not None and best.progress > 0:
+            if self.explain and best is not None and best.progress > 0:
                 self.report.missed(best)
             return False
         return self._rewrite(rule, node, match, current)
+
+    def _match(self, rule: Rule, node: torch.fx.Node, matcher: Matcher) -> Match | None:
+        """The rule's compiled matcher when it has one (it answers as the generic matcher does; ``_visit``
+        asked its ``may_match`` already)."""
+        compiled = self.compiled.get(id(rule))
+        return compiled.match_candidate(node, matcher) if compiled is not None else matcher.match(rule, node)
 
     def _skipped(self, rule: Rule, node: torch.fx.Node, skip: Skip, matcher: Matcher) -> None:
         self.report.skipped(rule, node.name, skip.reason, skip.detail)
@@ -224,6 +259,10 @@ class _Run:
         current.claimed.update(change.created)
         current.touched.update(change.created)
         current.touched.update(change.touched)
+        if self.settles:
+            position = current.position
+            for changed in (node, *change.created, *change.touched, *change.gained_users):
+                current.changed[changed] = position
         return True
 
     def _worklist(self, touched: set[torch.fx.Node], retired: Mapping[torch.fx.Node, None]) -> list[torch.fx.Node]:
@@ -236,7 +275,24 @@ class _Run:
         if self.multi_output:  # further outputs hang off shared inputs: look upstream too
             seeds |= _neighbourhood(seeds, self.depth, lambda n: n.all_input_nodes)
         region = seeds | _neighbourhood(seeds, self.depth - 1, lambda n: n.users)
-        return sorted((n for n in region if n not in retired and self.index.rules_at(n)), key=lambda n: n._sort_key)
+        return in_graph_order(self.gm.graph, {n for n in region if n not in retired and self.index.rules_at(n)})
+
+    def _settled(self, candidates: list[torch.fx.Node], done: _Pass) -> set[torch.fx.Node]:
+        """The candidates of the next pass whose outcome the pass ``done`` already knows: nothing fires there.
+
+        A node looked at after the last rewrite that changed anything within reach of a match anchored
+        there (``depth - 1`` use edges), whose matches did not overlap that pass's new nodes, sees the
+        same graph around it in the next pass until that pass rewrites something: it would fire nothing
+        (else the pass ``done`` would have fired there) and skip for the same reasons, already reported.
+        Not when guards count users (any new use changes them) or patterns have several outputs (their
+        further outputs are found among users), nor when explaining.
+        """
+        if not self.settles:
+            return set()
+        changed_at = _latest_change(done.changed, self.depth - 1)
+        visited = done.visited
+        return {node for node in candidates
+                if node in visited and node not in done.overlapped and changed_at.get(node, -1) < visited[node]}
 
     def _commit(self, graph: torch.fx.Graph, transaction: Transaction) -> None:
         """Lint while the log can still undo; then erase what is dead, recompile, drop unused submodules.
@@ -248,7 +304,7 @@ class _Run:
         referenced_before = {str(n.target) for n in graph.find_nodes(op="call_module")}
         try:
             # It lints before it erases anything: a failing lint leaves the log able to undo everything.
-            graph.eliminate_dead_code()  # the retired nodes are dead too
+            graph.eliminate_dead_code(is_impure_node=_used_or_impure())  # the retired nodes are dead too
         except Exception as error:
             raise _LintError(str(error)) from error
         transaction.erase_retired(graph)  # those DCE keeps: impure ones the pattern named
@@ -268,6 +324,40 @@ def _check_lint(graph: torch.fx.Graph) -> None:
     except Exception as error:
         raise FxrUsageError(f"the graph fails lint() as it was given, so fxrules leaves it as it was: {error}") \
             from error
+
+
+def _used_or_impure() -> Callable[[torch.fx.Node], bool]:
+    """``eliminate_dead_code``'s test of what it keeps, asking the purity question only of unused nodes.
+
+    It erases a node that is pure and unused, but asks ``Node.is_impure`` first, of every node, and
+    that costs more than the rest of the cleanup; used nodes are kept anyway, so they are reported
+    impure without asking.  ``impure_random`` is the value ``eliminate_dead_code`` passes by default.
+    """
+    impure_random = True
+    if torch._guards.TracingContext.try_get():
+        impure_random = torch._inductor.config.fallback_random
+
+    def used_or_impure(node: torch.fx.Node) -> bool:
+        return bool(node.users) or node.is_impure(impure_random)
+
+    return used_or_impure
+
+
+def _latest_change(changed: dict[torch.fx.Node, int], steps: int) -> dict[torch.fx.Node, int]:
+    """For every node at most ``steps`` use edges after a changed node: the latest change among those."""
+    latest = dict(changed)
+    layer = changed
+    for _ in range(steps):
+        reached: dict[torch.fx.Node, int] = {}
+        for node, position in layer.items():
+            for user in node.users:
+                if reached.get(user, -1) < position:
+                    reached[user] = position
+        for node, position in reached.items():
+            if latest.get(node, -1) < position:
+                latest[node] = position
+        layer = reached
+    return latest
 
 
 def _neighbourhood(seeds: set[torch.fx.Node], depth: int,

@@ -56,6 +56,7 @@ from fxrules.ir import (
     Wildcard,
     walk,
 )
+from fxrules.memo import per_object
 from fxrules.metadata import MissingMetadata, NotATensor, guard_view, tensor_info
 from fxrules.signatures import BoundCall, CallSignature
 
@@ -190,11 +191,11 @@ class Matcher:
         skip: Skip | None = None
         for state in self._outputs(rule, anchor):
             try:
-                self._check(rule, state)
+                self.check_usable(rule, state)
             except Skip as reason:
                 skip = skip or reason
                 continue
-            return self._finish(rule, state)
+            return self.to_match(rule, state)
         skip = skip or self.pending_skip
         if skip is not None:
             raise skip
@@ -405,7 +406,7 @@ class Matcher:
         for name in bound.explicit:
             if name in expected or template.rest:
                 continue
-            if name not in bound.defaults or not _holds_default(bound.explicit[name], bound.defaults[name]):
+            if name not in bound.defaults or not holds_default(bound.explicit[name], bound.defaults[name]):
                 given = bound.explicit[name]
                 self.misses.fail(state, "argument", lambda: f"argument '{name}' is {_show(given)}; the "  # noqa: B023
                                  "pattern leaves it out, so it must hold its default", template.span)
@@ -461,20 +462,12 @@ class Matcher:
         return state.bind(name, value)
 
     def check_type(self, name: str, declared: CaptureType, value: Any, state: State, span: Span) -> State | None:
-        problem = None
         if isinstance(declared, TensorType):
-            if not isinstance(value, torch.fx.Node):
-                problem = f"'{name}' must be a tensor, found {_show(value)}"
-            else:
+            if isinstance(value, torch.fx.Node):
                 return self._check_tensor(name, declared, value, state, span)
-        elif isinstance(declared, ScalarType):
-            if not _scalar_fits(declared.name, value):
-                problem = f"'{name}' must be a {declared.name} literal, found {_show(value)}"
-        elif isinstance(declared, SequenceType):
-            if not isinstance(value, list | tuple) or not all(_element_fits(declared.element, v) for v in value):
-                problem = f"'{name}' must be a {declared.name}, found {_show(value)}"
-        elif isinstance(declared, NodeType | AttrType | ModuleType) and not isinstance(value, torch.fx.Node):
-            problem = f"'{name}' must be a node, found {_show(value)}"
+            problem = f"'{name}' must be a tensor, found {_show(value)}"
+        else:
+            problem = value_type_problem(name, declared, value)
         if problem:
             self.misses.fail(state, "type", lambda: problem, span)
             return None
@@ -511,22 +504,33 @@ class Matcher:
 
     # ---------------------------------------------------------------- after the structure matched
 
-    def _check(self, rule: Rule, state: State) -> None:
+    def check_usable(self, rule: Rule, state: State) -> None:
+        """Raise :class:`Skip` when a structural match cannot be used: guard, escaping user, impure node, cycle."""
         if rule.guard is not None:
             self._check_guard(rule, state)
         matched = set(state.nodes.values())
-        outputs = {_output_node(t, state) for t in rule.pattern}
-        for node in sorted(matched - outputs, key=lambda n: n._sort_key):
-            escaping = [u.name for u in node.users if u not in matched and u not in self.retired]
-            if escaping:
+        if len(matched) > 1:
+            outputs = _output_nodes(rule, state)
+            escaping_from = [node for node in matched if node not in outputs and self._escapes(node, matched)]
+            if escaping_from:  # report the first in graph order
+                node = min(escaping_from, key=lambda n: n._sort_key)
+                escaping = [u.name for u in node.users if u not in matched and u not in self.retired]
                 raise Skip("escaping user", f"'{node.name}' is also used by {', '.join(escaping)} outside the match")
-        for template in _op_templates(rule):
+        for template in _maybe_unnamed(rule):
             node = state.nodes.get(id(template))
-            if node is not None and node.is_impure() and not self._named_exactly(template, node):
+            if node is not None and not self._named_exactly(template, node) and node.is_impure():
                 raise Skip("impure", f"'{node.name}' has side effects and the pattern does not name its target")
         captured = [v for v in state.bindings.values() if isinstance(v, torch.fx.Node) and v not in matched]
         if _depends_on(captured, matched):
             raise Skip("cycle", "a capture depends on a node of the match; rewriting would create a cycle")
+
+    def _escapes(self, node: torch.fx.Node, matched: set[torch.fx.Node]) -> bool:
+        """The node has a live user outside the match."""
+        retired = self.retired
+        for user in node.users:  # noqa: SIM110 - a loop: any() would add a generator on a hot path
+            if user not in matched and user not in retired:
+                return True
+        return False
 
     def _check_guard(self, rule: Rule, state: State) -> None:
         assert rule.guard is not None
@@ -560,8 +564,9 @@ class Matcher:
             return type(self._module(node)) is template.target
         return template.kind in (OpKind.FUNCTION, OpKind.METHOD, OpKind.FAMILY)
 
-    def _finish(self, rule: Rule, state: State) -> Match:
-        outputs = tuple(_output_node(t, state) for t in rule.pattern)
+    def to_match(self, rule: Rule, state: State) -> Match:
+        """The usable match a structural match makes."""
+        outputs = _output_nodes(rule, state)
         return Match(rule, outputs, tuple(state.nodes.values()), dict(state.bindings), dict(state.modules))
 
 
@@ -570,8 +575,8 @@ class RuleIndex:
 
     def __init__(self, gm: torch.fx.GraphModule, ruleset: RuleSet) -> None:
         self.gm = gm
+        self.ruleset = ruleset
         self.by_anchor = ruleset.by_anchor
-        self.order = {rule.name: i for i, rule in enumerate(ruleset)}
         self._cache: dict[tuple[str, Any], tuple[Rule, ...]] = {}
 
     def candidates(self, graph: torch.fx.Graph) -> list[torch.fx.Node]:
@@ -583,10 +588,11 @@ class RuleIndex:
             elif isinstance(target, torch._ops.OpOverloadPacket):  # nodes name one of its overloads
                 overloads = [getattr(target, name) for name in target.overloads()]
                 nodes = [n for overload in overloads for n in graph.find_nodes(op=op, target=overload, sort=False)]
-            else:
-                nodes = graph.find_nodes(op=op, target=target, sort=False)
+            else:  # every node found calls the target exactly: some rule anchors there
+                found.update(graph.find_nodes(op=op, target=target, sort=False))
+                continue
             found.update(n for n in nodes if self.rules_at(n))
-        return sorted(found, key=lambda n: n._sort_key)
+        return in_graph_order(graph, found)
 
     def rules_at(self, node: torch.fx.Node) -> tuple[Rule, ...]:
         op = node.op
@@ -619,7 +625,23 @@ class RuleIndex:
         elif node.op == "get_attr":
             keys.append(("get_attr", None))
         found = {rule.name: rule for key in keys for rule in self.by_anchor.get(key, ())}
-        return tuple(sorted(found.values(), key=lambda rule: self.order[rule.name]))
+        if len(found) < 2:
+            return tuple(found.values())
+        order = _file_order(self.ruleset)
+        return tuple(sorted(found.values(), key=lambda rule: order[rule.name]))
+
+
+@per_object
+def _file_order(ruleset: RuleSet) -> dict[str, int]:
+    """Rule name -> its position in the rule set."""
+    return {rule.name: i for i, rule in enumerate(ruleset)}
+
+
+def in_graph_order(graph: torch.fx.Graph, nodes: set[torch.fx.Node]) -> list[torch.fx.Node]:
+    """``nodes`` (of ``graph``) in graph order: sorted when they are few, else by one walk of the graph."""
+    if len(nodes) * 8 < len(graph.nodes):
+        return sorted(nodes, key=lambda n: n._sort_key)
+    return [n for n in graph.nodes if n in nodes]
 
 
 def _unhashable(target: Any) -> bool:
@@ -630,6 +652,14 @@ def _unhashable(target: Any) -> bool:
     return False
 
 
+def _output_nodes(rule: Rule, state: State) -> tuple[torch.fx.Node | None, ...]:
+    """The nodes the pattern outputs matched, in order."""
+    pattern = rule.pattern
+    if len(pattern) == 1 and isinstance(pattern[0], OpTemplate):  # the usual pattern, without the calls
+        return (state.nodes.get(id(pattern[0])),)
+    return tuple(_output_node(t, state) for t in pattern)
+
+
 def _output_node(template: Template, state: State) -> torch.fx.Node | None:
     """The node a pattern output matched (for ``A | B``, the option that matched)."""
     if isinstance(template, AltTemplate):
@@ -638,19 +668,22 @@ def _output_node(template: Template, state: State) -> torch.fx.Node | None:
     return state.nodes.get(id(template)) if isinstance(template, OpTemplate) else None
 
 
-def _op_templates(rule: Rule) -> Iterator[OpTemplate]:
-    for output in rule.pattern:
-        for template in walk(output):
-            if isinstance(template, OpTemplate):
-                yield template
+@per_object
+def _maybe_unnamed(rule: Rule) -> tuple[OpTemplate, ...]:
+    """The pattern's operations that may match a node without naming its exact target (modules by base
+    class, attributes): only these need the purity check."""
+    return tuple(template for output in rule.pattern for template in walk(output)
+                 if isinstance(template, OpTemplate) and template.kind in (OpKind.MODULE, OpKind.ATTR))
 
 
 def _depends_on(captured: list[torch.fx.Node], matched: set[torch.fx.Node]) -> bool:
     """True when a captured node is computed from a matched node (searching only after the earliest match)."""
     if not captured or not matched:
         return False
-    earliest = min(n._sort_key for n in matched)  # FX keeps a sortable position on every node
+    earliest = min([n._sort_key for n in matched])  # FX keeps a sortable position on every node
     stack = [c for c in captured if c._sort_key > earliest]
+    if not stack:  # the usual case: every capture comes before the match
+        return False
     seen: set[torch.fx.Node] = set()
     while stack:
         node = stack.pop()
@@ -706,6 +739,19 @@ class AttrValue:
         return int(self._value.numel())
 
 
+def value_type_problem(name: str, declared: CaptureType, value: Any) -> str | None:
+    """Why ``value`` does not fit the declared type of capture ``name`` (None: it fits); not for tensor types."""
+    if isinstance(declared, ScalarType):
+        if not _scalar_fits(declared.name, value):
+            return f"'{name}' must be a {declared.name} literal, found {_show(value)}"
+    elif isinstance(declared, SequenceType):
+        if not isinstance(value, list | tuple) or not all(_element_fits(declared.element, v) for v in value):
+            return f"'{name}' must be a {declared.name}, found {_show(value)}"
+    elif isinstance(declared, NodeType | AttrType | ModuleType) and not isinstance(value, torch.fx.Node):
+        return f"'{name}' must be a node, found {_show(value)}"
+    return None
+
+
 def _same_function(expected: Any, actual: Any) -> bool:
     if expected is actual:
         return True
@@ -740,7 +786,8 @@ def _scalar_fits(type_name: str, value: Any) -> bool:
     return isinstance(value, int | float | bool)
 
 
-def _holds_default(value: Any, default: Any) -> bool:
+def holds_default(value: Any, default: Any) -> bool:
+    """An argument the pattern leaves out may be given explicitly, at its default (``alpha=1`` or ``1.0``)."""
     if isinstance(value, torch.fx.Node):
         return False
     if isinstance(value, list | tuple) and isinstance(default, list | tuple):

@@ -8,7 +8,7 @@ tools (``report.to_dict()``).
 from __future__ import annotations
 
 import enum
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,7 +47,7 @@ class RuleReport:
     skip_counts: dict[str, int]
     notes: tuple[str, ...]
     near_misses: tuple[Miss, ...]
-    attempts: int
+    attempts: int  # candidate nodes the rule was tried at (a pass passes over settled nodes without trying)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -68,8 +68,8 @@ class Report:
     stop_reason: StopReason
     nodes_before: int
     nodes_after: int
-    match_seconds: float
-    rewrite_seconds: float
+    match_seconds: float  # in the passes, rewrites aside: finding candidates, matching, bookkeeping
+    rewrite_seconds: float  # splicing the replacements in (timed per rewrite)
     total_seconds: float
 
     @property
@@ -128,10 +128,14 @@ class Report:
 class _RuleStats:
     fired: int = 0
     anchors: list[str] = attrs.Factory(list)
-    skipped: dict[tuple[str, str], SkippedMatch] = attrs.Factory(dict)
+    skipped: dict[tuple[str, str], SkippedMatch] = attrs.Factory(dict)  # the first KEEP_EXAMPLES
     skip_counts: Counter[str] = attrs.Factory(Counter)
+    skipped_at: set[tuple[str, str]] = attrs.Factory(set)  # every (reason, node), counted once however often seen
     misses: list[Miss] = attrs.Factory(list)
-    attempts: int = 0
+
+
+#: The stats of a rule that did nothing (read only).
+_NOTHING = _RuleStats()
 
 
 @attrs.define
@@ -139,27 +143,23 @@ class ReportBuilder:
     """Accumulates what the engine saw, rule by rule."""
 
     ruleset: RuleSet
-    stats: dict[str, _RuleStats] = attrs.field(init=False)
+    stats: defaultdict[str, _RuleStats] = attrs.Factory(lambda: defaultdict(_RuleStats))  # of rules that did something
     passes: int = 0
     match_seconds: float = 0.0
     rewrite_seconds: float = 0.0
-
-    def __attrs_post_init__(self) -> None:
-        self.stats = {rule.name: _RuleStats() for rule in self.ruleset}
+    attempts: defaultdict[str, int] = attrs.Factory(lambda: defaultdict(int))  # rule name -> nodes it was tried at
 
     def fired(self, rule: Rule, anchor: str) -> None:
         stats = self.stats[rule.name]
         stats.fired += 1
         stats.anchors.append(anchor)
 
-    def attempted(self, rule: Rule) -> None:
-        self.stats[rule.name].attempts += 1
-
     def skipped(self, rule: Rule, node: str, reason: str, detail: str) -> None:
         stats = self.stats[rule.name]
         key = (reason, node)
-        if key in stats.skipped:
+        if key in stats.skipped_at:
             return
+        stats.skipped_at.add(key)
         stats.skip_counts[reason] += 1
         if len(stats.skipped) < KEEP_EXAMPLES:
             stats.skipped[key] = SkippedMatch(reason, node, detail)
@@ -175,11 +175,11 @@ class ReportBuilder:
     def build(self, nodes_before: int, nodes_after: int, total_seconds: float) -> Report:
         rules = []
         for rule in self.ruleset:
-            stats = self.stats[rule.name]
+            stats = self.stats.get(rule.name, _NOTHING)
             rules.append(RuleReport(
                 name=rule.name, location=str(rule.span), fired=stats.fired, anchors=tuple(stats.anchors),
                 skipped=tuple(stats.skipped.values()), skip_counts=dict(stats.skip_counts), notes=rule.notes,
-                near_misses=tuple(stats.misses), attempts=stats.attempts,
+                near_misses=tuple(stats.misses), attempts=self.attempts.get(rule.name, 0),
             ))
         return Report(tuple(rules), self.passes, StopReason.FIXPOINT, nodes_before, nodes_after,
                       self.match_seconds, self.rewrite_seconds, total_seconds)

@@ -26,8 +26,9 @@ import torch.fx
 
 from fxrules.aten import NoAtenSpelling, aten_spelling, is_aten_graph, needs_aten_spelling
 from fxrules.diagnostics import FxrApplyError
-from fxrules.ir import Capture, HelperTemplate, Literal, OpKind, OpTemplate, SeqTemplate, SliceTemplate, Template
+from fxrules.ir import Capture, HelperTemplate, Literal, OpKind, OpTemplate, Rule, SeqTemplate, SliceTemplate, Template
 from fxrules.matcher import Match, Skip
+from fxrules.memo import per_object
 from fxrules.metadata import has_metadata, infer_metadata, tensor_info
 from fxrules.subgraphs import NO_NEW_TENSORS
 
@@ -43,21 +44,21 @@ class Transaction:
     gm: torch.nn.Module
     added: list[str] = attrs.Factory(list)
     created: list[torch.fx.Node] = attrs.Factory(list)
-    redirected: list[tuple[torch.fx.Node, tuple[Any, ...], dict[str, Any]]] = attrs.Factory(list)
+    redirected: list[tuple[torch.fx.Node, tuple[Any, ...], Mapping[str, Any]]] = attrs.Factory(list)
     retired: dict[torch.fx.Node, None] = attrs.Factory(dict)  # ordered: dead matched nodes, erased at commit
 
     def record_inputs(self, node: torch.fx.Node) -> None:
-        """Remember a node's arguments before a rewrite changes them."""
-        self.redirected.append((node, node.args, dict(node.kwargs)))
+        """Remember a node's arguments before a rewrite changes them (FX replaces them, never mutates)."""
+        self.redirected.append((node, node.args, node.kwargs))
 
     def live_users(self, node: torch.fx.Node) -> list[torch.fx.Node]:
         return [user for user in node.users if user not in self.retired]
 
     def erase_retired(self, graph: torch.fx.Graph) -> None:
         """Commit: erase the retired nodes, users before what they use."""
-        for node in sorted(self.retired, key=lambda n: n._sort_key, reverse=True):
-            if not node._erased:
-                graph.erase_node(node)
+        left = [node for node in self.retired if not node._erased]  # eliminate_dead_code erased the others
+        for node in sorted(left, key=lambda n: n._sort_key, reverse=True):
+            graph.erase_node(node)
         self.retired.clear()
 
     def fresh_name(self, base: str) -> str:
@@ -128,7 +129,8 @@ class Rewrite:
     """What one rewrite changed: the nodes it created and the nodes whose surroundings changed."""
 
     created: tuple[torch.fx.Node, ...]
-    touched: tuple[torch.fx.Node, ...]
+    touched: tuple[torch.fx.Node, ...]  # with new inputs, or fewer users
+    gained_users: tuple[torch.fx.Node, ...]  # existing nodes the replacement uses
 
 
 class Rewriter:
@@ -148,24 +150,30 @@ class Rewriter:
         return is_aten_graph(self.graph)
 
     def rewrite(self, match: Match) -> Rewrite:
-        anchor = min(match.outputs, key=lambda n: n._sort_key)
+        outputs = match.outputs
+        anchor = outputs[0] if len(outputs) == 1 else min(outputs, key=lambda n: n._sort_key)
         late = [v.name for v in match.bindings.values()
                 if isinstance(v, torch.fx.Node) and v not in match.nodes and v._sort_key > anchor._sort_key]
         if late:
             raise Skip("order", f"captured {', '.join(late)} defined after the first output '{anchor.name}'")
         emitter = Emitter(self, match)
-        with self.graph.inserting_before(anchor):
-            values = [emitter.emit(t) for t in match.rule.replacement]
+        replacement = match.rule.replacement
+        if _only_values(match.rule):  # x * 1 => x: no node to insert
+            values = [emitter.emit(t) for t in replacement]
+        else:
+            with self.graph.inserting_before(anchor):
+                values = [emitter.emit(t) for t in replacement]
         created = emitter.created
-        if not created and all(v is o for v, o in zip(values, match.outputs, strict=True)):
+        if not created and all(v is o for v, o in zip(values, outputs, strict=True)):
             raise Skip("no change", "the replacement is the matched node itself")
-        self._annotate(match, created, values)
+        if created:
+            self._annotate(match, created, values)
         touched: list[torch.fx.Node] = []
-        for output, value in zip(match.outputs, values, strict=True):
+        for output, value in zip(outputs, values, strict=True):
             if value is not output:
                 touched += self._redirect(output, value, created)
         touched += self._retire_dead(match)
-        return Rewrite(tuple(created), tuple(touched))
+        return Rewrite(tuple(created), tuple(touched), _used_by(created, values))
 
     def _annotate(self, match: Match, created: list[torch.fx.Node], values: list[Any]) -> None:
         rule = match.rule
@@ -186,21 +194,26 @@ class Rewriter:
                 infer_metadata(node)
 
     def _redirect(self, output: torch.fx.Node, value: Any, created: list[torch.fx.Node]) -> list[torch.fx.Node]:
-        new = set(created)
-        users = [user for user in self.transaction.live_users(output) if user not in new]
+        users = self.transaction.live_users(output)
+        if created:
+            new = set(created)
+            users = [user for user in users if user not in new]
+        record = self.transaction.record_inputs
         for user in users:
-            self.transaction.record_inputs(user)
+            record(user)
             user.replace_input_with(output, value)
         return users
 
     def _retire_dead(self, match: Match) -> list[torch.fx.Node]:
         """Retire the matched nodes nothing live uses any more; their inputs lost a user."""
         inputs: list[torch.fx.Node] = []
-        for node in sorted(match.nodes, key=lambda n: n._sort_key, reverse=True):
+        retired = self.transaction.retired
+        nodes = match.nodes if len(match.nodes) == 1 else sorted(match.nodes, key=lambda n: n._sort_key, reverse=True)
+        for node in nodes:  # users before what they use
             if not self.transaction.live_users(node):
                 inputs += node.all_input_nodes
-                self.transaction.retired[node] = None
-        return [n for n in inputs if n not in self.transaction.retired]
+                retired[node] = None
+        return [n for n in inputs if n not in retired]
 
 
 class Emitter:
@@ -306,6 +319,23 @@ class Emitter:
             raise FxrApplyError("a module capture can be called or passed to a helper, not used as a value")
         return value
 
+
+
+@per_object
+def _only_values(rule: Rule) -> bool:
+    """The replacement is made of captures and literals only: it creates no node."""
+    return all(isinstance(t, Capture | Literal) for t in rule.replacement)
+
+
+def _used_by(created: list[torch.fx.Node], values: list[Any]) -> tuple[torch.fx.Node, ...]:
+    """The existing nodes a replacement uses: inputs of its new nodes, and outputs it reuses."""
+    used = [value for value in values if isinstance(value, torch.fx.Node)]
+    if not created:
+        return tuple(used)
+    new = set(created)
+    for node in created:
+        used += node.all_input_nodes
+    return tuple(node for node in dict.fromkeys(used) if node not in new)
 
 
 def _foldable(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

@@ -27,7 +27,7 @@ VARARG_METHODS = frozenset({"view", "reshape", "permute", "expand", "repeat", "t
 _NO_DEFAULT = inspect.Parameter.empty
 _NO_OVERLOAD = object()
 _AMBIGUOUS = object()
-_UNBINDABLE = object()
+_UNPLANNED = object()
 
 
 @attrs.frozen
@@ -41,6 +41,15 @@ class BoundCall:
         if parameter in self.explicit:
             return self.explicit[parameter]
         return self.defaults.get(parameter, missing)
+
+
+@attrs.frozen(eq=False)
+class BindingPlan:
+    """How every call of one shape binds: which argument each parameter takes, and the defaults."""
+
+    packed: bool  # the arguments from ``CallSignature.pack_from`` on are one tuple: x.view(2, 3)
+    slots: tuple[tuple[str, int | str], ...]  # (parameter, argument index or keyword), in parameter order
+    defaults: Mapping[str, Any]  # of every parameter that has one, given or not
 
 
 @attrs.frozen(eq=False, slots=False)
@@ -76,43 +85,64 @@ class CallSignature:
         """Bind a call, or None when no overload accepts it or the overloads disagree.
 
         ``partial`` accepts a call that leaves out required parameters (a pattern ending in ``...``).
+        """
+        plan = self.plan(args, kwargs, partial)
+        if plan is None:
+            return None
+        if plan.packed:
+            args = (*args[: self.pack_from], tuple(args[self.pack_from:]))
+        return BoundCall({name: args[key] if isinstance(key, int) else kwargs[key] for name, key in plan.slots},
+                         plan.defaults)
+
+    def plan(self, args: Sequence[Any], kwargs: Mapping[str, Any], partial: bool = False) -> BindingPlan | None:
+        """How a call of this shape binds, or None when it does not bind unambiguously.
+
         How a call binds depends only on its argument count, its keyword names and which arguments are
         lists, so the outcome is planned once per such shape and replayed (inspect's binding is slow).
+        Which arguments are lists matters only where overloads disagree (view(size) or view(dtype));
+        where they do not, the plan is found by the counts alone, without looking at the arguments.
         """
-        shape = (len(args), tuple(kwargs), tuple(_is_sequence(a) for a in args), partial)
-        plan = self._plans.get(shape)
-        if plan is None:
-            plan = self._plans[shape] = self._plan(args, kwargs, partial)
-        if plan is _UNBINDABLE:
-            return None
-        packed, slots, defaults = plan
-        if packed:
-            args = (*args[: self.pack_from], tuple(args[self.pack_from:]))
-        return BoundCall({name: args[key] if isinstance(key, int) else kwargs[key] for name, key in slots}, defaults)
+        counts = (len(args), tuple(kwargs), partial)
+        plan = self._plans_by_counts.get(counts, _UNPLANNED)
+        if plan is not _UNPLANNED:
+            return plan  # type: ignore[return-value]
+        shape = (*counts, tuple(map(_is_sequence, args)))
+        plan = self._plans.get(shape, _UNPLANNED)
+        if plan is _UNPLANNED:
+            plan, lists_matter = self._plan(args, kwargs, partial)
+            self._plans[shape] = plan
+            if not lists_matter:
+                self._plans_by_counts[counts] = plan
+        return plan  # type: ignore[return-value]
 
     @functools.cached_property
-    def _plans(self) -> dict[tuple[Any, ...], Any]:
+    def _plans(self) -> dict[tuple[Any, ...], BindingPlan | None]:
         return {}
 
-    def _plan(self, args: Sequence[Any], kwargs: Mapping[str, Any], partial: bool) -> Any:
-        """(packed, [(parameter, argument index or keyword)] in parameter order, defaults), or _UNBINDABLE."""
+    @functools.cached_property
+    def _plans_by_counts(self) -> dict[tuple[Any, ...], BindingPlan | None]:
+        return {}
+
+    def _plan(self, args: Sequence[Any], kwargs: Mapping[str, Any],
+              partial: bool) -> tuple[BindingPlan | None, bool]:
+        """The plan, and whether it depends on which arguments are lists."""
         packed = False
-        bound = self._bind(args, kwargs, partial)
+        bound, lists_matter = self._bind(args, kwargs, partial)
         start = self.pack_from
         if bound is _NO_OVERLOAD and start is not None and len(args) > start:  # x.view(2, 3) is x.view((2, 3))
             packed, args = True, (*args[:start], tuple(args[start:]))
-            bound = self._bind(args, kwargs, partial)
+            bound, lists_matter = self._bind(args, kwargs, partial)
         if not isinstance(bound, tuple):
-            return _UNBINDABLE
+            return None, lists_matter
         overload, names, defaults = bound
         positional = [p for p in overload.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         source: dict[str, int | str] = {p.name: i for i, p in enumerate(positional[: len(args)])}
         source.update({k: k for k in kwargs})
-        return packed, tuple((name, source[name]) for name in names), defaults
+        return BindingPlan(packed, tuple((name, source[name]) for name in names), defaults), lists_matter
 
-    def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any], partial: bool) -> tuple[Any, ...] | object:
-        """(an accepting overload, bound parameter names, defaults); _NO_OVERLOAD when no overload accepts
-        the call; _AMBIGUOUS when they disagree."""
+    def _bind(self, args: Sequence[Any], kwargs: Mapping[str, Any], partial: bool) -> tuple[Any, bool]:
+        """(an accepting overload, bound parameter names, defaults), _NO_OVERLOAD when no overload accepts
+        the call, or _AMBIGUOUS when they disagree; and whether which arguments are lists decided it."""
         bindings = []
         for overload in self.overloads:
             try:
@@ -121,17 +151,18 @@ class CallSignature:
             except TypeError:
                 continue
         if not bindings:
-            return _NO_OVERLOAD
+            return _NO_OVERLOAD, False
         names = list(bindings[0][1].arguments)
         if any(list(bound.arguments) != names for _, bound in bindings[1:]):
             # aten also lists scalar overloads (neg.int(a)); a graph's tensor op binds as the tensor overload does.
             bindings = [(sig, bound) for sig, bound in bindings if _takes_tensor_first(sig) and _plausible(bound)]
             if not bindings:
-                return _AMBIGUOUS
+                return _AMBIGUOUS, True
             names = list(bindings[0][1].arguments)
             if any(list(bound.arguments) != names for _, bound in bindings[1:]):
-                return _AMBIGUOUS
-        return bindings[0][0], names, _agreed_defaults([sig for sig, _ in bindings])
+                return _AMBIGUOUS, True
+            return (bindings[0][0], names, _agreed_defaults([sig for sig, _ in bindings])), True
+        return (bindings[0][0], names, _agreed_defaults([sig for sig, _ in bindings])), False
 
 
 def _agreed_defaults(overloads: list[inspect.Signature]) -> dict[str, Any]:

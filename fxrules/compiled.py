@@ -1,0 +1,525 @@
+"""Rules compiled once into matchers made of plain closures: the engine's fast path for matching.
+
+The generic :class:`~fxrules.matcher.Matcher` interprets a pattern's templates with backtracking
+generators over immutable states; that costs 10-20 µs an attempt, even when the anchor's first
+argument already rules the match out, and most attempts are such near misses.
+:func:`compile_rule` turns a rule once into one step per template (a target test, an argument
+reader built from the same :class:`~fxrules.signatures.BindingPlan` the generic matcher binds
+with, captures and literals) that bind into one mutable :class:`_Attempt`.  Before any binding,
+``may_match`` checks the anchor's target and that the operand calls and the literals the pattern
+needs are among its arguments (and so on down the pattern): most near misses end there, in about
+a microsecond.
+
+A compiled rule gives the generic matcher's answer: the first structural match in the generic
+order (operands left to right, a commutative operation unswapped before swapped) that passes the
+same :meth:`Matcher.check_usable <fxrules.matcher.Matcher.check_usable>`, else the first skip, else
+None.  The generic matcher backtracks into the most recent choice with an alternative left; the
+compiled one tries a commutative operation's swapped order on the spot when nothing chosen since is
+left to backtrack into, and otherwise starts over, replaying the choices made up to the most recent
+open one and taking its other order (the same depth-first order, without generators).  The generic
+matcher stays the reference the tests compare against, and the matcher of ``explain=True`` (it
+records near misses).
+
+:func:`compile_ruleset` does this once per :class:`~fxrules.ir.RuleSet` object, together with the
+other things ``apply`` derives from the rules alone (pattern depth, helper calls), so an ``apply``
+that finds nothing to do costs little more than the index lookups.
+
+Compiled: single-output patterns of exact function and method calls (commutative or not), captures
+with non-tensor types, literals, ``_``, lists and slices.  Not compiled (:func:`compile_rule` returns
+None): families, modules, attributes, alternatives, several outputs, and tensor-typed captures
+(their missing metadata is reported even when the match fails elsewhere).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import torch.fx
+
+from fxrules.ir import (
+    AltTemplate,
+    Capture,
+    CaptureType,
+    GuardCall,
+    GuardExpr,
+    HelperTemplate,
+    Literal,
+    OpKind,
+    OpTemplate,
+    Rule,
+    RuleSet,
+    SeqTemplate,
+    SliceTemplate,
+    Template,
+    TensorType,
+    Wildcard,
+    walk,
+)
+from fxrules.matcher import Match, Matcher, Skip, State, holds_default, literal_equal, value_type_problem
+from fxrules.memo import per_object
+from fxrules.signatures import BindingPlan, CallSignature
+
+Node = torch.fx.Node
+
+
+class _Attempt:
+    """One run of a compiled matcher: what it bound, and the operand order taken at each choice."""
+
+    __slots__ = ("bindings", "nodes", "orders", "replayed")
+
+    def __init__(self, replayed: tuple[bool, ...]) -> None:
+        self.bindings: dict[str, Any] = {}  # in binding order, as the generic State's
+        self.nodes: dict[int, Node] = {}  # id(OpTemplate) -> node, in matching order
+        self.replayed = replayed  # the orders to take at the first choices (True: swapped)
+        self.orders: list[bool] = []  # the order taken at each choice met; False leaves swapped to explore
+
+    def next_replay(self) -> tuple[bool, ...] | None:
+        """The choices of the next run in depth-first order: the most recent open choice swapped."""
+        for index in range(len(self.orders) - 1, -1, -1):
+            if not self.orders[index]:
+                return (*self.orders[:index], True)
+        return None
+
+
+class _Backtrack(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """A failure after a choice whose swapped order is unexplored: start over to explore it."""
+
+
+#: Matches one template against one value, binding into the attempt; False when it does not match.
+Step = Callable[[Any, _Attempt], bool]
+
+
+class CompiledRule:
+    """One rule's compiled matcher."""
+
+    def __init__(self, rule: Rule, root: _Operation) -> None:
+        self.rule = rule
+        self._root = root
+        #: may_match(anchor) is False when the rule certainly does not match there (nothing to report
+        #: either): the anchor does not call the output's target, or lacks an operand call or a literal
+        #: the pattern needs.  Most attempts end here, before any argument binding.
+        self.may_match: Callable[[Node], bool] = root.may_match
+
+    def match(self, anchor: Node, matcher: Matcher) -> Match | None:
+        """What ``matcher.match(rule, anchor)`` returns (a match or None) or raises (:class:`Skip`)."""
+        return self.match_candidate(anchor, matcher) if self.may_match(anchor) else None
+
+    def match_candidate(self, anchor: Node, matcher: Matcher) -> Match | None:
+        """:meth:`match` at an anchor for which :attr:`may_match` holds."""
+        skip: Skip | None = None
+        replayed: tuple[bool, ...] | None = ()
+        while replayed is not None:
+            attempt = _Attempt(replayed)
+            try:
+                matched = self._root.match_checked(anchor, attempt)
+            except _Backtrack:
+                matched = False
+            if matched:
+                state = State(attempt.bindings, attempt.nodes)
+                try:
+                    matcher.check_usable(self.rule, state)
+                except Skip as reason:  # the generic matcher goes on to the other orders, and raises the first
+                    skip = skip or reason
+                else:
+                    return matcher.to_match(self.rule, state)
+            replayed = attempt.next_replay()
+        if skip is not None:
+            raise skip
+        return None
+
+
+def compile_rule(rule: Rule) -> CompiledRule | None:
+    """The rule's compiled matcher, or None when its pattern is outside the compiled subset."""
+    output = rule.pattern[0]
+    if len(rule.pattern) != 1 or not _compiles(output) or any(isinstance(t, TensorType) for t in rule.types.values()):
+        return None
+    try:
+        root = _Compiler(rule.types).operation(output)  # type: ignore[arg-type]
+    except _UnsupportedTemplateError:
+        return None
+    return CompiledRule(rule, root)
+
+
+def pattern_depth(template: Template) -> int:
+    """The longest chain of operations from a pattern output down to its captures."""
+    if isinstance(template, OpTemplate):
+        return 1 + max((pattern_depth(t) for t in template.operands()), default=0)
+    if isinstance(template, AltTemplate | SeqTemplate):
+        parts = template.options if isinstance(template, AltTemplate) else template.items
+        return max((pattern_depth(t) for t in parts), default=0)
+    return 0
+
+
+@attrs.frozen(eq=False)
+class CompiledRuleSet:
+    """What ``apply`` derives from a rule set alone, computed once per :class:`RuleSet` object."""
+
+    matchers: Mapping[int, CompiledRule | None]  # id(rule) -> its compiled matcher (None: not compiled)
+    depth: int  # the deepest pattern output: how far a change can reach to affect a match
+    multi_output: bool
+    helper_calls: tuple[tuple[Rule, HelperTemplate], ...]  # every helper a replacement calls
+    counts_users: bool  # a guard reads how a value is used (num_users, is_mutated)
+
+
+@per_object
+def compile_ruleset(ruleset: RuleSet) -> CompiledRuleSet:
+    """The rule set's :class:`CompiledRuleSet`, built on first use for each RuleSet object."""
+    return CompiledRuleSet(
+        matchers={id(rule): compile_rule(rule) for rule in ruleset},
+        depth=max((pattern_depth(o) for rule in ruleset for o in rule.pattern), default=1),
+        multi_output=any(len(rule.pattern) > 1 for rule in ruleset),
+        helper_calls=tuple((rule, helper) for rule in ruleset for output in rule.replacement
+                           for helper in _helpers_in(output)),
+        counts_users=any(rule.guard is not None and any(_calls(c) & USER_COUNTING for c in rule.guard.conditions)
+                         for rule in ruleset),
+    )
+
+
+#: Guard functions whose value depends on a value's users, which rewrites elsewhere can change.
+USER_COUNTING = frozenset({"num_users", "is_mutated"})
+
+
+def _calls(expr: GuardExpr) -> set[str]:
+    """The guard functions a guard expression calls."""
+    found = {expr.func} if isinstance(expr, GuardCall) and expr.receiver is None else set()
+    for field in attrs.fields(type(expr)):
+        value = getattr(expr, field.name)
+        for part in value if isinstance(value, tuple) else (value,):
+            if isinstance(part, GuardExpr):
+                found |= _calls(part)
+    return found
+
+
+def _helpers_in(template: Template) -> list[HelperTemplate]:
+    """The helper calls of a replacement: ``@h(x)`` as a value, and ``@h(...)(x)`` as a module to call."""
+    found = []
+    for part in walk(template):
+        helper = part.target if isinstance(part, OpTemplate) else part
+        if isinstance(helper, HelperTemplate):
+            found.append(helper)
+    return found
+
+
+class _UnsupportedTemplateError(Exception):
+    """The pattern has a template the compiled matcher does not handle."""
+
+
+class _Compiler:
+    """Builds the steps of one pattern, one per template object (a shared operation is one step)."""
+
+    def __init__(self, types: Mapping[str, CaptureType]) -> None:
+        self.types = types
+        self.steps: dict[int, Step] = {}
+
+    def step(self, template: Template) -> Step:
+        known = self.steps.get(id(template))
+        if known is None:
+            known = self.steps[id(template)] = self._build(template)
+        return known
+
+    def _build(self, template: Template) -> Step:
+        if isinstance(template, Capture):
+            return _capture_step(template.name, self.types.get(template.name))
+        if isinstance(template, Literal):
+            return _literal_step(template.value)
+        if isinstance(template, Wildcard):
+            return _anything
+        if isinstance(template, SeqTemplate):
+            return _sequence_step(tuple(self.step(t) for t in template.items))
+        if isinstance(template, SliceTemplate):
+            return _slice_step(tuple(self.step(t) for t in (template.start, template.stop, template.step)))
+        if _compiles(template):
+            return _Operation(template, self).match
+        raise _UnsupportedTemplateError(type(template).__name__)
+
+    def operation(self, template: OpTemplate) -> _Operation:
+        step = self.step(template)
+        return step.__self__  # type: ignore[attr-defined]  # the bound method _Operation.match
+
+
+def _compiles(template: Template) -> bool:
+    """An operation the compiled matcher handles: an exact function or method call."""
+    return isinstance(template, OpTemplate) and template.kind in (OpKind.FUNCTION, OpKind.METHOD) \
+        and template.binds is None
+
+
+# ---------------------------------------------------------------- captures, literals, lists
+
+
+def _anything(value: Any, attempt: _Attempt) -> bool:
+    return True
+
+
+def _capture_step(name: str, declared: CaptureType | None) -> Step:
+    def capture(value: Any, attempt: _Attempt) -> bool:
+        bindings = attempt.bindings
+        if name in bindings:  # a non-linear capture (x * x): the same node, or an equal literal
+            previous = bindings[name]
+            if isinstance(previous, Node) or isinstance(value, Node):
+                return previous is value
+            return literal_equal(previous, value)
+        if declared is not None and value_type_problem(name, declared, value) is not None:
+            return False
+        bindings[name] = value
+        return True
+
+    return capture
+
+
+def _literal_test(expected: Any) -> Callable[[Any], bool]:
+    """``literal_equal(expected, value)`` for a value that is not a node, as cheap as the literal allows."""
+    if type(expected) in (int, bool, str, type(None)) or (
+            type(expected) is float and expected == expected and expected != 0.0):  # noqa: PLR0124 - not nan
+        kind = type(expected)
+
+        def plain_literal(value: Any) -> bool:
+            # literal_equal for these types: same type and equal (no nan or signed zero to tell apart)
+            return type(value) is kind and value == expected
+
+        return plain_literal
+
+    def literal(value: Any) -> bool:
+        return not isinstance(value, Node) and literal_equal(expected, value)
+
+    return literal
+
+
+def _literal_step(expected: Any) -> Step:
+    test = _literal_test(expected)
+
+    def literal(value: Any, attempt: _Attempt) -> bool:
+        return test(value)
+
+    return literal
+
+
+def _match_all(steps: tuple[Step, ...], values: tuple[Any, ...], attempt: _Attempt) -> bool:
+    for step, value in zip(steps, values, strict=True):  # noqa: SIM110 - a loop: all() would add a generator
+        if not step(value, attempt):
+            return False
+    return True
+
+
+def _sequence_step(items: tuple[Step, ...]) -> Step:
+    def sequence(value: Any, attempt: _Attempt) -> bool:
+        return isinstance(value, list | tuple) and len(value) == len(items) and _match_all(items, tuple(value), attempt)
+
+    return sequence
+
+
+def _slice_step(parts: tuple[Step, ...]) -> Step:
+    def slice_(value: Any, attempt: _Attempt) -> bool:
+        return isinstance(value, slice) and _match_all(parts, (value.start, value.stop, value.step), attempt)
+
+    return slice_
+
+
+# ---------------------------------------------------------------- operations
+
+
+#: Where a parameter's value comes from in a call of a given shape.
+_POSITION, _KEYWORD, _DEFAULT = range(3)
+
+
+class _PlannedReader:
+    """Reads a pattern operation's parameters, in the pattern's order, from calls of one binding plan.
+
+    ``None`` from :meth:`read`: no operand order can match (a parameter the pattern names is not
+    given and has no default, or one it leaves out is given and not at its default).
+    """
+
+    def __init__(self, plan: BindingPlan, expected: tuple[str, ...], rest: bool, pack_from: int | None) -> None:
+        given = dict(plan.slots)
+        self.pack_from = pack_from if plan.packed else None
+        self.impossible = False
+        self.sources: list[tuple[int, Any]] = []
+        for name in expected:
+            if name in given:
+                key = given[name]
+                self.sources.append((_POSITION, key) if isinstance(key, int) else (_KEYWORD, key))
+            elif name in plan.defaults:
+                self.sources.append((_DEFAULT, plan.defaults[name]))
+            else:
+                self.impossible = True
+        # Parameters the call gives but the pattern leaves out must hold their defaults (unless `...`).
+        self.left_out: list[tuple[int | str, Any]] = []
+        for name, key in () if rest else plan.slots:
+            if name in expected:
+                continue
+            if name not in plan.defaults:
+                self.impossible = True
+            self.left_out.append((key, plan.defaults.get(name)))
+        # The usual call: every parameter the pattern names given by position, nothing else to check.
+        self.positions: Callable[[tuple[Any, ...]], Any] | None = None
+        if not self.impossible and not self.left_out and self.pack_from is None and self.sources \
+                and all(kind == _POSITION for kind, _ in self.sources):
+            self.positions = operator.itemgetter(*(key for _, key in self.sources))
+            self.single = len(self.sources) == 1  # itemgetter of one index gives the item, not a tuple
+
+    def read(self, node: Node) -> tuple[Any, ...] | None:
+        if self.positions is not None:
+            values = self.positions(node.args)
+            return (values,) if self.single else values
+        if self.impossible:
+            return None
+        args, kwargs = node.args, node.kwargs
+        if self.pack_from is not None:
+            args = (*args[: self.pack_from], tuple(args[self.pack_from:]))
+        for key, default in self.left_out:
+            if not holds_default(args[key] if isinstance(key, int) else kwargs[key], default):
+                return None
+        return tuple(args[key] if kind == _POSITION else kwargs[key] if kind == _KEYWORD else key
+                     for kind, key in self.sources)
+
+
+class _Operation:
+    """The step of one function or method call of the pattern: target, arguments, operands.
+
+    As the generic matcher: arguments are compared by parameter name when the pattern's call and the
+    node's call both bind unambiguously, else as written; a commutative operation also tries its
+    first two operands swapped.
+    """
+
+    def __init__(self, template: OpTemplate, compiler: _Compiler) -> None:
+        self.key = id(template)
+        self.name = template.name
+        self.target = template.target
+        self.op = template.kind.value
+        self.commutative = template.commutative
+        self.rest = template.rest
+        written = (*template.args, *(value for _, value in template.kwargs))
+        self.written_steps = tuple(compiler.step(t) for t in written)
+        self.positional = len(template.args)
+        self.keywords = tuple(name for name, _ in template.kwargs)
+        self.signature: CallSignature | None = None
+        self.readers: dict[int, _PlannedReader] = {}  # id(plan) -> its reader (plans live in the signature)
+        if template.bound is not None and template.signature is not None:
+            self.signature = template.signature
+            self.expected = tuple(template.bound)
+            self.named_steps = tuple(compiler.step(t) for t in template.bound.values())
+            if len(self.named_steps) >= 2:
+                self.swapped_named_steps = (self.named_steps[1], self.named_steps[0], *self.named_steps[2:])
+        self.required = _required_arguments(template, compiler)
+
+    def may_be_operand(self, value: Any) -> bool:
+        """The value may match this operation: a node passing :meth:`may_match`."""
+        return isinstance(value, Node) and self.may_match(value)
+
+    def may_match(self, node: Node) -> bool:
+        """The cheap necessary conditions: the node calls the target with every required argument."""
+        if node.op != self.op:
+            return False
+        target = node.target
+        if target is not self.target and not self._same_target(target):
+            return False
+        return not self.required or self._has_required(node)
+
+    def match(self, value: Any, attempt: _Attempt) -> bool:
+        if not isinstance(value, Node):
+            return False
+        nodes = attempt.nodes
+        if self.key in nodes:  # a shared operation of a DAG pattern: the node it matched before
+            return nodes[self.key] is value
+        if value.op != self.op or not self._same_target(value.target) or value in nodes.values():
+            return False
+        if self.required and not self._has_required(value):
+            return False
+        return self.match_checked(value, attempt)
+
+    def match_checked(self, node: Node, attempt: _Attempt) -> bool:
+        """:meth:`match` of a node already found new to the attempt and passing :meth:`may_match`."""
+        attempt.nodes[self.key] = node
+        if self.name:
+            attempt.bindings[self.name] = node
+        signature = self.signature
+        plan = signature.plan(node.args, node.kwargs) if signature is not None else None
+        if plan is None:
+            return self._as_written(node, attempt)
+        reader = self.readers.get(id(plan))
+        if reader is None:
+            reader = self.readers[id(plan)] = _PlannedReader(plan, self.expected, self.rest, signature.pack_from)
+        values = reader.read(node)
+        if values is None:
+            return False
+        if self.commutative and len(values) >= 2:
+            return _either_order(self.named_steps, values, self.swapped_named_steps, values, attempt)
+        return _match_all(self.named_steps, values, attempt)
+
+    def _has_required(self, node: Node) -> bool:
+        values = (*node.args, *node.kwargs.values()) if node.kwargs else node.args
+        for test in self.required:
+            for value in values:
+                if test(value):
+                    break
+            else:
+                return False
+        return True
+
+    def _same_target(self, target: Any) -> bool:
+        if self.op == "call_method":
+            return bool(target == self.target)
+        return target is self.target or getattr(target, "overloadpacket", None) is self.target
+
+    def _as_written(self, node: Node, attempt: _Attempt) -> bool:
+        args, kwargs = node.args, node.kwargs
+        count = self.positional
+        if len(args) < count or (len(args) > count and not self.rest):
+            return False
+        if (not self.rest and any(name not in self.keywords for name in kwargs)) or any(
+                name not in kwargs for name in self.keywords):
+            return False
+        keyword_values = tuple(kwargs[name] for name in self.keywords)
+        values = (*args[:count], *keyword_values)
+        if self.commutative and len(args) >= 2:
+            swapped = (args[1], args[0], *args[2:])
+            return _either_order(self.written_steps, values, self.written_steps,
+                                 (*swapped[:count], *keyword_values), attempt)
+        return _match_all(self.written_steps, values, attempt)
+
+
+def _required_arguments(template: OpTemplate, compiler: _Compiler) -> tuple[Callable[[Any], bool], ...]:
+    """Tests of which each must hold for some argument of a node the operation matches.
+
+    Whichever way the call binds (by name, as written, operands swapped), an operand that is a call
+    is one of the node's arguments (one that may match it, checked the same way down the pattern),
+    and so is a literal, unless it could come from a default.  Checked first, they reject most near
+    misses (another literal, another operand) without binding the call.  None for a target that
+    takes sizes loose or as one tuple (x.view(2, 3) is x.view((2, 3))): an operand may be inside it.
+    """
+    signature = template.signature
+    if signature is not None and signature.pack_from is not None:
+        return ()
+    with_default = {name for overload in signature.overloads for name, parameter in overload.parameters.items()
+                    if parameter.default is not parameter.empty} if signature is not None else set()
+    parameter_of = {id(t): name for name, t in (template.bound or {}).items()}
+    tests: list[Callable[[Any], bool]] = []
+    for operand in template.operands():
+        if _compiles(operand):
+            tests.append(compiler.operation(operand).may_be_operand)  # type: ignore[arg-type]
+        elif isinstance(operand, Literal) and parameter_of.get(id(operand)) not in with_default:
+            tests.append(_literal_test(operand.value))
+    return tuple(tests)
+
+
+def _either_order(steps: tuple[Step, ...], values: tuple[Any, ...], swapped_steps: tuple[Step, ...],
+                  swapped_values: tuple[Any, ...], attempt: _Attempt) -> bool:
+    """A choice: the operands as given, else swapped (see the module docstring)."""
+    orders = attempt.orders
+    choice = len(orders)
+    if choice < len(attempt.replayed):
+        swapped = attempt.replayed[choice]
+        orders.append(swapped)
+        return _match_all(swapped_steps, swapped_values, attempt) if swapped else _match_all(steps, values, attempt)
+    orders.append(False)
+    bindings, nodes = dict(attempt.bindings), dict(attempt.nodes)
+    if _match_all(steps, values, attempt):
+        return True
+    if not all(orders[choice + 1:]):  # a choice made since is open, and more recent than this one
+        raise _Backtrack
+    attempt.bindings, attempt.nodes = bindings, nodes
+    del orders[choice:]
+    orders.append(True)
+    return _match_all(swapped_steps, swapped_values, attempt)

@@ -1,0 +1,250 @@
+"""The compiled matchers (fxrules.compiled) against the generic matcher they stand in for.
+
+* On random graphs, at every node, every compiled rule gives the generic matcher's answer: the
+  same match (nodes, bindings in the same order), None, or the same skip.
+* Choices: a failure after an unexplored commutative choice starts over with that choice swapped
+  (the generic matcher backtracks into it); a skipped match goes on to the other operand orders.
+* Which rules compile; the compiled ruleset is built once; ``explain=True`` keeps its near misses.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from typing import Any
+
+import pytest
+import torch
+import torch.fx
+from hypothesis import HealthCheck, given, settings
+
+import fxrules
+from fxrules.compiled import compile_rule, compile_ruleset
+from fxrules.ir import Rule, RuleSet
+from fxrules.matcher import Match, Matcher, Skip
+from tests.conftest import slow_examples, trace
+from tests.strategies import GeneratedGraph, graphs
+from tests.test_differential import RULES as DIFFERENTIAL_RULES
+
+#: Exact calls of every argument shape the compiled matcher reads: literals, keywords, defaults,
+#: lists, slices, `...`, `_`, typed captures, commutative operators, DAG patterns and guards.
+EXACT_RULES = """
+rule neg_neg:
+    torch.neg(torch.neg(x)) => x
+
+rule times_one:
+    x * 1 => x
+
+rule times_one_float:
+    x * 1.0 => x
+
+rule silu:
+    torch.sigmoid(x) * x => torch.nn.functional.silu(x)
+
+rule add_zero_alpha:
+    torch.add(x, 0, alpha=2) => x
+
+rule transpose_twice:
+    torch.transpose(torch.transpose(x, 0, 1), 0, 1) => x
+
+rule transpose_methods:
+    x.transpose(0, 1).transpose(0, 1) => x
+
+rule sum_dim:
+    given:
+        d: int
+    pattern:
+        return torch.sum(torch.sum(x, d, keepdim=True), d, keepdim=True)
+    replace:
+        return torch.sum(x, d, keepdim=True)
+
+rule neg_cat_pair:
+    torch.neg(torch.cat([u, v])) => torch.cat([torch.neg(u), torch.neg(v)])
+
+rule any_mul:
+    torch.mul(x, _) => x
+
+rule mul_rest:
+    torch.add(x, ...) => x
+
+rule square:
+    pattern:
+        n = torch.neg(x)
+        return n * n
+    replace:
+        return x * x
+
+rule neg_times_neg:
+    torch.neg(a) * torch.neg(b) => a * b
+
+rule view_as_rows:
+    x.view(y.size(0), -1) => x.reshape(y.size(0), -1)
+
+rule relu_sum_kept:
+    pattern:
+        return torch.relu(x) + torch.relu(y)
+    where:
+        x is not y
+    replace:
+        return torch.relu(x + y)
+"""
+
+EXACT = fxrules.parse(EXACT_RULES, filename="exact.fxr")
+ALL_RULES = DIFFERENTIAL_RULES + EXACT
+COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
+
+
+def generic(rule: Rule, node: torch.fx.Node, gm: torch.fx.GraphModule) -> Match | Skip | None:
+    try:
+        return Matcher(gm).match(rule, node)
+    except Skip as skip:
+        return skip
+
+
+def compiled(rule: Rule, node: torch.fx.Node, gm: torch.fx.GraphModule) -> Match | Skip | None:
+    matcher = compile_rule(rule)
+    assert matcher is not None
+    try:
+        return matcher.match(node, Matcher(gm))
+    except Skip as skip:
+        return skip
+
+
+def outcome(found: Any) -> Any:
+    """What an answer says, comparable across matchers: the match's nodes and bindings, or the skip."""
+    if isinstance(found, Match):
+        return ("match", found.outputs, found.nodes, tuple(found.bindings.items()))
+    if isinstance(found, Skip):
+        return ("skip", found.reason, found.detail)
+    return found
+
+
+def check_agreement(gm: torch.fx.GraphModule, rules: RuleSet) -> Counter[str]:
+    """Compare at every (compiled rule, node); how many of each answer there were."""
+    answers: Counter[str] = Counter()
+    for rule in rules:
+        if compile_rule(rule) is None:
+            continue
+        for node in gm.graph.nodes:
+            found = compiled(rule, node, gm)
+            assert outcome(found) == outcome(generic(rule, node, gm)), f"{rule.name} at {node.name}:\n{gm.code}"
+            answers[type(found).__name__] += 1
+    return answers
+
+
+@settings(max_examples=60, **COMMON)
+@given(graph=graphs(dead_code=True))
+def test_compiled_rules_answer_as_the_generic_matcher(graph: GeneratedGraph) -> None:
+    check_agreement(graph.gm, ALL_RULES)
+
+
+@pytest.mark.slow
+@settings(max_examples=slow_examples(300), **COMMON)
+@given(graph=graphs(max_steps=16, dead_code=True))
+def test_compiled_rules_answer_as_the_generic_matcher_many_examples(graph: GeneratedGraph) -> None:
+    check_agreement(graph.gm, ALL_RULES)
+
+
+def test_compiled_rules_agree_on_every_argument_shape() -> None:
+    def f(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        n = torch.neg(x)
+        s = torch.sigmoid(y)
+        return (
+            torch.neg(torch.neg(x)), x * 1, x * 1.0, 1 * y, x * 2, torch.sigmoid(x) * x, y * torch.sigmoid(y),
+            s * y + s, torch.add(x, 0, alpha=2), torch.add(x, 0, alpha=3), torch.add(x, y),
+            torch.transpose(torch.transpose(x, 0, 1), 0, 1), torch.transpose(torch.transpose(x, 1, 0), 0, 1),
+            torch.transpose(x, dim0=0, dim1=1).transpose(0, 1), x.transpose(0, 1).transpose(0, 1),
+            torch.sum(torch.sum(x, 1, keepdim=True), 1, keepdim=True),
+            torch.sum(torch.sum(x, 1, keepdim=True), dim=0, keepdim=True),
+            torch.neg(torch.cat([x, y])), torch.neg(torch.cat((x, y), 0)), torch.neg(torch.cat([x, y, x])),
+            torch.mul(x, 3), n * n, torch.neg(n),
+            torch.neg(x) * torch.neg(y), torch.relu(x) + torch.relu(y), torch.relu(x) + torch.relu(x), x[1:2, ::2],
+            x.view(y.size(0), -1), x.view((y.size(0), -1)), x.view([y.size(0), -1]), x.view(y.size(1), -1),
+        )
+
+    gm = trace(f)
+    answers = check_agreement(gm, ALL_RULES)
+    assert answers["Match"] >= 20 and answers["Skip"] >= 3 and answers["NoneType"] > 100
+    anchor = next(n for n in gm.graph.nodes if n.target is torch.neg and n.args[0].target is torch.neg
+                  and len(n.args[0].users) > 1)
+    escaping = compiled(EXACT["neg_neg"], anchor, gm)
+    assert isinstance(escaping, Skip) and escaping.reason == "escaping user"
+
+
+def test_a_failure_after_an_unexplored_choice_starts_over_with_that_choice_swapped() -> None:
+    # (x + y) * y at (u + v) * u: the add matches unswapped (x=u, y=v), then the outer operand u is
+    # not y; the generic matcher backtracks into the add's swapped order (x=v, y=u) and matches.
+    rules = fxrules.parse("rule r:\n    (x + y) * y => x\n")
+    gm = trace(lambda u, v: (u + v) * u)
+    anchor = next(n for n in gm.graph.nodes if n.target is operator.mul)
+    match = compiled(rules["r"], anchor, gm)
+    assert isinstance(match, Match) and match.bindings["x"].name == "v"
+    assert outcome(match) == outcome(generic(rules["r"], anchor, gm))
+    assert fxrules.apply(gm, rules).counts() == {"r": 1}
+
+
+def test_a_choice_exhausted_where_it_was_made_is_a_miss() -> None:
+    rules = fxrules.parse("rule r:\n    x * 3 => x\n")
+    gm = trace(lambda u: u * 2)
+    anchor = next(n for n in gm.graph.nodes if n.target is operator.mul)
+    assert compiled(rules["r"], anchor, gm) is None
+
+
+def test_a_skipped_match_goes_on_to_the_other_order_then_reports_the_first_skip() -> None:
+    rules = fxrules.parse("rule r:\n    torch.neg(x) * y => torch.neg(x * y)\n")
+
+    def f(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        na, nb, nc = torch.neg(a), torch.neg(b), torch.neg(c)
+        # as given, na escapes (it is an output too); swapped, x is b and the match is usable
+        return na * nb, na, nc * c, nc
+
+    gm = trace(f)
+    usable_swapped, skipped = (n for n in gm.graph.nodes if n.target is operator.mul)
+    match = compiled(rules["r"], usable_swapped, gm)
+    assert isinstance(match, Match) and match.bindings["x"].name == "b"
+    assert outcome(match) == outcome(generic(rules["r"], usable_swapped, gm))
+    skip = compiled(rules["r"], skipped, gm)
+    assert isinstance(skip, Skip) and skip.reason == "escaping user"
+    assert outcome(skip) == outcome(generic(rules["r"], skipped, gm))
+    report = fxrules.apply(gm, rules)
+    assert report.counts() == {"r": 1} and report["r"].skipped[0].node == skipped.name
+
+
+def test_which_rules_compile() -> None:
+    assert all(compile_ruleset(EXACT).matchers[id(rule)] is not None for rule in EXACT)
+    outside = fxrules.parse("""
+rule family:
+    relu(relu(x)) => relu(x)
+
+rule alternative:
+    (x * 1) | torch.mul(x, 1) => x
+
+rule typed:
+    given:
+        x: Tensor[n, n]
+    pattern:
+        return torch.transpose(x, 0, 1)
+    replace:
+        return x
+
+rule two_outputs:
+    pattern:
+        return torch.neg(x), torch.neg(x)
+    replace:
+        n = torch.neg(x)
+        return n, n
+""")
+    assert all(m is None for m in compile_ruleset(outside).matchers.values())
+
+
+def test_compiled_ruleset_is_built_once_per_ruleset_object() -> None:
+    rules = EXACT + fxrules.parse("rule other:\n    torch.neg(x) * 1 => torch.neg(x)\n")
+    assert compile_ruleset(rules) is compile_ruleset(rules)
+    assert compile_ruleset(rules).matchers.keys() == {id(rule) for rule in rules}
+
+
+def test_explain_takes_the_generic_path_and_reports_near_misses() -> None:
+    rules = fxrules.parse("rule mul_three:\n    x * 3 => x\n")
+    gm = trace(lambda u: u * 2)
+    report = fxrules.apply(gm, rules, explain=True)
+    assert [m.condition for m in report["mul_three"].near_misses] == ["literal"]

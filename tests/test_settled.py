@@ -1,0 +1,129 @@
+"""Passes over settled nodes: a pass after the first skips, until it first fires, the candidates whose
+outcome the previous pass already knows (looked at after every change within their reach).
+
+Skipping them must change nothing but the work done: on random graphs and on the benchmark's
+block, ``apply`` gives the same code and the same report (counts, anchors in order, skips, passes)
+as an engine that visits every candidate of every pass.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+import torch.fx
+from hypothesis import HealthCheck, given, settings
+
+import fxrules
+from fxrules import engine
+from fxrules.compiled import compile_ruleset
+from fxrules.ir import RuleSet
+from fxrules.report import KEEP_EXAMPLES, ReportBuilder
+from tests.conftest import slow_examples, trace
+from tests.strategies import GeneratedGraph, graphs
+from tests.test_compiled import EXACT
+
+#: Rules that cascade (one rewrite makes or breaks another match), with guards that do not count
+#: users and single outputs, so that passes do settle.
+CASCADING = """
+rule neg_times_neg:
+    mul(neg(a), neg(b)) => a * b
+
+rule neg_squared:
+    pattern:
+        n = neg(x)
+        return mul(n, n)
+    replace:
+        return x * x
+
+rule relu_after_relu:
+    torch.relu(torch.relu(x)) => torch.relu(x)
+
+rule add_sub:
+    (x + y) - y => x
+"""
+
+#: Without any_mul (torch.mul(x, _) => x), which can replace a node by a literal that is then a method's receiver.
+RULES = (fxrules.parse(CASCADING, filename="cascading.fxr") + RuleSet(tuple(r for r in EXACT if r.name != "any_mul"))
+         + fxrules.load("algebra.fxr"))
+COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
+
+
+def outcome(gm: torch.fx.GraphModule, report: fxrules.Report) -> dict[str, Any]:
+    return {
+        "code": gm.code, "passes": report.passes,
+        "rules": [(r.name, r.fired, r.anchors, r.skip_counts, [(s.reason, s.node) for s in r.skipped])
+                  for r in report.rules],
+    }
+
+
+def apply_both_ways(gm: torch.fx.GraphModule, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, int, int]:
+    """(outcome settling, outcome visiting everything, attempts settling, attempts visiting everything)."""
+    settling = copy.deepcopy(gm)
+    report = fxrules.apply(settling, RULES)
+    with monkeypatch.context() as patch:
+        patch.setattr(engine._Run, "_settled", lambda self, candidates, done: set())
+        report_all = fxrules.apply(gm, RULES)
+    attempts = sum(r.attempts for r in report.rules)
+    attempts_all = sum(r.attempts for r in report_all.rules)
+    return outcome(settling, report), outcome(gm, report_all), attempts, attempts_all
+
+
+def test_the_rules_settle() -> None:
+    compiled = compile_ruleset(RULES)
+    assert not (compiled.multi_output or compiled.counts_users)
+
+
+@settings(max_examples=60, **COMMON)
+@given(graph=graphs(dead_code=False))
+def test_settling_changes_nothing_but_the_work(graph: GeneratedGraph) -> None:
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        settled, everything, attempts, attempts_all = apply_both_ways(graph.gm, monkeypatch)
+    assert settled == everything
+    assert attempts <= attempts_all
+
+
+@pytest.mark.slow
+@settings(max_examples=slow_examples(300), **COMMON)
+@given(graph=graphs(max_steps=16, dead_code=False))
+def test_settling_changes_nothing_but_the_work_many_examples(graph: GeneratedGraph) -> None:
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        settled, everything, _, _ = apply_both_ways(graph.gm, monkeypatch)
+    assert settled == everything
+
+
+def test_a_later_pass_that_fires_visits_its_settled_nodes_after_that(monkeypatch: pytest.MonkeyPatch) -> None:
+    def f(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        n = torch.neg(x)
+        first = torch.neg(n)  # double_neg waits: n is also used by `later`, until pass 1 rewrites that
+        s = (torch.relu(y) + n) - n  # add_sub (pass 1) leaves torch.relu(y)
+        later = torch.relu(s)  # relu_after_relu fires in pass 2, after first (settled) fires
+        return first, later, torch.relu(torch.relu(later))
+
+    gm = trace(f)
+    settled, everything, _, _ = apply_both_ways(gm, monkeypatch)
+    assert settled == everything
+    assert settled["passes"] >= 2
+
+
+def test_the_benchmark_block_settles_its_second_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    bench = pytest.importorskip("benchmarks.bench_apply")
+    gm = trace(bench.Blocks(2))
+    settled, everything, attempts, attempts_all = apply_both_ways(gm, monkeypatch)
+    assert settled == everything and settled["passes"] == 2
+    assert attempts < attempts_all
+
+
+def test_skip_counts_count_each_node_once_however_often_it_is_tried() -> None:
+    # More skipped nodes than the report keeps examples of: revisiting one must not count it again.
+    ruleset = fxrules.parse("rule r:\n    torch.neg(torch.neg(x)) => x\n")
+    builder = ReportBuilder(ruleset)
+    rule = ruleset["r"]
+    for _ in range(2):
+        for index in range(KEEP_EXAMPLES + 5):
+            builder.skipped(rule, f"neg_{index}", "escaping user", "detail")
+    report = builder.build(0, 0, 0.0)
+    assert report["r"].skip_counts == {"escaping user": KEEP_EXAMPLES + 5}
+    assert len(report["r"].skipped) == KEEP_EXAMPLES
