@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from fxrules.diagnostics import Diagnostic, Span
+from fxrules.diagnostics import Diagnostic, FxrUsageError, Span
 from fxrules.signatures import CallSignature
 
 # ---------------------------------------------------------------- operations and families
@@ -452,6 +452,12 @@ class RuleSet:
         return {key: tuple(rules) for key, rules in index.items()}
 
     def __add__(self, other: RuleSet) -> RuleSet:
+        """The rules of both, in order; a rule name in both is an error (names key the index and the report)."""
+        ours = {rule.name: rule for rule in self.rules}
+        for rule in other.rules:
+            if rule.name in ours:
+                raise FxrUsageError(f"rule {rule.name} is defined twice: at {ours[rule.name].span} and at "
+                                    f"{rule.span}; rule names key the report, so give each rule its own")
         digest = hashlib.sha256(f"{self.digest}+{other.digest}".encode()).hexdigest()
         return RuleSet(self.rules + other.rules, f"{self.source}+{other.source}", self.warnings + other.warnings,
                        digest)

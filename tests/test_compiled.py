@@ -74,7 +74,7 @@ rule square:
     replace:
         return x * x
 
-rule neg_times_neg:
+rule neg_times_neg_exact:
     torch.neg(a) * torch.neg(b) => a * b
 
 rule view_as_rows:
