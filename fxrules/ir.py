@@ -241,6 +241,7 @@ class TensorType:
     dims: tuple[TensorDim, ...] | None  # None: any rank
     dtypes: tuple[Any, ...] | None  # torch.dtype values; None: any dtype
     span: Span
+    or_none: bool = False  # ``Tensor[O] | None``: the literal None fits too (an omitted bias)
 
     def symbols(self) -> list[str]:
         return [d.name for d in self.dims or () if isinstance(d, DimSymbol)]

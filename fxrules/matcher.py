@@ -463,6 +463,8 @@ class Matcher:
 
     def check_type(self, name: str, declared: CaptureType, value: Any, state: State, span: Span) -> State | None:
         if isinstance(declared, TensorType):
+            if value is None and declared.or_none:
+                return state
             if isinstance(value, torch.fx.Node):
                 return self._check_tensor(name, declared, value, state, span)
             problem = f"'{name}' must be a tensor, found {_show(value)}"

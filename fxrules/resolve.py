@@ -264,6 +264,13 @@ class RuleResolver:
             return
         self.declared_at[declaration.name] = declaration.span
         declared = self.type_of(declaration.type)
+        if declaration.or_none is not None and declared is not None:
+            if isinstance(declared, TensorType):
+                declared = attrs.evolve(declared, or_none=True)
+            else:
+                self.error(declaration.or_none, "only a Tensor type can be '| None' (other literals are "
+                                                "matched by value: write None in the pattern)")
+                declared = None
         if declared is not None:
             self.types[declaration.name] = declared
         else:

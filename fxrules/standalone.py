@@ -122,7 +122,7 @@ def _root(constants: Mapping[str, torch.nn.Module | torch.Tensor]) -> torch.nn.M
     for name, value in constants.items():
         if isinstance(value, torch.nn.Module):
             root.add_module(name, value)
-        else:
+        elif value is not None:
             root.register_buffer(name, value)
     return root
 
@@ -178,7 +178,9 @@ def build(rule: Rule, constants: Mapping[str, torch.nn.Module | torch.Tensor],
 def _emit_pattern(rule: Rule, root: torch.nn.Module, graph: torch.fx.Graph,
                   helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int]) -> tuple[list[Any], Match]:
     bindings: dict[str, Any] = {name: graph.placeholder(name) for name in input_names(rule)}
-    bindings.update({name: graph.get_attr(name) for name in attribute_names(rule)})
+    # an attribute drawn as None (``Tensor[O] | None``) is the literal None, as an omitted bias is in a graph
+    bindings.update({name: graph.get_attr(name) if getattr(root, name, None) is not None else None
+                     for name in attribute_names(rule)})
     bindings.update({name: getattr(root, name) for name, _ in root.named_children()})
     modules = {name: name for name, _ in root.named_children()}
     match = Match(rule, (), (), bindings, modules)

@@ -215,6 +215,7 @@ class Declaration:
     name: str
     type: TypeExpr
     span: Span
+    or_none: Span | None = None  # where ``| None`` is written: the capture may also be the literal None
 
 
 @attrs.frozen
@@ -369,8 +370,11 @@ class ToSyntaxTree(Transformer[Token, File]):
     def given(self, meta: Any, *declarations: Declaration) -> tuple[Declaration, ...]:
         return declarations
 
-    def declaration(self, meta: Any, name: Token, type_expr: TypeExpr) -> Declaration:
-        return Declaration(str(name), type_expr, self._span(meta))
+    def declaration(self, meta: Any, name: Token, type_expr: TypeExpr, or_none: Span | None) -> Declaration:
+        return Declaration(str(name), type_expr, self._span(meta), or_none)
+
+    def or_none(self, meta: Any) -> Span:
+        return self._span(meta)
 
     def type_expr(self, meta: Any, name: Dotted, *args: TypeArg | None) -> TypeExpr:
         present = tuple(a for a in args if a is not None)

@@ -136,6 +136,8 @@ def _role_of_parameter(parameter: inspect.Parameter) -> str:
     annotation, name = parameter.annotation, parameter.name
     text = str(annotation)
     if "Tensor" in text or annotation is torch.Tensor:
+        if name == "running_var":  # a variance: drawn without negative values, as a batch norm keeps it
+            return "variance"
         return "tensor_list" if "List" in text else "tensor"
     if "List[int]" in text or "list[int]" in text:
         if name in {"size", "shape"}:
@@ -249,10 +251,13 @@ class _Drawer:
 
     def value(self, name: str, role: str, module_ranks: tuple[int, ...] | None) -> Any:
         declared = self.rule.types.get(name)
+        if isinstance(declared, TensorType) and declared.or_none and self.draw(st.booleans()):
+            return None
         if isinstance(declared, TensorType):
             dtype = self.draw(st.sampled_from(declared.dtypes)) if declared.dtypes else torch.float32
             shape = self.shape(declared) if declared.dims is not None else _broadcast_variant(self.draw, self.base)
-            return self.tensor(shape, dtype)
+            tensor = self.tensor(shape, dtype)
+            return tensor.abs() if role == "variance" else tensor
         if isinstance(declared, ScalarType):
             return self.literal(declared.name)
         if isinstance(declared, SequenceType) and declared.element != "Tensor":  # a literal: a shape, say
@@ -261,7 +266,7 @@ class _Drawer:
         if isinstance(declared, SequenceType) or role == "tensor_list":
             count = self.draw(st.integers(1, 3))
             return [self.tensor(self.base, torch.float32) for _ in range(count)]
-        if role not in {"tensor", "tensor_list"} and declared is None:
+        if role not in {"tensor", "tensor_list", "variance"} and declared is None:
             return self.literal(role)
         if module_ranks is not None:
             rank = self.draw(st.sampled_from(module_ranks))
@@ -419,7 +424,7 @@ def examples(rule: Rule, max_side: int = 4, max_rank: int = 3,
         runner, output = _run_pattern(rule, draw, values, seed, choice or {})
         dims = dict(drawer.dims)
         for name, declared in rule.types.items():
-            if isinstance(declared, TensorType) and declared.dims and name in values:
+            if isinstance(declared, TensorType) and declared.dims and values.get(name) is not None:
                 dims.update(_dims_of(declared, values[name]))
         assume(guard_allows(rule, {**values, **runner.interior}, runner.built, dims))
         return Example(values, runner.built, seed, attribute_names(rule), output)

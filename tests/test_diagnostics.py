@@ -226,6 +226,10 @@ SEMANTIC_CASES = [
                  "    replace:\n        return x\n",
                  [(3, 19, "tuple[...] takes one element type: Tensor or int, float, bool, str, Scalar, dtype, slice")],
                  id="two-element-types"),
+    pytest.param("rule r:\n    given:\n        b: int | None\n    pattern:\n        return F.linear(x, w, b)\n"
+                 "    replace:\n        return x\n",
+                 [(3, 16, "only a Tensor type can be '| None' (other literals are matched by value: write None in "
+                          "the pattern)")], id="or-none-on-a-literal-type"),
     pytest.param("rule r:\n    given:\n        m: Foo\n    pattern:\n        return m(x)\n"
                  "    replace:\n        return x\n",
                  [(3, 12, "unknown type 'Foo'", TYPES_HINT)], id="unknown-type"),

@@ -384,3 +384,26 @@ def test_private_or_dunder_reads_in_guards_are_load_errors(guard: str) -> None:
 def test_guard_cannot_call_arbitrary_functions() -> None:
     with pytest.raises(fxrules.FxrLoadError, match="guards may call only len, all, any"):
         fxrules.parse("rule r: torch.relu(x) => x where print(x)")
+
+
+OPTIONAL_BIAS = """
+rule linear_bias:
+    given:
+        w: Tensor[N, K]
+        b: Tensor[N] | None
+    pattern:
+        return torch.relu(F.linear(x, w, b))
+    replace:
+        return F.linear(x, w, b)
+"""
+
+
+def test_a_tensor_type_or_none_takes_a_tensor_of_that_shape_or_the_literal_none() -> None:
+    def three_biases(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, wide: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        linear = torch.nn.functional.linear
+        return torch.relu(linear(x, w, b)), torch.relu(linear(x, w, None)), torch.relu(linear(x, w, wide))
+
+    gm = trace(three_biases)
+    inputs = [torch.randn(2, 3), torch.randn(4, 3), torch.randn(4), torch.randn(2, 4)]
+    report = fxrules.apply(gm, fxrules.parse(OPTIONAL_BIAS), example_inputs=inputs)
+    assert report["linear_bias"].anchors == ("relu", "relu_1")  # the (2, 4) bias is neither Tensor[N] nor None
