@@ -239,6 +239,32 @@ rule fine: torch.neg(torch.neg(x)) => x
     assert len(caught) == 2
 
 
+def test_loop_warnings_decide_on_the_operations_when_types_need_metadata() -> None:
+    text = """
+rule sum_and_mean:
+    given:
+        x: Tensor[N, ...]
+    pattern:
+        return torch.sum(x, 0), torch.mean(x, 0)
+    replace:
+        s = torch.sum(x, 0)
+        return s, s / x.shape[0]
+
+rule typed_grow:
+    given:
+        x: Tensor[N]
+    pattern:
+        return torch.relu(x)
+    replace:
+        return torch.relu(torch.relu(x))
+"""
+    with pytest.warns(fxrules.FxrLoopWarning):  # typed_grow's; the sum stays, but without torch.mean: no loop
+        ruleset = fxrules.parse(text, filename="typed.fxr")
+    assert [w.render().splitlines()[0] for w in ruleset.warnings] == [
+        "typed.fxr:11:6: warning: rule typed_grow: its pattern matches its own replacement, so it may fire forever",
+    ]
+
+
 def test_bundled_rulesets_have_no_loop_warnings() -> None:
     for name in ("algebra.fxr", "fusions.fxr"):
         assert fxrules.load(name).warnings == ()
