@@ -38,6 +38,12 @@ _OPERATOR_NAMES = {
 }
 
 
+#: ``GraphModule.meta`` key set by a compile stage that knows its graph is aten-level (Inductor's post-grad
+#: graphs hold Inductor's own lowerings too, so detection would say no); its value holds the operators the
+#: stage has decomposed, which a replacement may not emit.
+ATEN_GRAPH = "fxrules_aten_graph"
+
+
 class NoAtenSpelling(Exception):  # noqa: N818 - a condition the rewriter turns into a skip
     """A replacement operation has no aten operator to stand for it."""
 

@@ -29,8 +29,10 @@ import torch
 import torch.fx
 from torch._dynamo.exc import ShortenTraceback
 from torch._inductor.custom_graph_pass import CustomGraphPass
+from torch._inductor.decomposition import select_decomp_table
 
 from fxrules import bundled
+from fxrules.aten import ATEN_GRAPH
 from fxrules.diagnostics import FxrError, FxrUsageError
 from fxrules.engine import RulesArgument, apply, checked_options, load_rules
 from fxrules.ir import RuleSet
@@ -139,10 +141,15 @@ class InductorPass(CustomGraphPass):
         gm = graph.owning_module
         if not isinstance(gm, torch.fx.GraphModule):
             raise FxrUsageError("the Inductor pass got a graph without an owning GraphModule")
+        aten = any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) for n in graph.nodes)
+        if aten:  # post-grad (or joint): replacements in aten, and not in operators Inductor decomposed
+            gm.meta[ATEN_GRAPH] = frozenset(select_decomp_table())
         try:
             self.reports.append(apply(gm, self.ruleset, **self.apply_kwargs))
         except FxrError as error:
             raise FxrCompileError(error, inspect.currentframe()) from error
+        finally:
+            gm.meta.pop(ATEN_GRAPH, None)
 
     def uuid(self) -> str:
         """Changes when the rules' text, the helpers' code, or fxrules itself changes."""

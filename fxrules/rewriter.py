@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import Any
 
 import attrs
 import torch
 import torch.fx
 
-from fxrules.aten import NoAtenSpelling, aten_spelling, is_aten_graph, needs_aten_spelling
+from fxrules.aten import ATEN_GRAPH, NoAtenSpelling, aten_spelling, is_aten_graph, needs_aten_spelling
 from fxrules.diagnostics import FxrApplyError
 from fxrules.ir import Capture, HelperTemplate, Literal, OpKind, OpTemplate, Rule, SeqTemplate, SliceTemplate, Template
 from fxrules.matcher import Match, Skip
@@ -147,7 +147,12 @@ class Rewriter:
     @functools.cached_property
     def aten_level(self) -> bool:
         """Whether replacements must be spelled as aten operators (decided at the first rewrite, not per apply)."""
-        return is_aten_graph(self.graph)
+        return ATEN_GRAPH in getattr(self.gm, "meta", {}) or is_aten_graph(self.graph)
+
+    @functools.cached_property
+    def decomposed(self) -> Container[Any]:
+        """Operators the graph's compiler has decomposed already, which a replacement may not bring back."""
+        return getattr(self.gm, "meta", {}).get(ATEN_GRAPH, ())
 
     def rewrite(self, match: Match) -> Rewrite:
         outputs = match.outputs
@@ -261,6 +266,9 @@ class Emitter:
             except NoAtenSpelling as reason:
                 raise Skip("no aten spelling", f"{template.span}: {reason}") from reason
             kind = OpKind.FUNCTION
+        if target in self.rewriter.decomposed:
+            raise Skip("decomposed operator", f"{template.span}: the compiler decomposes {target} before this pass; "
+                                              "the replacement must use what it decomposes to")
         if kind is OpKind.MODULE:
             qualname = self._module_name(template)
             node = self.graph.call_module(qualname, args, kwargs)

@@ -142,7 +142,7 @@ def _role_of_parameter(parameter: inspect.Parameter) -> str:
     if "List[int]" in text or "list[int]" in text:
         if name in {"size", "shape"}:
             return "shape"
-        if name in {"stride", "dilation", "padding"}:  # of a convolution or pooling
+        if name in {"stride", "dilation", "padding", "output_padding"}:  # of a convolution or pooling
             return name
         return "permutation" if name == "dims" else "dims" if "dim" in name else "int_list"
     if annotation is int or text in {"int", "Optional[int]", "typing.Optional[int]"}:
@@ -331,6 +331,7 @@ class _Drawer:
             "stride": lambda: [draw(st.integers(1, 2))],
             "dilation": lambda: [draw(st.integers(1, 2))],
             "padding": lambda: [draw(st.integers(0, 1))],
+            "output_padding": lambda: [0],  # only a transposed convolution may have another
             "groups": lambda: draw(st.integers(1, 2)),
         }
         scalar = lambda: draw(st.one_of(st.integers(-3, 3), st.floats(-4, 4)))  # noqa: E731 - Scalar

@@ -361,3 +361,30 @@ def test_bundled_rulesets_on_exported_real_models(name: str) -> None:
     for rewritten in (result.program, _round_trip(result.program)):
         out = run(rewritten.module(), (), kwargs)["last_hidden_state"]
         torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
+
+
+def test_post_grad_replacements_may_not_bring_back_decomposed_operators() -> None:
+    class SwishTwice(nn.Module):
+        def forward(self, y: torch.Tensor) -> torch.Tensor:
+            return torch.neg(torch.neg(y * torch.sigmoid(y)))
+
+    graph_pass = fxrules.inductor_pass(["fusions.fxr", "algebra.fxr"])
+    x = torch.randn(4)
+    with torch.no_grad(), torch._inductor.config.patch(post_grad_custom_post_pass=graph_pass, fx_graph_cache=False):
+        torch.testing.assert_close(torch.compile(SwishTwice())(x), SwishTwice()(x))
+    (report,) = graph_pass.reports
+    assert report.counts() == {"double_neg": 1}
+    assert report["silu"].skip_counts == {"decomposed operator": 1}
+    assert "the compiler decomposes aten.silu.default before this pass" in str(report)
+
+
+def test_conv_bn_folds_after_run_decompositions() -> None:
+    case = cnn()
+    program = torch.export.export(case.eager, case.inputs).run_decompositions()
+    result = fxrules.apply_program(program, "fusions.fxr")
+    assert result.report.counts() == {"fold_convolution_bn_decomposed": 5, "silu": 1}  # 2d x3, 3d, 1d
+    targets = {str(n.target) for n in result.program.graph.nodes}
+    assert "aten._native_batch_norm_legit_no_training.default" in targets  # the Linear's BatchNorm1d stays
+    expected = run(case.eager, case.inputs)
+    torch.testing.assert_close(run(result.program.module(), case.inputs), expected, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(run(_round_trip(result.program).module(), case.inputs), expected, atol=1e-5, rtol=1e-4)
