@@ -205,8 +205,10 @@ class _Run:
             for rule in rules_at(node):
                 attempts[rule.name] += 1
                 compiled = compiled_for(id(rule))
-                if compiled is not None and not compiled.may_match(node):
-                    continue  # most attempts: rejected before any binding, nothing to report
+                if compiled is not None:
+                    may_match = compiled.may_match_anchor  # the index found the node by the rule's target
+                    if may_match is not None and not may_match(node):
+                        continue  # most attempts: rejected before any binding, nothing to report
                 if self._try(rule, node, current):
                     current.fired.add(rule.name)
                     break
@@ -230,7 +232,7 @@ class _Run:
 
     def _match(self, rule: Rule, node: torch.fx.Node, matcher: Matcher) -> Match | None:
         """The rule's compiled matcher when it has one (it answers as the generic matcher does; ``_visit``
-        asked its ``may_match`` already)."""
+        asked its ``may_match_anchor`` already)."""
         compiled = self.compiled.get(id(rule))
         return compiled.match_candidate(node, matcher) if compiled is not None else matcher.match(rule, node)
 
