@@ -151,6 +151,7 @@ class Rewriter:
         values, created = self._emit(match, anchor)
         if not created and all(v is o for v, o in zip(values, outputs, strict=True)):
             raise Skip("no change", "the replacement is the matched node itself")
+        self._check_receivers(outputs, values, created)
         if created:
             self._annotate(match, created, values)
         touched: list[torch.fx.Node] = []
@@ -175,6 +176,26 @@ class Rewriter:
         with self.graph.inserting_before(anchor):
             values = [emitter.emit(t) for t in match.rule.replacement]
         return values, emitter.created
+
+    def _check_receivers(self, outputs: tuple[torch.fx.Node, ...], values: list[Any],
+                         created: list[torch.fx.Node]) -> None:
+        """Skip a replacement that would make a value other than a node the receiver of a method call.
+
+        The generated code would not compile (``1.contiguous()``), and it is generated after dead-code
+        elimination, when nothing can be undone any more; refused now, the rewrite is undone by erasing
+        the nodes it made (nothing uses them yet).
+        """
+        retired = self.transaction.retired
+        for output, value in zip(outputs, values, strict=True):
+            if isinstance(value, torch.fx.Node):
+                continue
+            for user in output.users:
+                if user.op == "call_method" and user.args and user.args[0] is output and user not in retired:
+                    for node in reversed(created):
+                        self.graph.erase_node(node)
+                    del self.transaction.created[len(self.transaction.created) - len(created):]
+                    raise Skip("literal receiver", f"'{user.name}' calls .{user.target}() on '{output.name}', "
+                                                   f"which the replacement makes the literal {value!r}")
 
     def _annotate(self, match: Match, created: list[torch.fx.Node], values: list[Any]) -> None:
         anchor_meta = match.anchor.meta
