@@ -11,22 +11,24 @@ needs are among its arguments (and so on down the pattern): most near misses end
 a microsecond.
 
 A compiled rule gives the generic matcher's answer: the first structural match in the generic
-order (operands left to right, a commutative operation unswapped before swapped) that passes the
-same :meth:`Matcher.check_usable <fxrules.matcher.Matcher.check_usable>`, else the first skip, else
-None.  The generic matcher backtracks into the most recent choice with an alternative left; the
-compiled one tries a commutative operation's swapped order on the spot when nothing chosen since is
-left to backtrack into, and otherwise starts over, replaying the choices made up to the most recent
-open one and taking its other order (the same depth-first order, without generators).  The generic
-matcher stays the reference the tests compare against, and the matcher of ``explain=True`` (it
-records near misses).
+order (operands left to right, a commutative operation unswapped before swapped, the options of
+``A | B`` in order) that passes the same :meth:`Matcher.check_usable
+<fxrules.matcher.Matcher.check_usable>`, else the first skip, else None.  The generic matcher
+backtracks into the most recent choice with an option left; the compiled one tries a choice's next
+option on the spot when nothing chosen since is left to backtrack into, and otherwise starts over,
+replaying the choices made up to the most recent open one and taking its next option (the same
+depth-first order, without generators).  The generic matcher stays the reference the tests compare
+against, and the matcher of ``explain=True`` (it records near misses).
 
 :func:`compile_ruleset` does this once per :class:`~fxrules.ir.RuleSet` object, together with the
 other things ``apply`` derives from the rules alone (pattern depth, helper calls), so an ``apply``
 that finds nothing to do costs little more than the index lookups.
 
-Compiled: single-output patterns of exact function and method calls (commutative or not), captures
-with non-tensor types, literals, ``_``, lists and slices.  Not compiled (:func:`compile_rule` returns
-None): families, modules, attributes, alternatives, several outputs, and tensor-typed captures
+Compiled: single-output patterns of function and method calls (commutative or not) and of family
+calls (the member the node calls, found by its target, or its module's class, maps its arguments
+onto the family's with :func:`~fxrules.families.map_member_call`), alternatives, captures with
+non-tensor types, literals, ``_``, lists and slices.  Not compiled (:func:`compile_rule` returns
+None): modules and attributes named in the pattern, several outputs, and tensor-typed captures
 (their missing metadata is reported even when the match fails elsewhere).
 """
 
@@ -39,10 +41,13 @@ from typing import Any
 import attrs
 import torch.fx
 
+from fxrules.families import family_parameters, map_member_call, parameter_map
 from fxrules.ir import (
     AltTemplate,
     Capture,
     CaptureType,
+    Family,
+    FamilyMember,
     GuardCall,
     GuardExpr,
     HelperTemplate,
@@ -58,7 +63,17 @@ from fxrules.ir import (
     Wildcard,
     walk,
 )
-from fxrules.matcher import Match, Matcher, Skip, State, holds_default, literal_equal, value_type_problem
+from fxrules.matcher import (
+    Match,
+    Matcher,
+    Skip,
+    State,
+    Unreadable,
+    holds_default,
+    literal_equal,
+    named_values,
+    value_type_problem,
+)
 from fxrules.memo import per_object
 from fxrules.signatures import BindingPlan, CallSignature
 
@@ -66,26 +81,29 @@ Node = torch.fx.Node
 
 
 class _Attempt:
-    """One run of a compiled matcher: what it bound, and the operand order taken at each choice."""
+    """One run of a compiled matcher: what it bound, and the option taken at each choice."""
 
-    __slots__ = ("bindings", "nodes", "orders", "replayed")
+    __slots__ = ("bindings", "matcher", "nodes", "orders", "replayed")
 
-    def __init__(self, replayed: tuple[bool, ...]) -> None:
+    def __init__(self, replayed: tuple[int, ...], matcher: Matcher) -> None:
         self.bindings: dict[str, Any] = {}  # in binding order, as the generic State's
         self.nodes: dict[int, Node] = {}  # id(OpTemplate) -> node, in matching order
-        self.replayed = replayed  # the orders to take at the first choices (True: swapped)
-        self.orders: list[bool] = []  # the order taken at each choice met; False leaves swapped to explore
+        self.matcher = matcher  # for what a node alone does not say: the module a call_module calls
+        self.replayed = replayed  # the options to take at the first choices
+        self.orders: list[tuple[int, int]] = []  # (option taken, last option) at each choice met
 
-    def next_replay(self) -> tuple[bool, ...] | None:
-        """The choices of the next run in depth-first order: the most recent open choice swapped."""
-        for index in range(len(self.orders) - 1, -1, -1):
-            if not self.orders[index]:
-                return (*self.orders[:index], True)
+    def next_replay(self) -> tuple[int, ...] | None:
+        """The choices of the next run in depth-first order: the most recent open choice's next option."""
+        orders = self.orders
+        for index in range(len(orders) - 1, -1, -1):
+            taken, last = orders[index]
+            if taken < last:
+                return (*(option for option, _ in orders[:index]), taken + 1)
         return None
 
 
 class _Backtrack(Exception):  # noqa: N818 - a control-flow signal, not an error
-    """A failure after a choice whose swapped order is unexplored: start over to explore it."""
+    """A failure after a choice with an unexplored option: start over to explore it."""
 
 
 #: Matches one template against one value, binding into the attempt; False when it does not match.
@@ -95,13 +113,17 @@ Step = Callable[[Any, _Attempt], bool]
 class CompiledRule:
     """One rule's compiled matcher."""
 
-    def __init__(self, rule: Rule, root: _Operation) -> None:
+    def __init__(self, rule: Rule, root: Step, may_match: Callable[[Node], bool],
+                 may_match_anchor: Callable[[Node], bool] | None) -> None:
         self.rule = rule
         self._root = root
         #: may_match(anchor) is False when the rule certainly does not match there (nothing to report
         #: either): the anchor does not call the output's target, or lacks an operand call or a literal
         #: the pattern needs.  Most attempts end here, before any argument binding.
-        self.may_match: Callable[[Node], bool] = root.may_match
+        self.may_match = may_match
+        #: may_match at a node the rule index filed under one of the rule's anchor keys, whose target
+        #: is known to fit; None when nothing else is left to check.
+        self.may_match_anchor = may_match_anchor
 
     def match(self, anchor: Node, matcher: Matcher) -> Match | None:
         """What ``matcher.match(rule, anchor)`` returns (a match or None) or raises (:class:`Skip`)."""
@@ -110,18 +132,18 @@ class CompiledRule:
     def match_candidate(self, anchor: Node, matcher: Matcher) -> Match | None:
         """:meth:`match` at an anchor for which :attr:`may_match` holds."""
         skip: Skip | None = None
-        replayed: tuple[bool, ...] | None = ()
+        replayed: tuple[int, ...] | None = ()
         while replayed is not None:
-            attempt = _Attempt(replayed)
+            attempt = _Attempt(replayed, matcher)
             try:
-                matched = self._root.match_checked(anchor, attempt)
+                matched = self._root(anchor, attempt)
             except _Backtrack:
                 matched = False
             if matched:
                 state = State(attempt.bindings, attempt.nodes)
                 try:
                     matcher.check_usable(self.rule, state)
-                except Skip as reason:  # the generic matcher goes on to the other orders, and raises the first
+                except Skip as reason:  # the generic matcher goes on to the other options, and raises the first
                     skip = skip or reason
                 else:
                     return matcher.to_match(self.rule, state)
@@ -134,13 +156,29 @@ class CompiledRule:
 def compile_rule(rule: Rule) -> CompiledRule | None:
     """The rule's compiled matcher, or None when its pattern is outside the compiled subset."""
     output = rule.pattern[0]
-    if len(rule.pattern) != 1 or not _compiles(output) or any(isinstance(t, TensorType) for t in rule.types.values()):
+    if len(rule.pattern) != 1 or any(isinstance(t, TensorType) for t in rule.types.values()):
         return None
+    compiler = _Compiler(rule.types)
     try:
-        root = _Compiler(rule.types).operation(output)  # type: ignore[arg-type]
+        if isinstance(output, AltTemplate):
+            if not all(_compiles(o) for o in output.options):
+                return None
+            step = compiler.step(output)
+            options = tuple(compiler.operation(o) for o in output.options)  # type: ignore[arg-type]
+            return CompiledRule(rule, step, _any_option(options), _any_option(options))
+        if not _compiles(output):
+            return None
+        root = compiler.operation(output)  # type: ignore[arg-type]
     except _UnsupportedTemplateError:
         return None
-    return CompiledRule(rule, root)
+    return CompiledRule(rule, root.match_checked, root.may_match, root.has_required if root.required else None)
+
+
+def _any_option(options: tuple[_Operation, ...]) -> Callable[[Node], bool]:
+    def may_match_an_option(node: Node) -> bool:
+        return any(option.may_match(node) for option in options)
+
+    return may_match_an_option
 
 
 def pattern_depth(template: Template) -> int:
@@ -231,8 +269,11 @@ class _Compiler:
             return _sequence_step(tuple(self.step(t) for t in template.items))
         if isinstance(template, SliceTemplate):
             return _slice_step(tuple(self.step(t) for t in (template.start, template.stop, template.step)))
+        if isinstance(template, AltTemplate):
+            return _alternatives_step(tuple(self.step(t) for t in template.options))
         if _compiles(template):
-            return _Operation(template, self).match
+            operation = _FamilyOperation if template.kind is OpKind.FAMILY else _Operation  # type: ignore[union-attr]
+            return operation(template, self).match  # type: ignore[arg-type]
         raise _UnsupportedTemplateError(type(template).__name__)
 
     def operation(self, template: OpTemplate) -> _Operation:
@@ -241,8 +282,8 @@ class _Compiler:
 
 
 def _compiles(template: Template) -> bool:
-    """An operation the compiled matcher handles: an exact function or method call."""
-    return isinstance(template, OpTemplate) and template.kind in (OpKind.FUNCTION, OpKind.METHOD) \
+    """An operation the compiled matcher handles: a function or method call, or a family's."""
+    return isinstance(template, OpTemplate) and template.kind in (OpKind.FUNCTION, OpKind.METHOD, OpKind.FAMILY) \
         and template.binds is None
 
 
@@ -294,6 +335,13 @@ def _literal_step(expected: Any) -> Step:
         return test(value)
 
     return literal
+
+
+def _alternatives_step(options: tuple[Step, ...]) -> Step:
+    def alternatives(value: Any, attempt: _Attempt) -> bool:
+        return _choose(tuple(((option,), (value,)) for option in options), attempt)
+
+    return alternatives
 
 
 def _match_all(steps: tuple[Step, ...], values: tuple[Any, ...], attempt: _Attempt) -> bool:
@@ -395,6 +443,7 @@ class _Operation:
         self.positional = len(template.args)
         self.keywords = tuple(name for name, _ in template.kwargs)
         self.signature: CallSignature | None = None
+        self.expected: tuple[str, ...] | None = None  # the parameters the pattern names, when it binds by name
         self.readers: dict[int, _PlannedReader] = {}  # id(plan) -> its reader (plans live in the signature)
         if template.bound is not None and template.signature is not None:
             self.signature = template.signature
@@ -402,7 +451,7 @@ class _Operation:
             self.named_steps = tuple(compiler.step(t) for t in template.bound.values())
             if len(self.named_steps) >= 2:
                 self.swapped_named_steps = (self.named_steps[1], self.named_steps[0], *self.named_steps[2:])
-        self.required = _required_arguments(template, compiler)
+        self.required = self._required_arguments(template, compiler)
 
     def may_be_operand(self, value: Any) -> bool:
         """The value may match this operation: a node passing :meth:`may_match`."""
@@ -410,12 +459,16 @@ class _Operation:
 
     def may_match(self, node: Node) -> bool:
         """The cheap necessary conditions: the node calls the target with every required argument."""
+        return self.fits(node) and (not self.required or self.has_required(node))
+
+    def fits(self, node: Node) -> bool:
+        """The node calls the operation's target."""
         if node.op != self.op:
             return False
         target = node.target
-        if target is not self.target and not self._same_target(target):
-            return False
-        return not self.required or self._has_required(node)
+        if self.op == "call_method":
+            return bool(target == self.target)
+        return target is self.target or getattr(target, "overloadpacket", None) is self.target
 
     def match(self, value: Any, attempt: _Attempt) -> bool:
         if not isinstance(value, Node):
@@ -423,9 +476,9 @@ class _Operation:
         nodes = attempt.nodes
         if self.key in nodes:  # a shared operation of a DAG pattern: the node it matched before
             return nodes[self.key] is value
-        if value.op != self.op or not self._same_target(value.target) or value in nodes.values():
+        if not self.fits(value) or value in nodes.values():
             return False
-        if self.required and not self._has_required(value):
+        if self.required and not self.has_required(value):
             return False
         return self.match_checked(value, attempt)
 
@@ -440,15 +493,13 @@ class _Operation:
             return self._as_written(node, attempt)
         reader = self.readers.get(id(plan))
         if reader is None:
-            reader = self.readers[id(plan)] = _PlannedReader(plan, self.expected, self.rest, signature.pack_from)
+            reader = self.readers[id(plan)] = _PlannedReader(plan, self.expected, self.rest,  # type: ignore[arg-type]
+                                                             signature.pack_from)  # type: ignore[union-attr]
         values = reader.read(node)
-        if values is None:
-            return False
-        if self.commutative and len(values) >= 2:
-            return _either_order(self.named_steps, values, self.swapped_named_steps, values, attempt)
-        return _match_all(self.named_steps, values, attempt)
+        return values is not None and self._by_name(values, attempt)
 
-    def _has_required(self, node: Node) -> bool:
+    def has_required(self, node: Node) -> bool:
+        """Every required test holds for some argument of the node (see :meth:`_required_arguments`)."""
         values = (*node.args, *node.kwargs.values()) if node.kwargs else node.args
         for test in self.required:
             for value in values:
@@ -458,10 +509,10 @@ class _Operation:
                 return False
         return True
 
-    def _same_target(self, target: Any) -> bool:
-        if self.op == "call_method":
-            return bool(target == self.target)
-        return target is self.target or getattr(target, "overloadpacket", None) is self.target
+    def _by_name(self, values: tuple[Any, ...], attempt: _Attempt) -> bool:
+        if self.commutative and len(values) >= 2:
+            return _choose(((self.named_steps, values), (self.swapped_named_steps, values)), attempt)
+        return _match_all(self.named_steps, values, attempt)
 
     def _as_written(self, node: Node, attempt: _Attempt) -> bool:
         args, kwargs = node.args, node.kwargs
@@ -475,51 +526,142 @@ class _Operation:
         values = (*args[:count], *keyword_values)
         if self.commutative and len(args) >= 2:
             swapped = (args[1], args[0], *args[2:])
-            return _either_order(self.written_steps, values, self.written_steps,
-                                 (*swapped[:count], *keyword_values), attempt)
+            return _choose(((self.written_steps, values),
+                            (self.written_steps, (*swapped[:count], *keyword_values))), attempt)
         return _match_all(self.written_steps, values, attempt)
 
+    def _required_arguments(self, template: OpTemplate, compiler: _Compiler) -> tuple[Callable[[Any], bool], ...]:
+        """Tests of which each must hold for some argument of a node the operation matches.
 
-def _required_arguments(template: OpTemplate, compiler: _Compiler) -> tuple[Callable[[Any], bool], ...]:
-    """Tests of which each must hold for some argument of a node the operation matches.
+        Whichever way the call binds (by name, as written, operands swapped), an operand that is a call
+        is one of the node's arguments (one that may match it, checked the same way down the pattern),
+        and so is a literal, unless it could come from a default.  Checked first, they reject most near
+        misses (another literal, another operand) without binding the call.  None for a target that
+        takes sizes loose or as one tuple (x.view(2, 3) is x.view((2, 3))): an operand may be inside it.
+        """
+        signature = template.signature
+        if signature is not None and signature.pack_from is not None:
+            return ()
+        return _operand_tests(template, compiler, _with_default(signature))
 
-    Whichever way the call binds (by name, as written, operands swapped), an operand that is a call
-    is one of the node's arguments (one that may match it, checked the same way down the pattern),
-    and so is a literal, unless it could come from a default.  Checked first, they reject most near
-    misses (another literal, another operand) without binding the call.  None for a target that
-    takes sizes loose or as one tuple (x.view(2, 3) is x.view((2, 3))): an operand may be inside it.
-    """
-    signature = template.signature
-    if signature is not None and signature.pack_from is not None:
-        return ()
-    with_default = {name for overload in signature.overloads for name, parameter in overload.parameters.items()
-                    if parameter.default is not parameter.empty} if signature is not None else set()
+
+class _FamilyOperation(_Operation):
+    """The step of a family's call: the node calls one of its members (the first that fits, in the
+    family's order), whose arguments :func:`~fxrules.families.map_member_call` maps onto the family's."""
+
+    def __init__(self, template: OpTemplate, compiler: _Compiler) -> None:
+        family: Family = template.target
+        self.family = family
+        #: (op, target) -> (position, member) of the first function or method member with that target
+        self.by_target: dict[tuple[str, Any], tuple[int, FamilyMember]] = {}
+        for position, member in enumerate(family.members):
+            if member.kind is not OpKind.MODULE:
+                self.by_target.setdefault(member.key, (position, member))
+        self.module_members = tuple(m for m in family.members if m.kind is OpKind.MODULE)
+        super().__init__(template, compiler)
+
+    def fits(self, node: Node) -> bool:
+        """The node calls a member (a module call may: which module it calls is checked when matching)."""
+        if node.op == "call_module":
+            return bool(self.module_members)
+        return self._called_member(node) is not None
+
+    def match_checked(self, node: Node, attempt: _Attempt) -> bool:
+        attempt.nodes[self.key] = node
+        if self.name:
+            attempt.bindings[self.name] = node
+        module = attempt.matcher.module_of(node) if node.op == "call_module" else None
+        member = self._called_member(node) if module is None else next(
+            (m for m in self.module_members if isinstance(module, m.target)), None)
+        if member is None:
+            return False
+        bound = member.signature.bind(node.args, node.kwargs) \
+            if member.signature is not None and self.expected is not None else None
+        if bound is None:
+            return self._as_written(node, attempt)
+        mapped = map_member_call(member, self.family, bound, module).bound
+        if mapped is None:
+            return False
+        values = named_values(self.expected, self.rest, mapped)  # type: ignore[arg-type]
+        return not isinstance(values, Unreadable) and self._by_name(tuple(values), attempt)
+
+    def _called_member(self, node: Node) -> FamilyMember | None:
+        """The first function or method member the node calls: its target, or the target's overload packet."""
+        by_target = self.by_target
+        target = node.target
+        try:
+            exact = by_target.get((node.op, target))
+        except TypeError:  # an unhashable target is no member's (members are functions, methods, operators)
+            return None
+        packet = getattr(target, "overloadpacket", None)
+        of_packet = by_target.get((node.op, packet)) if packet is not None else None
+        if exact is None or (of_packet is not None and of_packet[0] < exact[0]):
+            exact = of_packet
+        return exact[1] if exact is not None else None
+
+    def _required_arguments(self, template: OpTemplate, compiler: _Compiler) -> tuple[Callable[[Any], bool], ...]:
+        """As an exact call's, over every member: none when a member takes sizes loose; no literals when a
+        module member can supply an argument from the module's attributes (nn.Softmax's dim)."""
+        members = self.family.members
+        if any(m.signature is not None and m.signature.pack_from is not None for m in members):
+            return ()
+        if self.module_members:
+            return _operand_tests(template, compiler, None)
+        names = family_parameters(self.family)
+        with_default = _with_default(template.signature)
+        for member in members:
+            member_defaults = _with_default(member.signature)
+            with_default |= {name for member_name, name in parameter_map(member, names).items()
+                             if member_name in member_defaults}
+        return _operand_tests(template, compiler, with_default)
+
+
+def _with_default(signature: CallSignature | None) -> set[str]:
+    """The parameters that have a default in some overload of ``signature``."""
+    if signature is None:
+        return set()
+    return {name for overload in signature.overloads for name, parameter in overload.parameters.items()
+            if parameter.default is not parameter.empty}
+
+
+def _operand_tests(template: OpTemplate, compiler: _Compiler,
+                   with_default: set[str] | None) -> tuple[Callable[[Any], bool], ...]:
+    """A test per operand call, and per literal whose parameter has no default (none if ``with_default``
+    is None): each holds for some argument of a node the operation matches."""
     parameter_of = {id(t): name for name, t in (template.bound or {}).items()}
     tests: list[Callable[[Any], bool]] = []
     for operand in template.operands():
         if _compiles(operand):
             tests.append(compiler.operation(operand).may_be_operand)  # type: ignore[arg-type]
-        elif isinstance(operand, Literal) and parameter_of.get(id(operand)) not in with_default:
+        elif isinstance(operand, Literal) and with_default is not None \
+                and parameter_of.get(id(operand)) not in with_default:
             tests.append(_literal_test(operand.value))
     return tuple(tests)
 
 
-def _either_order(steps: tuple[Step, ...], values: tuple[Any, ...], swapped_steps: tuple[Step, ...],
-                  swapped_values: tuple[Any, ...], attempt: _Attempt) -> bool:
-    """A choice: the operands as given, else swapped (see the module docstring)."""
+def _choose(options: tuple[tuple[tuple[Step, ...], tuple[Any, ...]], ...], attempt: _Attempt) -> bool:
+    """A choice: the first of ``options`` (steps and the values they match) that matches, in order: a
+    commutative operation's operands as given then swapped, or the options of ``A | B``.
+
+    Replayed where an earlier run of the attempt chose (see the module docstring).  A failure after a
+    more recent choice that still has options left starts over (:class:`_Backtrack`), so choices are
+    explored depth-first, as the generic matcher's backtracking explores them.
+    """
     orders = attempt.orders
     choice = len(orders)
+    last = len(options) - 1
     if choice < len(attempt.replayed):
-        swapped = attempt.replayed[choice]
-        orders.append(swapped)
-        return _match_all(swapped_steps, swapped_values, attempt) if swapped else _match_all(steps, values, attempt)
-    orders.append(False)
-    bindings, nodes = dict(attempt.bindings), dict(attempt.nodes)
-    if _match_all(steps, values, attempt):
-        return True
-    if not all(orders[choice + 1:]):  # a choice made since is open, and more recent than this one
-        raise _Backtrack
-    attempt.bindings, attempt.nodes = bindings, nodes
-    del orders[choice:]
-    orders.append(True)
-    return _match_all(swapped_steps, swapped_values, attempt)
+        taken = attempt.replayed[choice]
+        orders.append((taken, last))
+        return _match_all(*options[taken], attempt)
+    bindings, nodes = attempt.bindings, attempt.nodes
+    for taken, (steps, values) in enumerate(options):
+        del orders[choice:]
+        # An option may bind before it fails: all but the last bind into copies of what the choice found.
+        attempt.bindings, attempt.nodes = (dict(bindings), dict(nodes)) if taken < last else (bindings, nodes)
+        orders.append((taken, last))
+        if _match_all(steps, values, attempt):
+            return True
+        if any(option < more for option, more in orders[choice + 1:]):  # a more recent choice is open
+            raise _Backtrack
+    return False

@@ -205,8 +205,10 @@ class _Run:
             for rule in rules_at(node):
                 attempts[rule.name] += 1
                 compiled = compiled_for(id(rule))
-                if compiled is not None and not compiled.may_match(node):
-                    continue  # most attempts: rejected before any binding, nothing to report
+                if compiled is not None:
+                    may_match = compiled.may_match_anchor  # the index found the node by the rule's target
+                    if may_match is not None and not may_match(node):
+                        continue  # most attempts: rejected before any binding, nothing to report
                 if self._try(rule, node, current):
                     current.fired.add(rule.name)
                     break
@@ -230,7 +232,7 @@ class _Run:
 
     def _match(self, rule: Rule, node: torch.fx.Node, matcher: Matcher) -> Match | None:
         """The rule's compiled matcher when it has one (it answers as the generic matcher does; ``_visit``
-        asked its ``may_match`` already)."""
+        asked its ``may_match_anchor`` already)."""
         compiled = self.compiled.get(id(rule))
         return compiled.match_candidate(node, matcher) if compiled is not None else matcher.match(rule, node)
 
@@ -304,10 +306,10 @@ class _Run:
         referenced_before = {str(n.target) for n in graph.find_nodes(op="call_module")}
         try:
             # It lints before it erases anything: a failing lint leaves the log able to undo everything.
-            graph.eliminate_dead_code(is_impure_node=_used_or_impure())  # the retired nodes are dead too
+            graph.eliminate_dead_code(is_impure_node=_used_or_impure(transaction.retired))
         except Exception as error:
             raise _LintError(str(error)) from error
-        transaction.erase_retired(graph)  # those DCE keeps: impure ones the pattern named
+        transaction.retired.clear()  # all erased: each retired node's users are retired, and come after it
         gm.recompile()
         referenced_after = {str(n.target) for n in graph.find_nodes(op="call_module")}
         for name in sorted(referenced_before - referenced_after):
@@ -326,19 +328,21 @@ def _check_lint(graph: torch.fx.Graph) -> None:
             from error
 
 
-def _used_or_impure() -> Callable[[torch.fx.Node], bool]:
+def _used_or_impure(retired: Mapping[torch.fx.Node, None]) -> Callable[[torch.fx.Node], bool]:
     """``eliminate_dead_code``'s test of what it keeps, asking the purity question only of unused nodes.
 
     It erases a node that is pure and unused, but asks ``Node.is_impure`` first, of every node, and
     that costs more than the rest of the cleanup; used nodes are kept anyway, so they are reported
-    impure without asking.  ``impure_random`` is the value ``eliminate_dead_code`` passes by default.
+    impure without asking.  Retired nodes are erased without asking: a rewrite replaced them (an
+    impure one only where the pattern named its target).  ``impure_random`` is the value
+    ``eliminate_dead_code`` passes by default.
     """
     impure_random = True
     if torch._guards.TracingContext.try_get():
         impure_random = torch._inductor.config.fallback_random
 
     def used_or_impure(node: torch.fx.Node) -> bool:
-        return bool(node.users) or node.is_impure(impure_random)
+        return bool(node.users) or (node not in retired and node.is_impure(impure_random))
 
     return used_or_impure
 

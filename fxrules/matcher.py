@@ -339,7 +339,7 @@ class Matcher:
         kind, target = template.kind, template.target
         if kind is OpKind.FAMILY:
             return self._family_call(template, node, state)
-        module = self._module(node) if node.op == "call_module" else None
+        module = self.module_of(node) if node.op == "call_module" else None
         fits = (
             (kind is OpKind.FUNCTION and node.op == "call_function" and _same_function(target, node.target))
             or (kind is OpKind.METHOD and node.op == "call_method" and node.target == target)
@@ -357,7 +357,7 @@ class Matcher:
 
     def _family_call(self, template: OpTemplate, node: torch.fx.Node, state: State) -> Any:
         family = template.target
-        module = self._module(node) if node.op == "call_module" else None
+        module = self.module_of(node) if node.op == "call_module" else None
         member = None
         for candidate in family.members:
             if (candidate.kind.value == node.op and (
@@ -403,22 +403,16 @@ class Matcher:
             if len(names) < 2:
                 return
             expected = {**expected, names[0]: expected[names[1]], names[1]: expected[names[0]]}
-        for name in bound.explicit:
-            if name in expected or template.rest:
-                continue
-            if name not in bound.defaults or not holds_default(bound.explicit[name], bound.defaults[name]):
-                given = bound.explicit[name]
-                self.misses.fail(state, "argument", lambda: f"argument '{name}' is {_show(given)}; the "  # noqa: B023
-                                 "pattern leaves it out, so it must hold its default", template.span)
-                return
-        values = []
-        for name in expected:
-            value = bound.value(name, _MISSING)
-            if value is _MISSING:
-                self.misses.fail(state, "argument", lambda: f"argument '{name}' is not given",  # noqa: B023
-                                 template.span)
-                return
-            values.append(value)
+        values = named_values(tuple(expected), template.rest, bound)
+        if isinstance(values, Unreadable):
+            name = values.parameter
+            if values.given is _MISSING:
+                self.misses.fail(state, "argument", lambda: f"argument '{name}' is not given", template.span)
+            else:
+                given = values.given
+                self.misses.fail(state, "argument", lambda: f"argument '{name}' is {_show(given)}; the pattern "
+                                 "leaves it out, so it must hold its default", template.span)
+            return
         yield from self.match_all(tuple(expected.values()), values, state)
 
     def _as_written(self, template: OpTemplate, node: torch.fx.Node, state: State, swapped: bool) -> Iterator[State]:
@@ -443,7 +437,8 @@ class Matcher:
 
     # ---------------------------------------------------------------- modules, attributes, types
 
-    def _module(self, node: torch.fx.Node) -> torch.nn.Module | None:
+    def module_of(self, node: torch.fx.Node) -> torch.nn.Module | None:
+        """The module a ``call_module`` node calls (None when the graph module has none by that name)."""
         try:
             return self.gm.get_submodule(str(node.target))
         except AttributeError:
@@ -452,7 +447,7 @@ class Matcher:
     def _bind_module_or_attr(self, template: OpTemplate, node: torch.fx.Node, state: State) -> State | None:
         name = template.binds
         assert name is not None
-        value: Any = node if template.kind is OpKind.ATTR else self._module(node)
+        value: Any = node if template.kind is OpKind.ATTR else self.module_of(node)
         previous = state.bindings.get(name, _MISSING)
         if previous is not _MISSING and previous is not value:
             self.misses.fail(state, "argument", lambda: f"'{name}' is bound to another module", template.span)
@@ -563,7 +558,7 @@ class Matcher:
 
     def _named_exactly(self, template: OpTemplate, node: torch.fx.Node) -> bool:
         if template.kind is OpKind.MODULE:
-            return type(self._module(node)) is template.target
+            return type(self.module_of(node)) is template.target
         return template.kind in (OpKind.FUNCTION, OpKind.METHOD, OpKind.FAMILY)
 
     def to_match(self, rule: Rule, state: State) -> Match:
@@ -786,6 +781,34 @@ def _scalar_fits(type_name: str, value: Any) -> bool:
     if type_name == "slice":
         return isinstance(value, slice)
     return isinstance(value, int | float | bool)
+
+
+@attrs.frozen
+class Unreadable:
+    """Why a bound call cannot give a pattern's arguments: ``parameter`` is not given (``given`` is
+    missing), or is given (as ``given``) where the pattern leaves it out and not at its default."""
+
+    parameter: str
+    given: Any
+
+
+def named_values(names: tuple[str, ...], rest: bool, bound: BoundCall) -> list[Any] | Unreadable:
+    """The values of the parameters ``names`` in a bound call, in order (defaults for those not given).
+
+    Every other parameter the call gives must hold its default, unless ``rest`` (the pattern ends in ``...``).
+    """
+    for name, given in bound.explicit.items():
+        if name in names or rest:
+            continue
+        if name not in bound.defaults or not holds_default(given, bound.defaults[name]):
+            return Unreadable(name, given)
+    values = []
+    for name in names:
+        value = bound.value(name, _MISSING)
+        if value is _MISSING:
+            return Unreadable(name, _MISSING)
+        values.append(value)
+    return values
 
 
 def holds_default(value: Any, default: Any) -> bool:

@@ -44,22 +44,9 @@ class Transaction:
     gm: torch.nn.Module
     added: list[str] = attrs.Factory(list)
     created: list[torch.fx.Node] = attrs.Factory(list)
+    # (user, args, kwargs) before a rewrite redirected it: FX replaces args and kwargs, never mutates them
     redirected: list[tuple[torch.fx.Node, tuple[Any, ...], Mapping[str, Any]]] = attrs.Factory(list)
-    retired: dict[torch.fx.Node, None] = attrs.Factory(dict)  # ordered: dead matched nodes, erased at commit
-
-    def record_inputs(self, node: torch.fx.Node) -> None:
-        """Remember a node's arguments before a rewrite changes them (FX replaces them, never mutates)."""
-        self.redirected.append((node, node.args, node.kwargs))
-
-    def live_users(self, node: torch.fx.Node) -> list[torch.fx.Node]:
-        return [user for user in node.users if user not in self.retired]
-
-    def erase_retired(self, graph: torch.fx.Graph) -> None:
-        """Commit: erase the retired nodes, users before what they use."""
-        left = [node for node in self.retired if not node._erased]  # eliminate_dead_code erased the others
-        for node in sorted(left, key=lambda n: n._sort_key, reverse=True):
-            graph.erase_node(node)
-        self.retired.clear()
+    retired: dict[torch.fx.Node, None] = attrs.Factory(dict)  # ordered: nodes rewrites left dead, erased at commit
 
     def fresh_name(self, base: str) -> str:
         stem = "".join(c if c.isalnum() or c == "_" else "_" for c in base).strip("_") or "fxrules"
@@ -156,21 +143,20 @@ class Rewriter:
 
     def rewrite(self, match: Match) -> Rewrite:
         outputs = match.outputs
-        anchor = outputs[0] if len(outputs) == 1 else min(outputs, key=lambda n: n._sort_key)
-        late = [v.name for v in match.bindings.values()
-                if isinstance(v, torch.fx.Node) and v not in match.nodes and v._sort_key > anchor._sort_key]
-        if late:
-            raise Skip("order", f"captured {', '.join(late)} defined after the first output '{anchor.name}'")
-        emitter = Emitter(self, match)
-        replacement = match.rule.replacement
-        if _only_values(match.rule):  # x * 1 => x: no node to insert
-            values = [emitter.emit(t) for t in replacement]
+        if len(outputs) == 1:
+            # Every capture is an argument of a matched node, and every matched node comes before the
+            # single output: nothing can be defined after it.
+            anchor = outputs[0]
         else:
-            with self.graph.inserting_before(anchor):
-                values = [emitter.emit(t) for t in replacement]
-        created = emitter.created
+            anchor = min(outputs, key=lambda n: n._sort_key)
+            late = [v.name for v in match.bindings.values()
+                    if isinstance(v, torch.fx.Node) and v not in match.nodes and v._sort_key > anchor._sort_key]
+            if late:
+                raise Skip("order", f"captured {', '.join(late)} defined after the first output '{anchor.name}'")
+        values, created = self._emit(match, anchor)
         if not created and all(v is o for v, o in zip(values, outputs, strict=True)):
             raise Skip("no change", "the replacement is the matched node itself")
+        self._check_receivers(outputs, values, created)
         if created:
             self._annotate(match, created, values)
         touched: list[torch.fx.Node] = []
@@ -180,45 +166,92 @@ class Rewriter:
         touched += self._retire_dead(match)
         return Rewrite(tuple(created), tuple(touched), _used_by(created, values))
 
+    def _emit(self, match: Match, anchor: torch.fx.Node) -> tuple[list[Any], list[torch.fx.Node]]:
+        """The replacement's values (one per output) and the nodes made for them, before ``anchor``."""
+        shape = _replacement_shape(match.rule)
+        bindings = match.bindings
+        if shape.values is not None:  # x * 1 => x: no node to insert
+            return [bindings[key] if is_capture else key for is_capture, key in shape.values], []
+        if shape.call is not None and not self.aten_level:
+            node = shape.call.emit(self.graph, bindings, anchor)
+            if node is not None:
+                self.transaction.created.append(node)
+                return [node], [node]
+        emitter = Emitter(self, match)
+        with self.graph.inserting_before(anchor):
+            values = [emitter.emit(t) for t in match.rule.replacement]
+        return values, emitter.created
+
+    def _check_receivers(self, outputs: tuple[torch.fx.Node, ...], values: list[Any],
+                         created: list[torch.fx.Node]) -> None:
+        """Skip a replacement that would make a value other than a node the receiver of a method call.
+
+        The generated code would not compile (``1.contiguous()``), and it is generated after dead-code
+        elimination, when nothing can be undone any more; refused now, the rewrite is undone by erasing
+        the nodes it made (nothing uses them yet).
+        """
+        retired = self.transaction.retired
+        for output, value in zip(outputs, values, strict=True):
+            if isinstance(value, torch.fx.Node):
+                continue
+            for user in output.users:
+                if user.op == "call_method" and user.args and user.args[0] is output and user not in retired:
+                    for node in reversed(created):
+                        self.graph.erase_node(node)
+                    del self.transaction.created[len(self.transaction.created) - len(created):]
+                    raise Skip("literal receiver", f"'{user.name}' calls .{user.target}() on '{output.name}', "
+                                                   f"which the replacement makes the literal {value!r}")
+
     def _annotate(self, match: Match, created: list[torch.fx.Node], values: list[Any]) -> None:
-        rule = match.rule
-        provenance = {"rule": rule.name, "file": rule.file, "line": rule.span.line}
+        anchor_meta = match.anchor.meta
+        inherited = [(key, anchor_meta[key]) for key in INHERITED_META if key in anchor_meta]
+        provenance = _provenance(match.rule)
         for node in created:
-            for key in INHERITED_META:
-                if key in match.anchor.meta:
-                    node.meta[key] = match.anchor.meta[key]
-            node.meta["fxrules"] = provenance
+            node.meta.update(inherited)
+            node.meta["fxrules"] = dict(provenance)
         outputs = {id(v): o for v, o in zip(values, match.outputs, strict=True) if isinstance(v, torch.fx.Node)}
         for node in created:
             replaced = outputs.get(id(node))
-            if replaced is not None and any(key in replaced.meta for key in SHAPE_META):
-                for key in SHAPE_META:
-                    if key in replaced.meta:
-                        node.meta[key] = replaced.meta[key]
+            shape = [(key, replaced.meta[key]) for key in SHAPE_META if key in replaced.meta] if replaced else None
+            if shape:
+                node.meta.update(shape)
             elif self.with_metadata:
                 infer_metadata(node)
 
     def _redirect(self, output: torch.fx.Node, value: Any, created: list[torch.fx.Node]) -> list[torch.fx.Node]:
-        users = self.transaction.live_users(output)
-        if created:
-            new = set(created)
-            users = [user for user in users if user not in new]
-        record = self.transaction.record_inputs
+        """Make the live users of ``output`` (but the replacement's own nodes) use ``value``; those users."""
+        retired = self.transaction.retired
+        users = [user for user in output.users if user not in retired and user not in created]
+        self.transaction.redirected += [(user, user.args, user.kwargs) for user in users]
         for user in users:
-            record(user)
             user.replace_input_with(output, value)
         return users
 
     def _retire_dead(self, match: Match) -> list[torch.fx.Node]:
-        """Retire the matched nodes nothing live uses any more; their inputs lost a user."""
-        inputs: list[torch.fx.Node] = []
+        """Retire the matched nodes nothing live uses any more, and the pure producers this leaves unused.
+
+        Returns the nodes that lost a user and stay live.  A producer only the rewritten nodes used
+        (the argument a ``...`` or ``_`` swallowed) is retired too, and so on up: left in place, it
+        would count as a user of its own inputs, and block matches there, until the commit.
+        """
         retired = self.transaction.retired
         nodes = match.nodes if len(match.nodes) == 1 else sorted(match.nodes, key=lambda n: n._sort_key, reverse=True)
+        lost_user: list[torch.fx.Node] = []
         for node in nodes:  # users before what they use
-            if not self.transaction.live_users(node):
-                inputs += node.all_input_nodes
+            if not _has_live_user(node, retired):
+                lost_user += node.all_input_nodes
                 retired[node] = None
-        return [n for n in inputs if n not in retired]
+        touched: list[torch.fx.Node] = []
+        while lost_user:
+            node = lost_user.pop()
+            if node in retired:
+                continue
+            if _has_live_user(node, retired) or node.is_impure():
+                touched.append(node)
+            else:
+                lost_user += node.all_input_nodes
+                retired[node] = None
+        return touched
 
 
 class Emitter:
@@ -329,10 +362,86 @@ class Emitter:
 
 
 
+def _has_live_user(node: torch.fx.Node, retired: Mapping[torch.fx.Node, None]) -> bool:
+    for user in node.users:  # noqa: SIM110 - a loop: any() would add a generator on a hot path
+        if user not in retired:
+            return True
+    return False
+
+
 @per_object
-def _only_values(rule: Rule) -> bool:
-    """The replacement is made of captures and literals only: it creates no node."""
-    return all(isinstance(t, Capture | Literal) for t in rule.replacement)
+def _provenance(rule: Rule) -> dict[str, Any]:
+    """What ``meta["fxrules"]`` of a node the rule created says (each node gets its own copy)."""
+    return {"rule": rule.name, "file": rule.file, "line": rule.span.line}
+
+
+@attrs.frozen
+class _ReplacementShape:
+    """What kind of replacement a rule has, for the rewrites that need no :class:`Emitter`.
+
+    ``values``: the replacement is made of captures and literals only (``x * 1 => x``), as
+    (is a capture, capture name or literal value) per output.  ``call``: it is one function or
+    method call of captures and literals (``torch.relu(torch.relu(x)) => torch.relu(x)``).
+    Neither: anything else (nested calls, helpers, modules, lists, several outputs).
+    """
+
+    values: tuple[tuple[bool, Any], ...] | None = None
+    call: _DirectCall | None = None
+
+
+@attrs.frozen
+class _DirectCall:
+    """One call of captures and literals, emitted with ``Graph.create_node`` without an :class:`Emitter`."""
+
+    op: str
+    target: Any
+    args: tuple[tuple[bool, Any], ...]  # (is a capture, capture name or literal value)
+    kwargs: tuple[tuple[str, bool, Any], ...]
+    foldable: bool  # an ``operator`` function: the Emitter folds it when every argument is a number
+
+    def emit(self, graph: torch.fx.Graph, bindings: Mapping[str, Any], before: torch.fx.Node) -> torch.fx.Node | None:
+        """The new node, inserted before ``before``; None when the :class:`Emitter` must do it (module value,
+        numbers to fold)."""
+        args = tuple(bindings[key] if is_capture else key for is_capture, key in self.args)
+        kwargs = {name: bindings[key] if is_capture else key for name, is_capture, key in self.kwargs}
+        if self.foldable and _foldable(self.target, args, kwargs):
+            return None
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, torch.nn.Module):  # the Emitter says why that cannot be
+                return None
+        with graph.inserting_before(before):
+            return graph.create_node(self.op, self.target, args, kwargs)
+
+
+@per_object
+def _replacement_shape(rule: Rule) -> _ReplacementShape:
+    replacement = rule.replacement
+
+    def plain(template: Template) -> tuple[bool, Any] | None:
+        if isinstance(template, Capture):
+            return True, template.name
+        if isinstance(template, Literal):
+            return False, template.value
+        return None
+
+    parts = [plain(t) for t in replacement]
+    if all(part is not None for part in parts):
+        return _ReplacementShape(values=tuple(parts))  # type: ignore[arg-type]
+    if len(replacement) != 1 or not isinstance(replacement[0], OpTemplate):
+        return _ReplacementShape()
+    template = replacement[0]
+    kind, target = template.kind, template.target
+    if kind is OpKind.FAMILY:
+        kind, target = target.primary.kind, target.primary.target
+    args = [plain(t) for t in template.args]
+    kwargs = [(name, plain(t)) for name, t in template.kwargs]
+    if kind not in (OpKind.FUNCTION, OpKind.METHOD) or template.binds is not None or None in args \
+            or any(part is None for _, part in kwargs):
+        return _ReplacementShape()
+    return _ReplacementShape(call=_DirectCall(
+        op=kind.value, target=target, args=tuple(args),  # type: ignore[arg-type]
+        kwargs=tuple((name, *part) for name, part in kwargs),  # type: ignore[misc]
+        foldable=getattr(target, "__module__", None) == "_operator"))
 
 
 def _used_by(created: list[torch.fx.Node], values: list[Any]) -> tuple[torch.fx.Node, ...]:
