@@ -45,9 +45,9 @@ from fxrules.ir import Rule, RuleSet
 from fxrules.loader import load
 from fxrules.matcher import Match, Matcher, Miss, RuleIndex, Skip, in_graph_order
 from fxrules.metadata import propagate_shapes
-from fxrules.report import Report, ReportBuilder
+from fxrules.report import Report, ReportBuilder, combine
 from fxrules.rewriter import Rewriter, Transaction
-from fxrules.subgraphs import apply_nested, higher_order_subgraphs
+from fxrules.subgraphs import higher_order_subgraphs
 
 RulesArgument = str | Path | RuleSet | Sequence["str | Path | RuleSet"]
 
@@ -121,6 +121,16 @@ class _Pass:
     overlapped: set[torch.fx.Node] = attrs.Factory(set)  # where a match overlapped what this pass created
 
 
+@attrs.define
+class _Rewritten:
+    """A graph rewritten to its fixpoint but not committed: the undo log, and what the report needs."""
+
+    transaction: Transaction
+    fired: bool
+    nodes_before: int
+    started: float
+
+
 class _Run:
     """One ``apply``: the passes over a working copy, then the commit."""
 
@@ -142,31 +152,45 @@ class _Run:
         self.settles = not (explain or compiled.multi_output or compiled.counts_users)
 
     def execute(self) -> Report:
+        """Rewrite to a fixpoint and commit: all or nothing."""
+        return self.commit(self.rewrite())
+
+    def rewrite(self) -> _Rewritten:
+        """The passes, every change logged and none committed yet; a failure undoes them all and raises."""
         started = time.perf_counter()
         graph = self.gm.graph
-        nodes_before = len(graph.nodes)
+        rewritten = _Rewritten(Transaction(self.gm), False, len(graph.nodes), started)
         candidates = self.index.candidates(graph)
-        if candidates:
-            self._rewrite_to_fixpoint(graph, candidates)
-        else:  # no node any rule can anchor at: one pass that finds nothing, and nothing to undo
+        if not candidates:  # no node any rule can anchor at: one pass that finds nothing, and nothing to undo
             self.report.passes = 1
             self.report.match_seconds = time.perf_counter() - started
-        return self.report.build(nodes_before, len(graph.nodes), time.perf_counter() - started)
-
-    def _rewrite_to_fixpoint(self, graph: torch.fx.Graph, candidates: list[torch.fx.Node]) -> None:
-        """The passes, then the commit; any failure undoes every change."""
-        transaction = Transaction(self.gm)
+            return rewritten
         try:
-            fired = self._passes(graph, candidates, transaction)
-            if fired:
-                self._commit(graph, transaction)
-        except _LintError as failure:
-            transaction.rollback(graph)
-            _check_lint(graph)  # the graph was broken before fxrules touched it: say so
-            raise FxrApplyError(f"the rewritten graph is invalid, so nothing was changed: {failure}") from failure
+            rewritten.fired = self._passes(graph, candidates, rewritten.transaction)
         except BaseException:
-            transaction.rollback(graph)
+            rewritten.transaction.rollback(graph)
             raise
+        return rewritten
+
+    def commit(self, rewritten: _Rewritten) -> Report:
+        """Commit what :meth:`rewrite` did (nothing, if nothing fired); a failure undoes it all and raises."""
+        graph, transaction = self.gm.graph, rewritten.transaction
+        if rewritten.fired:
+            try:
+                self._commit(graph, transaction)
+            except _LintError as failure:
+                transaction.rollback(graph)
+                _check_lint(graph)  # the graph was broken before fxrules touched it: say so
+                raise FxrApplyError(f"the rewritten graph is invalid, so nothing was changed: {failure}") \
+                    from failure
+            except BaseException:
+                transaction.rollback(graph)
+                raise
+        return self.report.build(rewritten.nodes_before, len(graph.nodes), time.perf_counter() - rewritten.started)
+
+    def undo(self, rewritten: _Rewritten) -> None:
+        """Undo what :meth:`rewrite` did, when another graph of the same ``apply`` failed."""
+        rewritten.transaction.rollback(self.gm.graph)
 
     def _passes(self, graph: torch.fx.Graph, candidates: list[torch.fx.Node], transaction: Transaction) -> bool:
         """Run passes to a fixpoint, starting from ``candidates``; True when any rule fired."""
@@ -407,6 +431,8 @@ def apply(
     (the input is not changed); :func:`apply_program` returns its report too.
     """
     if isinstance(gm, ExportedProgram):
+        if example_inputs is not None:
+            raise FxrUsageError("an ExportedProgram carries its own shape metadata: give apply no example_inputs")
         return apply_program(gm, rules, allow=allow, helpers=helpers, max_passes=max_passes,
                              explain=explain).program
     module = _check_module(gm)
@@ -417,7 +443,37 @@ def apply(
     subgraphs = higher_order_subgraphs(module)
     if not subgraphs:
         return _Run(module, ruleset, helper_table, max_passes, explain).execute()
-    return apply_nested(module, subgraphs, lambda m: _Run(m, ruleset, helper_table, max_passes, explain).execute())
+    return _apply_nested(module, subgraphs, lambda m: _Run(m, ruleset, helper_table, max_passes, explain))
+
+
+def _apply_nested(gm: torch.fx.GraphModule, subgraphs: list[tuple[str, torch.fx.GraphModule]],
+                  run_for: Callable[[torch.fx.GraphModule], _Run]) -> Report:
+    """Rewrite each subgraph (innermost first) and ``gm``, then commit them all: all or nothing together.
+
+    Nothing is committed until every graph has reached its fixpoint, so a failure anywhere undoes every
+    graph's log, and each is as it was, its own nodes included.  Every rewritten graph is linted before
+    any is committed, so no commit can fail after another has erased nodes.
+    """
+    started = time.perf_counter()
+    runs = [(path, run_for(sub)) for path, sub in subgraphs] + [("", run_for(gm))]
+    done: list[tuple[str, _Run, _Rewritten]] = []
+    try:
+        for path, run in runs:
+            done.append((path, run, run.rewrite()))
+        for path, run, rewritten in done:
+            if rewritten.fired:
+                try:
+                    run.gm.graph.lint()
+                except Exception as error:
+                    raise _LintError(f"{path or 'the graph'}: {error}") from error
+    except BaseException as failure:
+        for _, run, rewritten in reversed(done):
+            run.undo(rewritten)
+        if isinstance(failure, _LintError):
+            raise FxrApplyError(f"the rewritten graph is invalid, so nothing was changed: {failure}") from failure
+        raise
+    reports = [(path, run.commit(rewritten)) for path, run, rewritten in done]
+    return combine(reports[-1][1], reports[:-1], time.perf_counter() - started)
 
 
 def apply_program(program: ExportedProgram, rules: RulesArgument, *, allow: Iterable[str] = (),

@@ -61,18 +61,23 @@ def rewrite_program(program: ExportedProgram, run: Callable[[torch.fx.GraphModul
     gm = copy.deepcopy(program.graph_module)
     input_specs = _restore_placeholder_names(gm, program)
     unlifted = _unlift(gm, program, input_specs)
-    for path, subgraph in higher_order_subgraphs(gm):
+    subgraphs = higher_order_subgraphs(gm)
+    for path, subgraph in subgraphs:
         subgraph.meta[NO_NEW_TENSORS] = (f"'{path}' is the subgraph of a higher-order operator, and an exported "
                                          "program takes tensors only as inputs of its root graph")
-    report = run(gm)
+    try:
+        report = run(gm)
+    finally:  # the restriction holds while rewriting this program, not for what is made of the result
+        for _, subgraph in subgraphs:
+            del subgraph.meta[NO_NEW_TENSORS]
     if not report.total_fired:
         return RewrittenProgram(program, report)
-    signature, state_dict, constants = _lift(gm, program, input_specs, unlifted)
     try:
+        signature, state_dict, constants = _lift(gm, program, input_specs, unlifted)
         with warnings.catch_warnings():  # _update copies pytree specs, which warn about torch's own LeafSpec
             warnings.filterwarnings("ignore", message=".*LeafSpec.*", category=FutureWarning)
             rewritten = program._update(gm, signature, state_dict=state_dict, constants=constants)
-    except Exception as error:  # torch.export's verifier
+    except Exception as error:  # torch.export's verifier, or a graph the lift could not make valid
         raise FxrApplyError(f"the rewritten program is not a valid ExportedProgram: {error}") from error
     return RewrittenProgram(rewritten, report)
 
@@ -126,8 +131,6 @@ def _lift(gm: torch.fx.GraphModule, program: ExportedProgram, input_specs: list[
         if isinstance(operator.attrgetter(str(node.target))(gm), torch.Tensor):
             reads.setdefault(str(node.target), []).append(node)
     specs = {spec.arg.name: spec for spec in input_specs}
-    user_inputs = [n for n in graph.find_nodes(op="placeholder") if specs[n.name].kind is InputKind.USER_INPUT]
-    first_user_input = user_inputs[0] if user_inputs else next(n for n in graph.nodes if n.op != "placeholder")
     values: dict[str, torch.Tensor] = {}
     taken_targets = {spec.target for spec in input_specs if spec.target} | set(program.state_dict) \
         | set(program.constants)
@@ -143,7 +146,7 @@ def _lift(gm: torch.fx.GraphModule, program: ExportedProgram, input_specs: list[
         else:  # a helper's tensor: a new buffer of the program
             target = _fresh(name, taken_targets)
             taken_targets.add(target)
-            with graph.inserting_before(first_user_input):
+            with _before_user_inputs(graph, specs):
                 placeholder = graph.placeholder(_fresh(f"b_{target}", {n.name for n in graph.nodes}))
             placeholder.meta.update(reads[name][0].meta)
             if "val" not in placeholder.meta and fake_mode is not None:
@@ -159,6 +162,15 @@ def _lift(gm: torch.fx.GraphModule, program: ExportedProgram, input_specs: list[
     input_specs = [specs[n.name] for n in graph.find_nodes(op="placeholder")]
     state_dict, constants = _state(program, input_specs, values)
     return ExportGraphSignature(input_specs, _output_specs(graph, program)), state_dict, constants
+
+
+def _before_user_inputs(graph: torch.fx.Graph, specs: dict[str, InputSpec]) -> Any:
+    """Where a new lifted input goes: before the first user input, else after the last input, else first."""
+    placeholders = graph.find_nodes(op="placeholder")
+    first_user_input = next((n for n in placeholders if specs[n.name].kind is InputKind.USER_INPUT), None)
+    if first_user_input is not None:
+        return graph.inserting_before(first_user_input)
+    return graph.inserting_after(placeholders[-1]) if placeholders else graph.inserting_before(None)
 
 
 def _value(program: ExportedProgram, spec: InputSpec) -> torch.Tensor:

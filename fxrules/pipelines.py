@@ -143,7 +143,7 @@ class InductorPass(CustomGraphPass):
             raise FxrUsageError("the Inductor pass got a graph without an owning GraphModule")
         aten = any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) for n in graph.nodes)
         if aten:  # post-grad (or joint): replacements in aten, and not in operators Inductor decomposed
-            gm.meta[ATEN_GRAPH] = frozenset(select_decomp_table())
+            gm.meta[ATEN_GRAPH] = _decomposed_operators()
         try:
             self.reports.append(apply(gm, self.ruleset, **self.apply_kwargs))
         except FxrError as error:
@@ -154,6 +154,17 @@ class InductorPass(CustomGraphPass):
     def uuid(self) -> str:
         """Changes when the rules' text, the helpers' code, or fxrules itself changes."""
         return self._uuid
+
+
+@functools.cache
+def _decomposed_operators() -> frozenset[Any]:
+    """Operators Inductor always decomposes before its post-grad passes: a decomposition and no lowering.
+
+    (``aten.add.Tensor`` or ``aten.addmm`` have conditional decompositions, but lowerings too: they stay.)
+    """
+    from torch._inductor.lowering import lowerings
+
+    return frozenset(op for op in select_decomp_table() if op not in lowerings)
 
 
 def inductor_pass(rules: RulesArgument, **apply_kwargs: Any) -> InductorPass:
@@ -173,36 +184,43 @@ def _content_uuid(rules_digest: str, helpers: dict[str, Callable[..., Any]]) -> 
 _PLAIN = (bool, int, float, complex, str, bytes, type(None), tuple, frozenset, torch.dtype, torch.device)
 
 
-def _fingerprint(helper: Any) -> str:
+def _fingerprint(helper: Any, seen: set[int] | None = None) -> str:
     """What a helper computes, as text that is the same in every process.
 
     A function: its code (constants and nested code included), defaults, the
-    values it closes over and the plain constants it reads from its globals; a
-    ``functools.partial``: its function and arguments; a callable object: its
-    class's ``__call__`` and its attributes.
+    values it closes over, and what it reads from its globals (plain constants
+    by value, functions by their own fingerprint); a ``functools.partial``: its
+    function and arguments; a callable object: its class's ``__call__`` and its
+    attributes.  ``seen`` stops recursion (a function that calls itself).
     """
+    seen = set() if seen is None else seen
+    if id(helper) in seen:
+        return "<recursive>"
+    seen.add(id(helper))
     if isinstance(helper, functools.partial):
-        return f"partial({_fingerprint(helper.func)}, {helper.args!r}, {sorted(helper.keywords.items())!r})"
+        return f"partial({_fingerprint(helper.func, seen)}, {helper.args!r}, {sorted(helper.keywords.items())!r})"
     if inspect.isfunction(helper):
         code = helper.__code__
-        closure = [_fingerprint_value(cell.cell_contents) for cell in helper.__closure__ or ()]
+        closure = [_fingerprint_value(cell.cell_contents, seen) for cell in helper.__closure__ or ()]
         read = {name: helper.__globals__[name] for name in code.co_names if name in helper.__globals__}
-        constants = sorted((name, repr(value)) for name, value in read.items() if isinstance(value, _PLAIN))
-        text = f"{marshal.dumps(code).hex()}|{helper.__defaults__!r}|{helper.__kwdefaults__!r}|{closure}|{constants}"
+        globals_read = sorted((name, _fingerprint_value(value, seen)) for name, value in read.items()
+                              if isinstance(value, _PLAIN) or inspect.isfunction(value))
+        text = (f"{marshal.dumps(code).hex()}|{helper.__defaults__!r}|{helper.__kwdefaults__!r}|{closure}|"
+                f"{globals_read}")
         return hashlib.sha256(text.encode()).hexdigest()
     if inspect.isbuiltin(helper) or inspect.isclass(helper):
         return f"{helper.__module__}.{helper.__qualname__}"
     call = inspect.getattr_static(type(helper), "__call__", None)
     if inspect.isfunction(call):
-        state = sorted((name, _fingerprint_value(value)) for name, value in vars(helper).items())
-        return f"{type(helper).__qualname__}({_fingerprint(call)}, {state})"
+        state = sorted((name, _fingerprint_value(value, seen)) for name, value in vars(helper).items())
+        return f"{type(helper).__qualname__}({_fingerprint(call, seen)}, {state})"
     raise FxrUsageError(f"cannot derive a cache key from helper {helper!r}: give inductor_pass a function, "
                         "a functools.partial or an object with a __call__ method")
 
 
-def _fingerprint_value(value: Any) -> str:
+def _fingerprint_value(value: Any, seen: set[int]) -> str:
     if callable(value) and not isinstance(value, torch.Tensor):
-        return _fingerprint(value)
+        return _fingerprint(value, seen)
     return repr(value)
 
 

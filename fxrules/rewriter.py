@@ -68,21 +68,33 @@ class Transaction:
         self.added.append(name)
         return name
 
+    def mark(self) -> tuple[int, int]:
+        """Where the log stands, for :meth:`undo_since` (a rewrite that is skipped halfway)."""
+        return len(self.created), len(self.added)
+
+    def undo_since(self, mark: tuple[int, int], graph: torch.fx.Graph) -> None:
+        """Erase the nodes and attributes made since ``mark``, newest first (nothing outside uses them yet)."""
+        created, added = mark
+        for node in reversed(self.created[created:]):
+            graph.erase_node(node)
+        del self.created[created:]
+        for name in reversed(self.added[added:]):
+            self._delete_attribute(name)
+        del self.added[added:]
+
     def rollback(self, graph: torch.fx.Graph) -> None:
         """Undo everything, newest first: the graph and module are as they were before ``apply``."""
         for node, args, kwargs in reversed(self.redirected):
             node.args, node.kwargs = args, kwargs
-        for node in reversed(self.created):
-            graph.erase_node(node)
-        self.retired.clear()
-        for name in reversed(self.added):
-            if name in self.gm._modules:
-                del self.gm._modules[name]
-            elif name in self.gm._buffers:
-                del self.gm._buffers[name]
-        self.added.clear()
-        self.created.clear()
         self.redirected.clear()
+        self.retired.clear()
+        self.undo_since((0, 0), graph)
+
+    def _delete_attribute(self, name: str) -> None:
+        if name in self.gm._modules:
+            del self.gm._modules[name]
+        elif name in self.gm._buffers:
+            del self.gm._buffers[name]
 
 
 class HelperTensor:
@@ -153,10 +165,15 @@ class Rewriter:
                     if isinstance(v, torch.fx.Node) and v not in match.nodes and v._sort_key > anchor._sort_key]
             if late:
                 raise Skip("order", f"captured {', '.join(late)} defined after the first output '{anchor.name}'")
-        values, created = self._emit(match, anchor)
-        if not created and all(v is o for v, o in zip(values, outputs, strict=True)):
-            raise Skip("no change", "the replacement is the matched node itself")
-        self._check_receivers(outputs, values, created)
+        mark = self.transaction.mark()
+        try:  # a skip halfway (a helper's value unknown, no aten spelling...) leaves nothing behind
+            values, created = self._emit(match, anchor)
+            if not created and all(v is o for v, o in zip(values, outputs, strict=True)):
+                raise Skip("no change", "the replacement is the matched node itself")
+            self._check_receivers(outputs, values)
+        except Skip:
+            self.transaction.undo_since(mark, self.graph)
+            raise
         if created:
             self._annotate(match, created, values)
         touched: list[torch.fx.Node] = []
@@ -182,13 +199,11 @@ class Rewriter:
             values = [emitter.emit(t) for t in match.rule.replacement]
         return values, emitter.created
 
-    def _check_receivers(self, outputs: tuple[torch.fx.Node, ...], values: list[Any],
-                         created: list[torch.fx.Node]) -> None:
+    def _check_receivers(self, outputs: tuple[torch.fx.Node, ...], values: list[Any]) -> None:
         """Skip a replacement that would make a value other than a node the receiver of a method call.
 
         The generated code would not compile (``1.contiguous()``), and it is generated after dead-code
-        elimination, when nothing can be undone any more; refused now, the rewrite is undone by erasing
-        the nodes it made (nothing uses them yet).
+        elimination, when nothing can be undone any more; refused now, the rewrite is still undoable.
         """
         retired = self.transaction.retired
         for output, value in zip(outputs, values, strict=True):
@@ -196,9 +211,6 @@ class Rewriter:
                 continue
             for user in output.users:
                 if user.op == "call_method" and user.args and user.args[0] is output and user not in retired:
-                    for node in reversed(created):
-                        self.graph.erase_node(node)
-                    del self.transaction.created[len(self.transaction.created) - len(created):]
                     raise Skip("literal receiver", f"'{user.name}' calls .{user.target}() on '{output.name}', "
                                                    f"which the replacement makes the literal {value!r}")
 

@@ -573,3 +573,86 @@ def test_inductor_pass_uuid_changes_with_what_a_helper_computes(first: Any, seco
     rules = fxrules.parse("rule r:\n    relu(x) => x * @scale(x)\n", "scale.fxr")
     assert fxrules.inductor_pass(rules, helpers={"scale": first}).uuid() != \
         fxrules.inductor_pass(rules, helpers={"scale": second}).uuid()
+
+
+# ---------------------------------------------------------------- review findings
+
+
+def test_a_program_without_user_inputs_gets_its_new_buffer_after_its_other_inputs() -> None:
+    class Weights(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(3))
+
+        def forward(self) -> torch.Tensor:
+            return torch.relu(self.w) * 2
+
+    model = Weights()
+    result = fxrules.apply_program(torch.export.export(model, ()), fxrules.parse(
+        "rule r:\n    relu(x) => torch.add(x, @zeros())\n", "z.fxr"), helpers={"zeros": lambda: torch.zeros(3)})
+    assert result.report.counts() == {"r": 1}
+    assert [spec.target for spec in result.program.graph_signature.input_specs] == ["w", "zeros"]
+    torch.testing.assert_close(_round_trip(result.program).module()(), model.w.detach() * 2)
+
+
+def test_the_subgraph_restriction_of_a_program_does_not_outlive_its_rewrite() -> None:
+    class Region(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with torch.no_grad():
+                y = torch.neg(torch.neg(x))
+            return torch.relu(y)
+
+    x = torch.randn(3)
+    result = fxrules.apply_program(torch.export.export(Region(), (x,)), "algebra.fxr")
+    assert result.report.counts() == {"double_neg": 1}
+    assert all(NO_NEW_TENSORS not in sub.meta for sub in result.program.graph_module.children())
+    module = result.program.module()  # a plain graph module now: helpers may add tensors to its subgraphs
+    report = fxrules.apply(module, fxrules.parse("rule r:\n    torch.ops.aten.relu.default(x) => x\n", "r.fxr"))
+    assert report.counts() == {"r": 1}
+
+
+def test_post_grad_passes_may_emit_operators_inductor_lowers() -> None:
+    rules = fxrules.parse("rule double:\n    aten.mul.Tensor(x, 2) => torch.add(x, x)\n", "double.fxr")
+    graph_pass = fxrules.inductor_pass(rules)
+    x = torch.randn(4)
+    with torch.no_grad(), torch._inductor.config.patch(post_grad_custom_post_pass=graph_pass, fx_graph_cache=False):
+        torch.testing.assert_close(torch.compile(lambda x: torch.sin(x) * 2)(x), torch.sin(x) * 2)
+    assert [report.counts() for report in graph_pass.reports] == [{"double": 1}]
+
+
+def _calls_a_global(x: Any) -> Any:
+    return _global_helper_scale(x)
+
+
+def _global_helper_scale(x: Any) -> Any:
+    return x
+
+
+def test_inductor_pass_uuid_follows_the_functions_a_helper_calls() -> None:
+    global _global_helper_scale  # noqa: PLW0603 - redefined on purpose, as an edited helper module would be
+    rules = fxrules.parse(BROKEN, "broken.fxr")
+    before = fxrules.inductor_pass(rules, helpers={"broken": _calls_a_global}).uuid()
+    original = _global_helper_scale
+    try:
+        _global_helper_scale = lambda x: x * 2  # noqa: E731
+        after = fxrules.inductor_pass(rules, helpers={"broken": _calls_a_global}).uuid()
+    finally:
+        _global_helper_scale = original
+    assert before != after
+
+
+def test_inductor_pass_uuid_of_a_recursive_helper() -> None:
+    def make() -> Any:
+        def countdown(x: Any, n: int = 2) -> Any:
+            return x if n == 0 else countdown(x, n - 1)
+        return countdown
+
+    rules = fxrules.parse(BROKEN, "broken.fxr")
+    first = fxrules.inductor_pass(rules, helpers={"broken": make()}).uuid()
+    assert fxrules.inductor_pass(rules, helpers={"broken": make()}).uuid() == first
+
+
+def test_apply_of_a_program_takes_no_example_inputs() -> None:
+    program = torch.export.export(nn.ReLU(), (torch.randn(2),))
+    with pytest.raises(fxrules.FxrUsageError, match="an ExportedProgram carries its own shape metadata"):
+        fxrules.apply(program, "algebra.fxr", example_inputs=[torch.randn(2)])

@@ -91,3 +91,30 @@ def test_impure_producers_are_not_retired() -> None:
     assert report.counts() == {"keep_first": 1}
     assert in_place not in retired and len(retired) == 1
     assert in_place in gm.graph.nodes  # kept by dead-code elimination too
+
+
+def test_a_skip_halfway_through_a_replacement_leaves_nothing_behind() -> None:
+    """``r1`` makes ``neg(exp)`` and a buffer, then its helper skips: both go, and ``r2`` still fires."""
+    rules = fxrules.parse("""
+rule r1:
+    torch.relu(x) => torch.add(torch.neg(x), torch.mul(@made(), @value(x)))
+
+rule r2:
+    torch.relu(torch.exp(y)) => torch.sigmoid(y)
+""")
+    gm = trace(lambda y: torch.relu(torch.exp(y)))
+    report = fxrules.apply(gm, rules, helpers={"made": lambda: torch.ones(()), "value": lambda t: t.value})
+    assert report["r1"].skip_counts == {"value unknown": 1}
+    assert report.counts() == {"r2": 1}
+    assert [n.op for n in gm.graph.nodes] == ["placeholder", "call_function", "output"]
+    assert dict(gm.named_buffers()) == {}
+
+
+def test_a_skip_that_is_the_only_event_leaves_the_graph_exactly_as_it_was() -> None:
+    rules = fxrules.parse("rule r1:\n    torch.relu(x) => torch.add(torch.neg(x), @value(x))\n")
+    gm = trace(lambda y: torch.relu(y))
+    nodes, code = list(gm.graph.nodes), gm.code
+    report = fxrules.apply(gm, rules, helpers={"value": lambda t: t.value})
+    assert report.total_fired == 0 and report["r1"].skip_counts == {"value unknown": 1}
+    assert list(gm.graph.nodes) == nodes and gm.code == code
+    assert [len(n.users) for n in nodes] == [1, 1, 0]
