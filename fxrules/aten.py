@@ -34,7 +34,9 @@ from fxrules.metadata import MissingMetadata, fake_value
 _OPERATOR_NAMES = {
     operator.add: "add", operator.sub: "sub", operator.mul: "mul", operator.truediv: "div",
     operator.floordiv: "floor_divide", operator.matmul: "matmul", operator.neg: "neg", operator.pow: "pow",
-    operator.abs: "abs", operator.mod: "remainder",
+    operator.abs: "abs", operator.mod: "remainder", operator.lt: "lt", operator.le: "le", operator.gt: "gt",
+    operator.ge: "ge", operator.eq: "eq", operator.ne: "ne", operator.and_: "bitwise_and",
+    operator.or_: "bitwise_or", operator.xor: "bitwise_xor", operator.invert: "bitwise_not",
 }
 
 
@@ -85,8 +87,10 @@ def _allowed_beside_aten(target: Any) -> bool:
 def needs_aten_spelling(kind: OpKind, target: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
     """Whether an operation must be re-spelled to live in an aten-level graph."""
     if kind is OpKind.FUNCTION and _allowed_beside_aten(target):
-        # operator.add of two sizes stays; operator.add of a tensor becomes aten.add.Tensor
-        return target in _OPERATOR_NAMES and any(isinstance(_stand_in(a), torch.Tensor) for a in args)
+        # operator.add of two sizes stays; operator.add of a tensor becomes aten.add.Tensor, and an operator
+        # aten has no counterpart for (x[i] of a tensor) cannot stay either; getitem of a tuple result stays
+        on_tensors = any(isinstance(_stand_in(a), torch.Tensor) for a in args)
+        return on_tensors and getattr(target, "__module__", None) == "_operator"
     return not (kind is OpKind.FUNCTION and isinstance(target, torch._ops.OpOverload))
 
 
@@ -115,18 +119,32 @@ def aten_spelling(family: Family | None, kind: OpKind, target: Any, args: tuple[
                              "family with an aten member in the replacement")
     renamed = {("self" if key == "input" else key): value for key, value in kwargs.items()}
     try:
-        fakes = torch.fx.node.map_aggregate((args, renamed), _stand_in)
-        overload = getattr(packet, torch._C._jit_resolve_packet(packet._qualified_op_name, *fakes[0], **fakes[1]))
+        overload = _resolve(packet, args, renamed)
     except Exception as error:  # PyTorch's RuntimeError: no schema matches
-        raise NoAtenSpelling(f"no overload of aten.{name} accepts the arguments of "
-                             f"{_describe(family, kind, target)}: {str(error).splitlines()[0]}") from error
-    schema_positional = [a.name for a in overload._schema.arguments if not a.kwarg_only]
-    named = {**dict(zip(schema_positional, args, strict=False)), **renamed}
+        sizes = args[1:]
+        if kind is not OpKind.METHOD or len(sizes) < 2 or not all(isinstance(a, int | torch.fx.Node) for a in sizes):
+            raise NoAtenSpelling(f"no overload of aten.{name} accepts the arguments of "
+                                 f"{_describe(family, kind, target)}: {str(error).splitlines()[0]}") from error
+        args = (args[0], list(sizes))  # x.view(2, 3) is aten.view(x, [2, 3]), as Tensor methods pack sizes
+        overload = _resolve(packet, args, renamed)
+    positional = [a for a in overload._schema.arguments if not a.kwarg_only]
+    for argument, value in zip(positional, args, strict=False):
+        if type(value) is int and str(argument.real_type) == "ScalarType":  # x.view(6) is not x.view(float32)
+            raise NoAtenSpelling(f"aten.{name}.{overload._overloadname} would take {value} as a dtype; write the "
+                                 f"sizes of {_describe(family, kind, target)} as a list")
+    named = {**dict(zip([a.name for a in positional], args, strict=False)), **renamed}
     call = _schema_call(overload, named)
     if call is None:
         raise NoAtenSpelling(f"aten.{name}.{overload._overloadname} does not take the arguments "
                              f"{', '.join(named)} of {_describe(family, kind, target)}")
     return call
+
+
+def _resolve(packet: torch._ops.OpOverloadPacket, args: tuple[Any, ...],
+             kwargs: Mapping[str, Any]) -> torch._ops.OpOverload:
+    """The overload PyTorch would call with these arguments (nodes stand in as their metadata)."""
+    fakes = torch.fx.node.map_aggregate((args, dict(kwargs)), _stand_in)
+    return getattr(packet, torch._C._jit_resolve_packet(packet._qualified_op_name, *fakes[0], **fakes[1]))
 
 
 def _as_member(family: Family, member: FamilyMember, args: tuple[Any, ...],

@@ -73,3 +73,40 @@ def test_a_traced_graph_is_not_aten_level() -> None:
     assert not is_aten_graph(gm.graph)
     fxrules.apply(gm, fxrules.parse("rule r:\n    torch.exp(x) => torch.sigmoid(x)\n"))
     assert "<built-in method sigmoid of type object at" in " ".join(_calls(gm))
+
+
+class Sigmoid(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(x) + 1
+
+
+@pytest.mark.parametrize(("replacement", "expected"), [
+    ("torch.special.expit(x.permute(1, 0)).permute(1, 0)", ["aten.permute.default", "aten.permute.default"]),
+    ("torch.special.expit(x.reshape(3, 2)).reshape(2, 3)", ["aten.reshape.default", "aten.reshape.default"]),
+    ("torch.special.expit(x.view([6])).view(2, 3)", ["aten.view.default", "aten.view.default"]),
+])
+def test_methods_taking_sizes_loose_are_spelled_with_a_size_list(replacement: str, expected: list[str]) -> None:
+    x = torch.randn(2, 3)
+    result = fxrules.apply_program(torch.export.export(Sigmoid(), (x,)),
+                                   fxrules.parse(f"rule r:\n    sigmoid(x) => {replacement}\n", "sizes.fxr"))
+    assert result.report.counts() == {"r": 1}
+    calls = _calls(result.program.graph_module)
+    assert [c for c in calls if c in set(expected)] == expected and "aten.special_expit.default" in calls
+    torch.testing.assert_close(result.program.module()(x), Sigmoid()(x))
+
+
+def test_a_single_size_that_could_be_a_dtype_is_not_guessed() -> None:
+    x = torch.randn(2, 3)
+    result = fxrules.apply_program(torch.export.export(Sigmoid(), (x,)), fxrules.parse(
+        "rule r:\n    sigmoid(x) => torch.special.expit(x.view(6)).view(2, 3)\n", "sizes.fxr"))
+    assert result.report["r"].skip_counts == {"no aten spelling": 1}
+    assert "aten.view.dtype would take 6 as a dtype; write the sizes of Tensor.view as a list" in str(result.report)
+
+
+def test_comparison_operators_on_tensors_are_spelled_in_aten() -> None:
+    x = torch.randn(5)
+    rules = fxrules.parse("rule r:\n    sigmoid(x) => torch.where(operator.gt(x, 0), x, x * 2)\n", "cmp.fxr")
+    result = fxrules.apply_program(torch.export.export(Sigmoid(), (x,)), rules)
+    assert result.report.counts() == {"r": 1}
+    assert {"aten.gt.Scalar", "aten.mul.Tensor", "aten.where.self"} <= set(_calls(result.program.graph_module))
+    torch.testing.assert_close(result.program.module()(x), torch.where(x > 0, x, x * 2) + 1)
