@@ -14,7 +14,10 @@ each of them is emitted as the aten operator that computes it:
   (``torch.sum(x, -1)`` as ``aten.sum.dim_IntList``).
 
 What has no aten spelling (a submodule call, a function aten lacks) raises
-:class:`NoAtenSpelling`, and the rewrite is skipped with that reason.
+:class:`NoAtenSpelling`, and the rewrite is skipped with that reason.  A
+compile stage that knows its graph is aten-level marks it (:data:`ATEN_GRAPH`)
+with the operators it has already decomposed, which replacements may not
+bring back.
 """
 
 from __future__ import annotations
