@@ -43,6 +43,7 @@ from torch.export.graph_signature import (
 
 from fxrules.diagnostics import FxrApplyError
 from fxrules.report import Report
+from fxrules.rewriter import first_free
 from fxrules.subgraphs import NO_NEW_TENSORS, higher_order_subgraphs
 
 _LIFTED = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
@@ -112,7 +113,7 @@ def _unlift(gm: torch.fx.GraphModule, program: ExportedProgram, input_specs: lis
         if spec.kind not in _LIFTED or spec.target in mutated or not isinstance(spec.arg, TensorArgument):
             continue
         placeholder = placeholders[spec.arg.name]
-        name = _fresh(spec.arg.name, lambda candidate: hasattr(gm, candidate))
+        name = first_free(spec.arg.name, lambda candidate: hasattr(gm, candidate))
         gm.register_buffer(name, _value(program, spec))
         with gm.graph.inserting_before(first_computation):
             attribute = gm.graph.get_attr(name)
@@ -144,10 +145,10 @@ def _lift(gm: torch.fx.GraphModule, program: ExportedProgram, input_specs: list[
                 graph.erase_node(placeholder)
                 del specs[placeholder.name]
         else:  # a helper's tensor: a new buffer of the program
-            target = _fresh(name, taken_targets)
+            target = first_free(name, taken_targets)
             taken_targets.add(target)
             with _before_user_inputs(graph, specs):
-                placeholder = graph.placeholder(_fresh(f"b_{target}", {n.name for n in graph.nodes}))
+                placeholder = graph.placeholder(first_free(f"b_{target}", {n.name for n in graph.nodes}))
             placeholder.meta.update(reads[name][0].meta)
             if "val" not in placeholder.meta and fake_mode is not None:
                 placeholder.meta["val"] = fake_mode.from_tensor(value, static_shapes=True)
@@ -177,15 +178,6 @@ def _value(program: ExportedProgram, spec: InputSpec) -> torch.Tensor:
     if spec.target in program.state_dict:
         return program.state_dict[spec.target]
     return program.constants[spec.target]
-
-
-def _fresh(name: str, taken: set[str] | Callable[[str], bool]) -> str:
-    """``name``, or ``name_1``, ``name_2``... : the first that is not taken."""
-    is_taken = taken.__contains__ if isinstance(taken, set) else taken
-    candidate, number = name, 1
-    while is_taken(candidate):
-        candidate, number = f"{name}_{number}", number + 1
-    return candidate
 
 
 def _fake_mode(graph: torch.fx.Graph) -> Any:

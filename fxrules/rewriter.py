@@ -37,6 +37,16 @@ INHERITED_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_nod
 SHAPE_META = ("val", "example_value", "tensor_meta")
 
 
+def first_free(name: str, taken: set[str] | Callable[[str], bool]) -> str:
+    """``name``, or ``name_1``, ``name_2``... : the first that is not taken."""
+    is_taken = taken.__contains__ if isinstance(taken, set) else taken
+    candidate, number = name, 0
+    while is_taken(candidate):
+        number += 1
+        candidate = f"{name}_{number}"
+    return candidate
+
+
 @attrs.define
 class Transaction:
     """The undo log of one ``apply``: nodes created and retired, uses redirected, attributes added."""
@@ -50,11 +60,7 @@ class Transaction:
 
     def fresh_name(self, base: str) -> str:
         stem = "".join(c if c.isalnum() or c == "_" else "_" for c in base).strip("_") or "fxrules"
-        name, counter = stem, 0
-        while hasattr(self.gm, name) or name in self.added:
-            counter += 1
-            name = f"{stem}_{counter}"
-        return name
+        return first_free(stem, lambda name: hasattr(self.gm, name) or name in self.added)
 
     def add_module(self, base: str, module: torch.nn.Module) -> str:
         name = self.fresh_name(base)

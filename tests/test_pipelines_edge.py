@@ -483,36 +483,33 @@ def test_apply_arguments_are_checked_when_the_stage_is_built(build: Any, kwargs:
 # ---------------------------------------------------------------- Inductor custom pass
 
 
-def test_a_pre_grad_pass_error_is_an_fxr_error() -> None:
+BOOM_MESSAGE = "broken.fxr:1:6: rule boom failed at node 'relu': ValueError: no fold today"
+
+
+def _compile_with_broken_pass(expected: type[BaseException], **config: Any) -> BaseException:
+    """What ``torch.compile`` raises when BROKEN's pass runs where ``config`` puts it."""
     graph_pass = fxrules.inductor_pass(fxrules.parse(BROKEN, "broken.fxr"), helpers={"broken": _broken})
-    x = torch.randn(4)
-    with torch._inductor.config.patch(pre_grad_custom_pass=graph_pass, fx_graph_cache=False), \
-            pytest.raises(FxrCompileError) as failed:
-        torch.compile(lambda x: torch.relu(x) + 1)(x)
-    assert str(failed.value).splitlines()[0] == "broken.fxr:1:6: rule boom failed at node 'relu': " \
-                                                "ValueError: no fold today"
+    patch = {name: graph_pass if value == "pass" else value for name, value in config.items()}
+    with torch._inductor.config.patch(**patch), pytest.raises(expected) as failed:
+        torch.compile(lambda x: torch.relu(x) + 1)(torch.randn(4))
+    return failed.value
+
+
+def test_a_pre_grad_pass_error_is_an_fxr_error() -> None:
+    error = _compile_with_broken_pass(FxrCompileError, pre_grad_custom_pass="pass", fx_graph_cache=False)
+    assert str(error).splitlines()[0] == BOOM_MESSAGE
 
 
 def test_a_post_grad_pass_error_is_an_fxr_error() -> None:
-    graph_pass = fxrules.inductor_pass(fxrules.parse(BROKEN, "broken.fxr"), helpers={"broken": _broken})
-    x = torch.randn(4)
-    with torch._inductor.config.patch(post_grad_custom_post_pass=graph_pass), \
-            pytest.raises(fxrules.FxrError) as failed:
-        torch.compile(lambda x: torch.relu(x) + 1)(x)
-    assert str(failed.value).splitlines()[0] == "broken.fxr:1:6: rule boom failed at node 'relu': " \
-                                                "ValueError: no fold today"
+    error = _compile_with_broken_pass(fxrules.FxrError, post_grad_custom_post_pass="pass")
+    assert str(error).splitlines()[0] == BOOM_MESSAGE
 
 
 def test_without_the_fx_graph_cache_inductor_wraps_a_post_grad_pass_error() -> None:
     """That code path of Inductor wraps every exception; the FxrError is its inner_exception (docs/pipelines.md)."""
-    graph_pass = fxrules.inductor_pass(fxrules.parse(BROKEN, "broken.fxr"), helpers={"broken": _broken})
-    x = torch.randn(4)
-    with torch._inductor.config.patch(post_grad_custom_post_pass=graph_pass, fx_graph_cache=False), \
-            pytest.raises(InductorError) as failed:
-        torch.compile(lambda x: torch.relu(x) + 1)(x)
-    assert isinstance(failed.value.inner_exception, FxrCompileError)
-    assert str(failed.value).splitlines()[0] == "FxrCompileError: broken.fxr:1:6: rule boom failed at node 'relu': " \
-                                                "ValueError: no fold today"
+    error = _compile_with_broken_pass(InductorError, post_grad_custom_post_pass="pass", fx_graph_cache=False)
+    assert isinstance(error, InductorError) and isinstance(error.inner_exception, FxrCompileError)
+    assert str(error).splitlines()[0] == f"FxrCompileError: {BOOM_MESSAGE}"
 
 
 UUID_SCRIPT = """
