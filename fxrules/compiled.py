@@ -72,6 +72,7 @@ from fxrules.matcher import (
     holds_default,
     literal_equal,
     named_values,
+    nodes_calling,
     value_type_problem,
 )
 from fxrules.memo import per_object
@@ -114,7 +115,7 @@ class CompiledRule:
     """One rule's compiled matcher."""
 
     def __init__(self, rule: Rule, root: Step, may_match: Callable[[Node], bool],
-                 may_match_anchor: Callable[[Node], bool] | None) -> None:
+                 may_match_anchor: Callable[[Node], bool] | None, candidates: CandidatesOf) -> None:
         self.rule = rule
         self._root = root
         #: may_match(anchor) is False when the rule certainly does not match there (nothing to report
@@ -124,6 +125,10 @@ class CompiledRule:
         #: may_match at a node the rule index filed under one of the rule's anchor keys, whose target
         #: is known to fit; None when nothing else is left to check.
         self.may_match_anchor = may_match_anchor
+        #: candidates(graph, found, among=None): the graph's nodes (among ``among``) where may_match may hold
+        #: (None: every anchor node), found for all at once with set and tuple containment tests; ``found``
+        #: keeps what was found in the whole graph, per pattern operation
+        self.candidates = candidates
 
     def match(self, anchor: Node, matcher: Matcher) -> Match | None:
         """What ``matcher.match(rule, anchor)`` returns (a match or None) or raises (:class:`Skip`)."""
@@ -165,13 +170,14 @@ def compile_rule(rule: Rule) -> CompiledRule | None:
                 return None
             step = compiler.step(output)
             options = tuple(compiler.operation(o) for o in output.options)  # type: ignore[arg-type]
-            return CompiledRule(rule, step, _any_option(options), _any_option(options))
+            return CompiledRule(rule, step, _any_option(options), _any_option(options), _union_of_options(options))
         if not _compiles(output):
             return None
         root = compiler.operation(output)  # type: ignore[arg-type]
     except _UnsupportedTemplateError:
         return None
-    return CompiledRule(rule, root.match_checked, root.may_match, root.has_required if root.required else None)
+    return CompiledRule(rule, root.match_checked, root.may_match, root.has_required if root.required else None,
+                        root.candidates)
 
 
 def _any_option(options: tuple[_Operation, ...]) -> Callable[[Node], bool]:
@@ -179,6 +185,15 @@ def _any_option(options: tuple[_Operation, ...]) -> Callable[[Node], bool]:
         return any(option.may_match(node) for option in options)
 
     return may_match_an_option
+
+
+def _union_of_options(options: tuple[_Operation, ...]) -> CandidatesOf:
+    def candidates_of_an_option(graph: torch.fx.Graph, found: Candidates, among: set[Node] | None = None
+                                ) -> set[Node] | None:
+        sets = [option.candidates(graph, found, among) for option in options]
+        return None if any(s is None for s in sets) else set().union(*sets)  # type: ignore[arg-type]
+
+    return candidates_of_an_option
 
 
 def pattern_depth(template: Template) -> int:
@@ -451,7 +466,10 @@ class _Operation:
             self.named_steps = tuple(compiler.step(t) for t in template.bound.values())
             if len(self.named_steps) >= 2:
                 self.swapped_named_steps = (self.named_steps[1], self.named_steps[0], *self.named_steps[2:])
-        self.required = self._required_arguments(template, compiler)
+        requirements = self._required_arguments(template, compiler)
+        self.required = tuple(r.test for r in requirements)
+        # Operands first: narrowing by them follows use edges; by literals, it scans the nodes left.
+        self.narrowers = tuple(r.narrow for r in sorted(requirements, key=lambda r: r.scans))
 
     def may_be_operand(self, value: Any) -> bool:
         """The value may match this operation: a node passing :meth:`may_match`."""
@@ -498,6 +516,28 @@ class _Operation:
         values = reader.read(node)
         return values is not None and self._by_name(values, attempt)
 
+    def index_keys(self) -> tuple[tuple[str, Any], ...] | None:
+        """The graph index's (op, target) keys of the nodes that call the operation's target."""
+        return ((self.op, self.target),)
+
+    def candidates(self, graph: torch.fx.Graph, found: Candidates, among: set[Node] | None = None) -> set[Node] | None:
+        """The graph's nodes (``among`` them, if given) that may match the operation: every node where
+        :meth:`may_match` holds, and perhaps others, from the graph's own index; None when its index keys
+        do not say.  ``found`` keeps what was found in the whole graph, per operation."""
+        if among is None and self.key in found:
+            return found[self.key]
+        keys = self.index_keys()
+        nodes = None
+        if keys is not None:
+            calling = [nodes_calling(graph, op, target) for op, target in keys]
+            nodes = set().union(*calling) if among is None else among.intersection(*calling) if len(calling) == 1 \
+                else among.intersection(set().union(*calling))
+            for narrow in self.narrowers:
+                nodes = narrow(nodes, graph, found)
+        if among is None:
+            found[self.key] = nodes
+        return nodes
+
     def has_required(self, node: Node) -> bool:
         """Every required test holds for some argument of the node (see :meth:`_required_arguments`)."""
         values = (*node.args, *node.kwargs.values()) if node.kwargs else node.args
@@ -530,7 +570,7 @@ class _Operation:
                             (self.written_steps, (*swapped[:count], *keyword_values))), attempt)
         return _match_all(self.written_steps, values, attempt)
 
-    def _required_arguments(self, template: OpTemplate, compiler: _Compiler) -> tuple[Callable[[Any], bool], ...]:
+    def _required_arguments(self, template: OpTemplate, compiler: _Compiler) -> tuple[_Requirement, ...]:
         """Tests of which each must hold for some argument of a node the operation matches.
 
         Whichever way the call binds (by name, as written, operands swapped), an operand that is a call
@@ -585,6 +625,10 @@ class _FamilyOperation(_Operation):
         values = named_values(self.expected, self.rest, mapped)  # type: ignore[arg-type]
         return not isinstance(values, Unreadable) and self._by_name(tuple(values), attempt)
 
+    def index_keys(self) -> tuple[tuple[str, Any], ...] | None:
+        """The members' keys; None when a module may be a member (the graph's index keys modules by name)."""
+        return None if self.module_members else tuple(self.by_target)
+
     def _called_member(self, node: Node) -> FamilyMember | None:
         """The first function or method member the node calls: its target, or the target's overload packet."""
         by_target = self.by_target
@@ -599,7 +643,7 @@ class _FamilyOperation(_Operation):
             exact = of_packet
         return exact[1] if exact is not None else None
 
-    def _required_arguments(self, template: OpTemplate, compiler: _Compiler) -> tuple[Callable[[Any], bool], ...]:
+    def _required_arguments(self, template: OpTemplate, compiler: _Compiler) -> tuple[_Requirement, ...]:
         """As an exact call's, over every member: none when a member takes sizes loose; no literals when a
         module member can supply an argument from the module's attributes (nn.Softmax's dim)."""
         members = self.family.members
@@ -625,18 +669,74 @@ def _with_default(signature: CallSignature | None) -> set[str]:
 
 
 def _operand_tests(template: OpTemplate, compiler: _Compiler,
-                   with_default: set[str] | None) -> tuple[Callable[[Any], bool], ...]:
+                   with_default: set[str] | None) -> tuple[_Requirement, ...]:
     """A test per operand call, and per literal whose parameter has no default (none if ``with_default``
     is None): each holds for some argument of a node the operation matches."""
     parameter_of = {id(t): name for name, t in (template.bound or {}).items()}
-    tests: list[Callable[[Any], bool]] = []
+    tests: list[_Requirement] = []
     for operand in template.operands():
         if _compiles(operand):
-            tests.append(compiler.operation(operand).may_be_operand)  # type: ignore[arg-type]
+            tests.append(_operand_call(compiler.operation(operand)))  # type: ignore[arg-type]
         elif isinstance(operand, Literal) and with_default is not None \
                 and parameter_of.get(id(operand)) not in with_default:
-            tests.append(_literal_test(operand.value))
+            tests.append(_literal_argument(operand.value))
     return tuple(tests)
+
+
+# ---------------------------------------------------------------- required arguments, node by node and graph-wide
+
+#: id(OpTemplate) -> the graph's nodes that may match it (None: any node may), computed once per graph
+Candidates = dict[int, "set[Node] | None"]
+
+#: candidates(graph, found, among=None) of a rule or an operation: see :attr:`CompiledRule.candidates`.
+CandidatesOf = Callable[[torch.fx.Graph, Candidates, "set[Node] | None"], "set[Node] | None"]
+
+#: Narrows a set of nodes to those that may have the required argument (at least all that have it).
+Narrower = Callable[[set[Node], torch.fx.Graph, Candidates], set[Node]]
+
+
+@attrs.frozen
+class _Requirement:
+    """Something some argument of a matching node must be: ``test`` asks it of one argument, ``narrow``
+    of many nodes at once, without a Python call per node; ``scans`` when that looks at every node."""
+
+    test: Callable[[Any], bool]
+    narrow: Narrower
+    scans: bool
+
+
+def _operand_call(operation: _Operation) -> _Requirement:
+    """An argument is a node that may match ``operation``."""
+
+    def narrow(nodes: set[Node], graph: torch.fx.Graph, found: Candidates) -> set[Node]:
+        operands = operation.candidates(graph, found)
+        if operands is None:
+            return nodes
+        if len(operands) <= len(nodes):  # fewer operands: their users (a node's users use it somewhere)
+            return nodes.intersection(*[o.users for o in operands]) if len(operands) == 1 else \
+                nodes.intersection(set().union(*[o.users for o in operands]))
+        return _with_argument_in(nodes, operands, operation.may_be_operand)
+
+    return _Requirement(operation.may_be_operand, narrow, scans=False)
+
+
+def _literal_argument(value: Any) -> _Requirement:
+    """An argument is the literal ``value``."""
+    test = _literal_test(value)
+    if type(value) not in (int, bool, str, float, type(None)) or value != value:  # noqa: PLR0124 - nan
+        return _Requirement(test, lambda nodes, graph, found: nodes, scans=False)
+    # A set holds every argument equal to the literal (and some others: 1 == True == 1.0).
+    return _Requirement(test, lambda nodes, graph, found: _with_argument_in(nodes, frozenset((value,)), test),
+                        scans=True)
+
+
+def _with_argument_in(nodes: set[Node], values: set[Any] | frozenset[Any], test: Callable[[Any], bool]) -> set[Node]:
+    """The nodes with an argument in ``values``: at least all those with an argument passing ``test``."""
+    misses = values.isdisjoint
+    try:  # Node._args and ._kwargs: the attributes behind .args and .kwargs, without a Python call per node
+        return {n for n in nodes if not misses(n._args) or (n._kwargs and not misses(n._kwargs.values()))}
+    except TypeError:  # an unhashable argument (a slice, a list holding one): node by node
+        return {n for n in nodes if any(test(v) for v in (*n.args, *n.kwargs.values()))}
 
 
 def _choose(options: tuple[tuple[tuple[Step, ...], tuple[Any, ...]], ...], attempt: _Attempt) -> bool:

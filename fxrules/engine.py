@@ -6,9 +6,13 @@
    nodes in graph order; at each node the rules indexed under its key are
    tried in file order and the first match is rewritten at once.  Nodes a
    rewrite creates are not matched again in the same pass.  Pass 1 visits the
-   nodes the graph's own op/target index finds for the rules' anchor keys;
-   later passes visit only the nodes within pattern depth (along use edges)
-   of what the previous pass changed, and until they first fire they pass
+   nodes the graph's own op/target index finds for the rules' anchor keys,
+   narrowed for compiled rules to those whose operand calls and literals may
+   match, all found at once for the graph as given
+   (:attr:`~fxrules.compiled.CompiledRule.candidates`); later passes visit
+   only the nodes within pattern depth (along use edges) of what the previous
+   pass changed (where a node that a rewrite made a candidate lies), and
+   until they first fire they pass
    over those the previous pass looked at after every change within their
    reach (``_Run._settled``).  Rules are matched by their compiled matchers
    (:mod:`fxrules.compiled`) where they have one, which reject most
@@ -27,6 +31,7 @@ the graph is made.
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -38,7 +43,7 @@ import torch.fx
 from torch.export import ExportedProgram
 
 from fxrules import helpers as bundled_helpers
-from fxrules.compiled import CompiledRule, compile_ruleset
+from fxrules.compiled import Candidates, CompiledRule, compile_ruleset
 from fxrules.diagnostics import FxrApplyError, FxrConvergenceError, FxrError, FxrUsageError
 from fxrules.exported import RewrittenProgram, rewrite_program
 from fxrules.ir import Rule, RuleSet
@@ -160,7 +165,7 @@ class _Run:
         started = time.perf_counter()
         graph = self.gm.graph
         rewritten = _Rewritten(Transaction(self.gm), False, len(graph.nodes), started)
-        candidates = self.index.candidates(graph)
+        candidates = self.index.candidates(graph, self._narrowing(graph))
         if not candidates:  # no node any rule can anchor at: one pass that finds nothing, and nothing to undo
             self.report.passes = 1
             self.report.match_seconds = time.perf_counter() - started
@@ -171,6 +176,18 @@ class _Run:
             rewritten.transaction.rollback(graph)
             raise
         return rewritten
+
+    def _narrowing(self, graph: torch.fx.Graph,
+                   among: set[torch.fx.Node] | None = None) -> Callable[[Rule], set[torch.fx.Node] | None]:
+        """The nodes of ``graph`` (``among`` them) where a rule may match at most, by its compiled matcher
+        (None: not compiled)."""
+        found: Candidates = {}  # what the rules' operands may match, in the whole graph, by pattern operation
+
+        def narrowed(rule: Rule) -> set[torch.fx.Node] | None:
+            compiled = self.compiled.get(id(rule))
+            return None if compiled is None else compiled.candidates(graph, found, among)
+
+        return narrowed
 
     def commit(self, rewritten: _Rewritten) -> Report:
         """Commit what :meth:`rewrite` did (nothing, if nothing fired); a failure undoes it all and raises."""
@@ -261,7 +278,7 @@ class _Run:
         return compiled.match_candidate(node, matcher) if compiled is not None else matcher.match(rule, node)
 
     def _skipped(self, rule: Rule, node: torch.fx.Node, skip: Skip, matcher: Matcher) -> None:
-        self.report.skipped(rule, node.name, skip.reason, skip.detail)
+        self.report.skipped(rule, node.name, skip.reason, lambda: skip.detail)
         if self.explain:  # a match that was found but not usable is the nearest of misses
             self.report.missed(Miss(rule.name, node.name, matcher.misses.furthest + 1, skip.reason, skip.detail,
                                     rule.span))
@@ -299,9 +316,11 @@ class _Run:
         """
         seeds = {n for n in touched if n not in retired}
         if self.multi_output:  # further outputs hang off shared inputs: look upstream too
-            seeds |= _neighbourhood(seeds, self.depth, lambda n: n.all_input_nodes)
-        region = seeds | _neighbourhood(seeds, self.depth - 1, lambda n: n.users)
-        return in_graph_order(self.gm.graph, {n for n in region if n not in retired and self.index.rules_at(n)})
+            seeds |= _neighbourhood(seeds, self.depth, operator.attrgetter("all_input_nodes"))
+        region = seeds | _neighbourhood(seeds, self.depth - 1, operator.attrgetter("users"))
+        region.difference_update(retired)
+        graph = self.gm.graph
+        return in_graph_order(graph, self.index.anchors(graph, self._narrowing(graph, region), region))
 
     def _settled(self, candidates: list[torch.fx.Node], done: _Pass) -> set[torch.fx.Node]:
         """The candidates of the next pass whose outcome the pass ``done`` already knows: nothing fires there.
@@ -315,10 +334,9 @@ class _Run:
         """
         if not self.settles:
             return set()
-        changed_at = _latest_change(done.changed, self.depth - 1)
-        visited = done.visited
-        return {node for node in candidates
-                if node in visited and node not in done.overlapped and changed_at.get(node, -1) < visited[node]}
+        visited, changed, reach = done.visited, done.changed, self.depth - 1
+        return {node for node in candidates if node in visited and node not in done.overlapped
+                and not _changed_since(node, visited[node], changed, reach)}
 
     def _commit(self, graph: torch.fx.Graph, transaction: Transaction) -> None:
         """Lint while the log can still undo; then erase what is dead, recompile, drop unused submodules.
@@ -371,29 +389,25 @@ def _used_or_impure(retired: Mapping[torch.fx.Node, None]) -> Callable[[torch.fx
     return used_or_impure
 
 
-def _latest_change(changed: dict[torch.fx.Node, int], steps: int) -> dict[torch.fx.Node, int]:
-    """For every node at most ``steps`` use edges after a changed node: the latest change among those."""
-    latest = dict(changed)
-    layer = changed
+def _changed_since(node: torch.fx.Node, position: int, changed: Mapping[torch.fx.Node, int], steps: int) -> bool:
+    """Whether ``node``, or a node at most ``steps`` use edges before it, changed at ``position`` or later."""
+    if changed.get(node, -1) >= position:
+        return True
+    layer = [node]
     for _ in range(steps):
-        reached: dict[torch.fx.Node, int] = {}
-        for node, position in layer.items():
-            for user in node.users:
-                if reached.get(user, -1) < position:
-                    reached[user] = position
-        for node, position in reached.items():
-            if latest.get(node, -1) < position:
-                latest[node] = position
-        layer = reached
-    return latest
+        layer = [i for n in layer for i in n.all_input_nodes]
+        if any(changed.get(n, -1) >= position for n in layer):
+            return True
+    return False
 
 
 def _neighbourhood(seeds: set[torch.fx.Node], depth: int,
                    step: Callable[[torch.fx.Node], Iterable[torch.fx.Node]]) -> set[torch.fx.Node]:
+    """The nodes 1 to ``depth`` steps from ``seeds``."""
     found: set[torch.fx.Node] = set()
-    frontier = set(seeds)
+    frontier = seeds
     for _ in range(depth):
-        frontier = {m for n in frontier for m in step(n)} - found
+        frontier = set().union(*map(step, frontier)) - found
         found |= frontier
     return found
 

@@ -157,12 +157,25 @@ class MissTracker:
 
 
 class Skip(Exception):  # noqa: N818 - a control-flow signal carrying the skip reason
-    """The pattern matched but the match cannot be used; ``reason`` says why."""
+    """The pattern matched but the match cannot be used; ``reason`` says why, ``detail`` how.
 
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(detail)
+    The detail may be given as a function that writes it: a report keeps a few examples of each
+    reason, and most skips are never shown.
+    """
+
+    def __init__(self, reason: str, detail: str | Callable[[], str]) -> None:
+        super().__init__(reason)
         self.reason = reason
-        self.detail = detail
+        self._detail = detail
+
+    @property
+    def detail(self) -> str:
+        if not isinstance(self._detail, str):
+            self._detail = self._detail()
+        return self._detail
+
+    def __str__(self) -> str:
+        return self.detail
 
 
 class Matcher:
@@ -511,8 +524,7 @@ class Matcher:
             escaping_from = [node for node in matched if node not in outputs and self._escapes(node, matched)]
             if escaping_from:  # report the first in graph order
                 node = min(escaping_from, key=lambda n: n._sort_key)
-                escaping = [u.name for u in node.users if u not in matched and u not in self.retired]
-                raise Skip("escaping user", f"'{node.name}' is also used by {', '.join(escaping)} outside the match")
+                raise Skip("escaping user", lambda: self._escaping_detail(node, matched))
         for template in _maybe_unnamed(rule):
             node = state.nodes.get(id(template))
             if node is not None and not self._named_exactly(template, node) and node.is_impure():
@@ -520,6 +532,10 @@ class Matcher:
         captured = [v for v in state.bindings.values() if isinstance(v, torch.fx.Node) and v not in matched]
         if _depends_on(captured, matched):
             raise Skip("cycle", "a capture depends on a node of the match; rewriting would create a cycle")
+
+    def _escaping_detail(self, node: torch.fx.Node, matched: set[torch.fx.Node]) -> str:
+        escaping = [u.name for u in node.users if u not in matched and u not in self.retired]
+        return f"'{node.name}' is also used by {', '.join(escaping)} outside the match"
 
     def _escapes(self, node: torch.fx.Node, matched: set[torch.fx.Node]) -> bool:
         """The node has a live user outside the match."""
@@ -576,20 +592,32 @@ class RuleIndex:
         self.by_anchor = ruleset.by_anchor
         self._cache: dict[tuple[str, Any], tuple[Rule, ...]] = {}
 
-    def candidates(self, graph: torch.fx.Graph) -> list[torch.fx.Node]:
-        """The nodes some rule may anchor at, in graph order, found with the graph's own op/target index."""
+    def candidates(self, graph: torch.fx.Graph,
+                   narrowed: Callable[[Rule], set[torch.fx.Node] | None] = lambda rule: None) -> list[torch.fx.Node]:
+        """:meth:`anchors` in graph order."""
+        return in_graph_order(graph, self.anchors(graph, narrowed))
+
+    def anchors(self, graph: torch.fx.Graph,
+                narrowed: Callable[[Rule], set[torch.fx.Node] | None] = lambda rule: None,
+                among: set[torch.fx.Node] | None = None) -> set[torch.fx.Node]:
+        """The nodes (``among`` them, if given) some rule may anchor at, found with the graph's own op/target index.
+
+        ``narrowed(rule)`` may give the nodes (``among`` them) where the rule can match at most (None: any
+        node of its anchor keys); a key all of whose rules give them contributes only those nodes.
+        """
         found: set[torch.fx.Node] = set()
-        for op, target in self.by_anchor:
-            if op in {"call_module", "get_attr"} or _unhashable(target):
-                nodes = graph.find_nodes(op=op, sort=False)
-            elif isinstance(target, torch._ops.OpOverloadPacket):  # nodes name one of its overloads
-                overloads = [getattr(target, name) for name in target.overloads()]
-                nodes = [n for overload in overloads for n in graph.find_nodes(op=op, target=overload, sort=False)]
-            else:  # every node found calls the target exactly: some rule anchors there
-                found.update(graph.find_nodes(op=op, target=target, sort=False))
+        for key, rules in self.by_anchor.items():
+            sets = [narrowed(rule) for rule in rules]
+            if all(s is not None for s in sets):
+                found.update(*sets)
                 continue
-            found.update(n for n in nodes if self.rules_at(n))
-        return in_graph_order(graph, found)
+            op, target = key
+            if op in {"call_module", "get_attr"} or _unhashable(target):
+                nodes = [n for n in graph.find_nodes(op=op, sort=False) if self.rules_at(n)]
+            else:  # every node found calls the target or one of its overloads: some rule anchors there
+                nodes = nodes_calling(graph, op, target)
+            found.update(nodes if among is None else among.intersection(nodes))
+        return found
 
     def rules_at(self, node: torch.fx.Node) -> tuple[Rule, ...]:
         op = node.op
@@ -639,6 +667,16 @@ def in_graph_order(graph: torch.fx.Graph, nodes: set[torch.fx.Node]) -> list[tor
     if len(nodes) * 8 < len(graph.nodes):
         return sorted(nodes, key=lambda n: n._sort_key)
     return [n for n in graph.nodes if n in nodes]
+
+
+def nodes_calling(graph: torch.fx.Graph, op: str, target: Any) -> list[torch.fx.Node]:
+    """The nodes of ``graph`` that call ``target`` (hashable) with ``op``, or, for an aten overload packet,
+    one of its overloads; from the graph's own op/target index, in no particular order."""
+    nodes = graph.find_nodes(op=op, target=target, sort=False)
+    if isinstance(target, torch._ops.OpOverloadPacket):  # aten graphs name the overloads
+        nodes = [*nodes, *(n for name in target.overloads()
+                           for n in graph.find_nodes(op=op, target=getattr(target, name), sort=False))]
+    return nodes
 
 
 def _unhashable(target: Any) -> bool:

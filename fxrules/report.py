@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
@@ -47,7 +47,9 @@ class RuleReport:
     skip_counts: dict[str, int]
     notes: tuple[str, ...]
     near_misses: tuple[Miss, ...]
-    attempts: int  # candidate nodes the rule was tried at (a pass passes over settled nodes without trying)
+    # candidate nodes the rule was tried at: not the nodes pass 1 ruled out for the whole graph at once, nor
+    # the settled nodes a later pass passes over
+    attempts: int
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -154,7 +156,8 @@ class ReportBuilder:
         stats.fired += 1
         stats.anchors.append(anchor)
 
-    def skipped(self, rule: Rule, node: str, reason: str, detail: str) -> None:
+    def skipped(self, rule: Rule, node: str, reason: str, detail: Callable[[], str]) -> None:
+        """A match of ``rule`` at ``node`` not used for ``reason``; ``detail()`` is called if it is kept."""
         stats = self.stats[rule.name]
         key = (reason, node)
         if key in stats.skipped_at:
@@ -162,7 +165,7 @@ class ReportBuilder:
         stats.skipped_at.add(key)
         stats.skip_counts[reason] += 1
         if len(stats.skipped) < KEEP_EXAMPLES:
-            stats.skipped[key] = SkippedMatch(reason, node, detail)
+            stats.skipped[key] = SkippedMatch(reason, node, detail())
 
     def missed(self, miss: Miss) -> None:
         misses = self.stats[miss.rule].misses

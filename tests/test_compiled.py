@@ -133,10 +133,34 @@ def check_agreement(gm: torch.fx.GraphModule, rules: RuleSet) -> Counter[str]:
     return answers
 
 
+def check_candidates(gm: torch.fx.GraphModule, rules: RuleSet) -> int:
+    """Every node where a compiled rule's cheap test holds is among the rule's candidates, found for the
+    whole graph at once, and (among a part of the graph) among its candidates in that part; the number
+    of such nodes."""
+    nodes = list(gm.graph.nodes)
+    part = set(nodes[::2])
+    found, found_in_part = {}, {}  # type: ignore[var-annotated]
+    hits = 0
+    for rule in rules:
+        matcher = compile_rule(rule)
+        if matcher is None:
+            continue
+        candidates = matcher.candidates(gm.graph, found)
+        in_part = matcher.candidates(gm.graph, found_in_part, part)
+        for node in nodes:
+            if matcher.may_match(node):
+                hits += 1
+                assert candidates is None or node in candidates, f"{rule.name} at {node.name}:\n{gm.code}"
+                assert in_part is None or node not in part or node in in_part, f"{rule.name} at {node.name}"
+        assert in_part is None or in_part <= part
+    return hits
+
+
 @settings(max_examples=60, **COMMON)
 @given(graph=graphs(dead_code=True))
 def test_compiled_rules_answer_as_the_generic_matcher(graph: GeneratedGraph) -> None:
     check_agreement(graph.gm, ALL_RULES)
+    check_candidates(graph.gm, ALL_RULES)
 
 
 @pytest.mark.slow
@@ -144,6 +168,7 @@ def test_compiled_rules_answer_as_the_generic_matcher(graph: GeneratedGraph) -> 
 @given(graph=graphs(max_steps=16, dead_code=True))
 def test_compiled_rules_answer_as_the_generic_matcher_many_examples(graph: GeneratedGraph) -> None:
     check_agreement(graph.gm, ALL_RULES)
+    check_candidates(graph.gm, ALL_RULES)
 
 
 def test_compiled_rules_agree_on_every_argument_shape() -> None:
@@ -166,6 +191,7 @@ def test_compiled_rules_agree_on_every_argument_shape() -> None:
     gm = trace(f)
     answers = check_agreement(gm, ALL_RULES)
     assert answers["Match"] >= 20 and answers["Skip"] >= 3 and answers["NoneType"] > 100
+    assert check_candidates(gm, ALL_RULES) >= 20
     anchor = next(n for n in gm.graph.nodes if n.target is torch.neg and n.args[0].target is torch.neg
                   and len(n.args[0].users) > 1)
     escaping = compiled(EXACT["neg_neg"], anchor, gm)
@@ -250,3 +276,44 @@ def test_explain_takes_the_generic_path_and_reports_near_misses() -> None:
     gm = trace(lambda u: u * 2)
     report = fxrules.apply(gm, rules, explain=True)
     assert [m.condition for m in report["mul_three"].near_misses] == ["literal"]
+
+
+def test_candidates_test_node_by_node_where_arguments_cannot_be_hashed() -> None:
+    # `x[1:2]` holds a slice, which cannot be hashed: those nodes are tested one by one.
+    rules = fxrules.parse("rule second_of_neg:\n    torch.neg(x)[1] => x\n\nrule add_seven:\n    x + 7 => x\n")
+
+    def f(x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.neg(x)[1], torch.neg(x)[1:2], x[1], torch.neg(x)[0], x[0:1] + 7, x + 1
+
+    gm = trace(f)
+    found: dict[int, Any] = {}
+    picked = {rule.name: {n.name for n in compile_rule(rule).candidates(gm.graph, found)}  # type: ignore[union-attr]
+              for rule in rules}
+    assert picked == {"second_of_neg": {"getitem"}, "add_seven": {"add"}}
+    assert check_candidates(gm, rules) == 2
+
+
+def test_pass_one_tries_only_the_candidates_found_for_the_whole_graph() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return (x + 1) + (x + 2) + torch.neg(torch.neg(x)) + torch.neg(x)
+
+    gm = trace(f)
+    report = fxrules.apply(gm, fxrules.parse("rule add_seven:\n    x + 7 => x\n\nrule neg_neg:\n"
+                                             "    torch.neg(torch.neg(x)) => x\n"))
+    assert report["add_seven"].attempts == 0  # no add has a 7
+    assert report["neg_neg"].attempts == 1 and report["neg_neg"].fired == 1  # only the outer neg of the pair
+
+
+def test_a_match_a_rewrite_makes_at_a_node_ruled_out_before_fires_in_the_next_pass() -> None:
+    # neg_2's operand is a mul when pass 1 starts: no neg(neg(..)) there until mul_one rewrites it.
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.neg(torch.neg(x) * 1)
+
+    gm = trace(f)
+    x = torch.randn(3)
+    expected = gm(x)
+    report = fxrules.apply(gm, fxrules.parse("rule mul_one:\n    x * 1 => x\n\nrule neg_neg:\n"
+                                             "    torch.neg(torch.neg(x)) => x\n"))
+    assert (report["mul_one"].fired, report["neg_neg"].fired, report.passes) == (1, 1, 3)
+    assert [n.op for n in gm.graph.nodes] == ["placeholder", "output"]
+    torch.testing.assert_close(gm(x), expected)

@@ -123,7 +123,7 @@ def test_skip_counts_count_each_node_once_however_often_it_is_tried() -> None:
     rule = ruleset["r"]
     for _ in range(2):
         for index in range(KEEP_EXAMPLES + 5):
-            builder.skipped(rule, f"neg_{index}", "escaping user", "detail")
+            builder.skipped(rule, f"neg_{index}", "escaping user", lambda: "detail")
     report = builder.build(0, 0, 0.0)
     assert report["r"].skip_counts == {"escaping user": KEEP_EXAMPLES + 5}
     assert len(report["r"].skipped) == KEEP_EXAMPLES
