@@ -20,6 +20,12 @@ replaying the choices made up to the most recent open one and taking its next op
 depth-first order, without generators).  The generic matcher stays the reference the tests compare
 against, and the matcher of ``explain=True`` (it records near misses).
 
+For a whole graph, or a region of it, :attr:`CompiledRule.candidates` finds at once the nodes where
+``may_match`` may hold: the nodes the graph's own op/target index lists for the output's target,
+kept when an argument is among the operand operation's candidates (found the same way, or through
+their users when they are fewer) or equals a required literal, with set containment tests that
+make no Python call per node.  The engine's first pass visits only these.
+
 :func:`compile_ruleset` does this once per :class:`~fxrules.ir.RuleSet` object, together with the
 other things ``apply`` derives from the rules alone (pattern depth, helper calls), so an ``apply``
 that finds nothing to do costs little more than the index lookups.
@@ -66,13 +72,13 @@ from fxrules.ir import (
 from fxrules.matcher import (
     Match,
     Matcher,
+    NodeIndex,
     Skip,
     State,
     Unreadable,
     holds_default,
     literal_equal,
     named_values,
-    nodes_calling,
     value_type_problem,
 )
 from fxrules.memo import per_object
@@ -125,9 +131,8 @@ class CompiledRule:
         #: may_match at a node the rule index filed under one of the rule's anchor keys, whose target
         #: is known to fit; None when nothing else is left to check.
         self.may_match_anchor = may_match_anchor
-        #: candidates(graph, found, among=None): the graph's nodes (among ``among``) where may_match may hold
-        #: (None: every anchor node), found for all at once with set and tuple containment tests; ``found``
-        #: keeps what was found in the whole graph, per pattern operation
+        #: candidates(found, among=None): the nodes of ``found.graph`` (among ``among``) where may_match may
+        #: hold (None: every anchor node), found for all at once with set and tuple containment tests
         self.candidates = candidates
 
     def match(self, anchor: Node, matcher: Matcher) -> Match | None:
@@ -188,9 +193,8 @@ def _any_option(options: tuple[_Operation, ...]) -> Callable[[Node], bool]:
 
 
 def _union_of_options(options: tuple[_Operation, ...]) -> CandidatesOf:
-    def candidates_of_an_option(graph: torch.fx.Graph, found: Candidates, among: set[Node] | None = None
-                                ) -> set[Node] | None:
-        sets = [option.candidates(graph, found, among) for option in options]
+    def candidates_of_an_option(found: Candidates, among: set[Node] | None = None) -> set[Node] | None:
+        sets = [option.candidates(found, among) for option in options]
         return None if any(s is None for s in sets) else set().union(*sets)  # type: ignore[arg-type]
 
     return candidates_of_an_option
@@ -520,22 +524,22 @@ class _Operation:
         """The graph index's (op, target) keys of the nodes that call the operation's target."""
         return ((self.op, self.target),)
 
-    def candidates(self, graph: torch.fx.Graph, found: Candidates, among: set[Node] | None = None) -> set[Node] | None:
-        """The graph's nodes (``among`` them, if given) that may match the operation: every node where
-        :meth:`may_match` holds, and perhaps others, from the graph's own index; None when its index keys
-        do not say.  ``found`` keeps what was found in the whole graph, per operation."""
-        if among is None and self.key in found:
-            return found[self.key]
+    def candidates(self, found: Candidates, among: set[Node] | None = None) -> set[Node] | None:
+        """The nodes of ``found.graph`` (``among`` them, if given) that may match the operation: every node
+        where :meth:`may_match` holds, and perhaps others, from the graph's own index; None when its index
+        keys do not say."""
+        if among is None and self.key in found.of_operation:
+            return found.of_operation[self.key]
         keys = self.index_keys()
         nodes = None
         if keys is not None:
-            calling = [nodes_calling(graph, op, target) for op, target in keys]
+            calling = [found.calling(op, target) for op, target in keys]
             nodes = set().union(*calling) if among is None else among.intersection(*calling) if len(calling) == 1 \
                 else among.intersection(set().union(*calling))
             for narrow in self.narrowers:
-                nodes = narrow(nodes, graph, found)
+                nodes = narrow(nodes, found)
         if among is None:
-            found[self.key] = nodes
+            found.of_operation[self.key] = nodes
         return nodes
 
     def has_required(self, node: Node) -> bool:
@@ -685,14 +689,20 @@ def _operand_tests(template: OpTemplate, compiler: _Compiler,
 
 # ---------------------------------------------------------------- required arguments, node by node and graph-wide
 
-#: id(OpTemplate) -> the graph's nodes that may match it (None: any node may), computed once per graph
-Candidates = dict[int, "set[Node] | None"]
+class Candidates(NodeIndex):
+    """What narrowing found in one graph: the nodes that may match each pattern operation (None: any
+    node may), besides the graph's nodes by key (families of many rules share members)."""
 
-#: candidates(graph, found, among=None) of a rule or an operation: see :attr:`CompiledRule.candidates`.
-CandidatesOf = Callable[[torch.fx.Graph, Candidates, "set[Node] | None"], "set[Node] | None"]
+    def __init__(self, graph: torch.fx.Graph) -> None:
+        super().__init__(graph)
+        self.of_operation: dict[int, set[Node] | None] = {}  # id(OpTemplate) -> nodes, in the whole graph
+
+
+#: candidates(found, among=None) of a rule or an operation: see :attr:`CompiledRule.candidates`.
+CandidatesOf = Callable[[Candidates, "set[Node] | None"], "set[Node] | None"]
 
 #: Narrows a set of nodes to those that may have the required argument (at least all that have it).
-Narrower = Callable[[set[Node], torch.fx.Graph, Candidates], set[Node]]
+Narrower = Callable[[set[Node], Candidates], set[Node]]
 
 
 @attrs.frozen
@@ -708,8 +718,8 @@ class _Requirement:
 def _operand_call(operation: _Operation) -> _Requirement:
     """An argument is a node that may match ``operation``."""
 
-    def narrow(nodes: set[Node], graph: torch.fx.Graph, found: Candidates) -> set[Node]:
-        operands = operation.candidates(graph, found)
+    def narrow(nodes: set[Node], found: Candidates) -> set[Node]:
+        operands = operation.candidates(found)
         if operands is None:
             return nodes
         if len(operands) <= len(nodes):  # fewer operands: their users (a node's users use it somewhere)
@@ -724,9 +734,9 @@ def _literal_argument(value: Any) -> _Requirement:
     """An argument is the literal ``value``."""
     test = _literal_test(value)
     if type(value) not in (int, bool, str, float, type(None)) or value != value:  # noqa: PLR0124 - nan
-        return _Requirement(test, lambda nodes, graph, found: nodes, scans=False)
+        return _Requirement(test, lambda nodes, found: nodes, scans=False)
     # A set holds every argument equal to the literal (and some others: 1 == True == 1.0).
-    return _Requirement(test, lambda nodes, graph, found: _with_argument_in(nodes, frozenset((value,)), test),
+    return _Requirement(test, lambda nodes, found: _with_argument_in(nodes, frozenset((value,)), test),
                         scans=True)
 
 

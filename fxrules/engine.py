@@ -165,7 +165,8 @@ class _Run:
         started = time.perf_counter()
         graph = self.gm.graph
         rewritten = _Rewritten(Transaction(self.gm), False, len(graph.nodes), started)
-        candidates = self.index.candidates(graph, self._narrowing(graph))
+        found = Candidates(graph)
+        candidates = self.index.candidates(found, self._narrowing(found))
         if not candidates:  # no node any rule can anchor at: one pass that finds nothing, and nothing to undo
             self.report.passes = 1
             self.report.match_seconds = time.perf_counter() - started
@@ -177,15 +178,14 @@ class _Run:
             raise
         return rewritten
 
-    def _narrowing(self, graph: torch.fx.Graph,
+    def _narrowing(self, found: Candidates,
                    among: set[torch.fx.Node] | None = None) -> Callable[[Rule], set[torch.fx.Node] | None]:
-        """The nodes of ``graph`` (``among`` them) where a rule may match at most, by its compiled matcher
-        (None: not compiled)."""
-        found: Candidates = {}  # what the rules' operands may match, in the whole graph, by pattern operation
+        """The nodes of ``found.graph`` (``among`` them) where a rule may match at most, by its compiled matcher
+        (None: not compiled); ``found`` is shared by the rules (operands' candidates, nodes by key)."""
 
         def narrowed(rule: Rule) -> set[torch.fx.Node] | None:
             compiled = self.compiled.get(id(rule))
-            return None if compiled is None else compiled.candidates(graph, found, among)
+            return None if compiled is None else compiled.candidates(found, among)
 
         return narrowed
 
@@ -320,7 +320,19 @@ class _Run:
         region = seeds | _neighbourhood(seeds, self.depth - 1, operator.attrgetter("users"))
         region.difference_update(retired)
         graph = self.gm.graph
-        return in_graph_order(graph, self.index.anchors(graph, self._narrowing(graph, region), region))
+        if len(region) <= 4 * len(self.ruleset):  # a few nodes: testing each costs less than narrowing for each rule
+            return in_graph_order(graph, {n for n in region if self._may_anchor(n)})
+        found = Candidates(graph)
+        return in_graph_order(graph, self.index.anchors(found, self._narrowing(found, region), region))
+
+    def _may_anchor(self, node: torch.fx.Node) -> bool:
+        """Some rule filed under the node's key may match there (its compiled matcher does not rule it out)."""
+        for rule in self.index.rules_at(node):
+            compiled = self.compiled.get(id(rule))
+            may_match = compiled.may_match_anchor if compiled is not None else None
+            if may_match is None or may_match(node):
+                return True
+        return False
 
     def _settled(self, candidates: list[torch.fx.Node], done: _Pass) -> set[torch.fx.Node]:
         """The candidates of the next pass whose outcome the pass ``done`` already knows: nothing fires there.

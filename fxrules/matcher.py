@@ -20,6 +20,7 @@ explored by backtracking generators; a pattern of ``p`` operations costs
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Callable, Iterator, Mapping
@@ -592,13 +593,12 @@ class RuleIndex:
         self.by_anchor = ruleset.by_anchor
         self._cache: dict[tuple[str, Any], tuple[Rule, ...]] = {}
 
-    def candidates(self, graph: torch.fx.Graph,
+    def candidates(self, nodes: NodeIndex,
                    narrowed: Callable[[Rule], set[torch.fx.Node] | None] = lambda rule: None) -> list[torch.fx.Node]:
         """:meth:`anchors` in graph order."""
-        return in_graph_order(graph, self.anchors(graph, narrowed))
+        return in_graph_order(nodes.graph, self.anchors(nodes, narrowed))
 
-    def anchors(self, graph: torch.fx.Graph,
-                narrowed: Callable[[Rule], set[torch.fx.Node] | None] = lambda rule: None,
+    def anchors(self, nodes: NodeIndex, narrowed: Callable[[Rule], set[torch.fx.Node] | None] = lambda rule: None,
                 among: set[torch.fx.Node] | None = None) -> set[torch.fx.Node]:
         """The nodes (``among`` them, if given) some rule may anchor at, found with the graph's own op/target index.
 
@@ -606,17 +606,19 @@ class RuleIndex:
         node of its anchor keys); a key all of whose rules give them contributes only those nodes.
         """
         found: set[torch.fx.Node] = set()
+        narrowed_sets = {rule.name: narrowed(rule) for rule in self.ruleset}
+        for rule_nodes in narrowed_sets.values():
+            if rule_nodes is not None:
+                found |= rule_nodes
         for key, rules in self.by_anchor.items():
-            sets = [narrowed(rule) for rule in rules]
-            if all(s is not None for s in sets):
-                found.update(*sets)
+            if all(narrowed_sets[rule.name] is not None for rule in rules):
                 continue
             op, target = key
             if op in {"call_module", "get_attr"} or _unhashable(target):
-                nodes = [n for n in graph.find_nodes(op=op, sort=False) if self.rules_at(n)]
+                calling = [n for n in nodes.with_op(op) if self.rules_at(n)]
             else:  # every node found calls the target or one of its overloads: some rule anchors there
-                nodes = nodes_calling(graph, op, target)
-            found.update(nodes if among is None else among.intersection(nodes))
+                calling = nodes.calling(op, target)
+            found.update(calling if among is None else among.intersection(calling))
         return found
 
     def rules_at(self, node: torch.fx.Node) -> tuple[Rule, ...]:
@@ -669,14 +671,49 @@ def in_graph_order(graph: torch.fx.Graph, nodes: set[torch.fx.Node]) -> list[tor
     return [n for n in graph.nodes if n in nodes]
 
 
-def nodes_calling(graph: torch.fx.Graph, op: str, target: Any) -> list[torch.fx.Node]:
-    """The nodes of ``graph`` that call ``target`` (hashable) with ``op``, or, for an aten overload packet,
-    one of its overloads; from the graph's own op/target index, in no particular order."""
-    nodes = graph.find_nodes(op=op, target=target, sort=False)
-    if isinstance(target, torch._ops.OpOverloadPacket):  # aten graphs name the overloads
-        nodes = [*nodes, *(n for name in target.overloads()
-                           for n in graph.find_nodes(op=op, target=getattr(target, name), sort=False))]
-    return nodes
+class NodeIndex:
+    """A graph's nodes by op and target, from the graph's own index, each key looked up once.
+
+    ``Graph.find_nodes`` keeps call_function nodes by target, but finds a method's callers by
+    comparing the target of every call_method node; here they are grouped once per graph.
+    """
+
+    def __init__(self, graph: torch.fx.Graph) -> None:
+        self.graph = graph
+        self._calling: dict[tuple[str, Any], list[torch.fx.Node]] = {}
+        self._by_op: dict[str, list[torch.fx.Node]] = {}
+        self._grouped: set[str] = set()
+
+    def with_op(self, op: str) -> list[torch.fx.Node]:
+        nodes = self._by_op.get(op)
+        if nodes is None:
+            nodes = self._by_op[op] = self.graph.find_nodes(op=op, sort=False)
+        return nodes
+
+    def calling(self, op: str, target: Any) -> list[torch.fx.Node]:
+        """The nodes that call ``target`` (hashable) with ``op``, or, for an aten overload packet, one of its
+        overloads; in no particular order."""
+        key = (op, target)
+        nodes = self._calling.get(key)
+        if nodes is not None:
+            return nodes
+        if op == "call_function":
+            nodes = self.graph.find_nodes(op=op, target=target, sort=False)
+            if isinstance(target, torch._ops.OpOverloadPacket):  # aten graphs name the overloads
+                nodes = [*nodes, *(n for overload in _overloads(target)
+                                   for n in self.graph.find_nodes(op=op, target=overload, sort=False))]
+            self._calling[key] = nodes
+            return nodes
+        if op not in self._grouped:  # methods, attributes, modules: named by strings
+            self._grouped.add(op)
+            for node in self.with_op(op):
+                self._calling.setdefault((op, node.target), []).append(node)
+        return self._calling.setdefault(key, [])
+
+
+@functools.cache
+def _overloads(packet: torch._ops.OpOverloadPacket) -> tuple[torch._ops.OpOverload, ...]:
+    return tuple(getattr(packet, name) for name in packet.overloads())
 
 
 def _unhashable(target: Any) -> bool:

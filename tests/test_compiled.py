@@ -20,7 +20,7 @@ import torch.fx
 from hypothesis import HealthCheck, given, settings
 
 import fxrules
-from fxrules.compiled import compile_rule, compile_ruleset
+from fxrules.compiled import Candidates, compile_rule, compile_ruleset
 from fxrules.ir import Rule, RuleSet
 from fxrules.matcher import Match, Matcher, Skip
 from tests.conftest import slow_examples, trace
@@ -139,14 +139,14 @@ def check_candidates(gm: torch.fx.GraphModule, rules: RuleSet) -> int:
     of such nodes."""
     nodes = list(gm.graph.nodes)
     part = set(nodes[::2])
-    found, found_in_part = {}, {}  # type: ignore[var-annotated]
+    found, found_in_part = Candidates(gm.graph), Candidates(gm.graph)
     hits = 0
     for rule in rules:
         matcher = compile_rule(rule)
         if matcher is None:
             continue
-        candidates = matcher.candidates(gm.graph, found)
-        in_part = matcher.candidates(gm.graph, found_in_part, part)
+        candidates = matcher.candidates(found)
+        in_part = matcher.candidates(found_in_part, part)
         for node in nodes:
             if matcher.may_match(node):
                 hits += 1
@@ -286,8 +286,8 @@ def test_candidates_test_node_by_node_where_arguments_cannot_be_hashed() -> None
         return torch.neg(x)[1], torch.neg(x)[1:2], x[1], torch.neg(x)[0], x[0:1] + 7, x + 1
 
     gm = trace(f)
-    found: dict[int, Any] = {}
-    picked = {rule.name: {n.name for n in compile_rule(rule).candidates(gm.graph, found)}  # type: ignore[union-attr]
+    found = Candidates(gm.graph)
+    picked = {rule.name: {n.name for n in compile_rule(rule).candidates(found)}  # type: ignore[union-attr]
               for rule in rules}
     assert picked == {"second_of_neg": {"getitem"}, "add_seven": {"add"}}
     assert check_candidates(gm, rules) == 2
