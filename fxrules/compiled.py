@@ -745,7 +745,7 @@ def _with_argument_in(nodes: set[Node], values: set[Any] | frozenset[Any], test:
     misses = values.isdisjoint
     try:  # Node._args and ._kwargs: the attributes behind .args and .kwargs, without a Python call per node
         return {n for n in nodes if not misses(n._args) or (n._kwargs and not misses(n._kwargs.values()))}
-    except TypeError:  # an unhashable argument (a slice, a list holding one): node by node
+    except Exception:  # an argument that cannot be hashed (a slice, a symbolic float): node by node
         return {n for n in nodes if any(test(v) for v in (*n.args, *n.kwargs.values()))}
 
 

@@ -31,9 +31,10 @@ the graph is made.
 
 from __future__ import annotations
 
+import heapq
 import operator
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, overload
 
@@ -110,13 +111,22 @@ def checked_options(ruleset: RuleSet, helpers: Mapping[str, Callable[..., Any]] 
 class _Pass:
     """One pass's state: what fired, the nodes rewrites created (not matched again) and touched.
 
-    Positions are indexes in the pass's candidate list: ``visited`` says where the pass looked at a
-    node (tried its rules, or knew their outcome), ``changed`` where the last rewrite that changed a
-    node's inputs or users happened.
+    Positions count the nodes the pass visited: ``visited`` says where the pass looked at a node (tried
+    its rules, or knew their outcome), ``changed`` where the last rewrite that changed a node's inputs
+    or users happened.
+
+    The pass visits its candidates, narrowed when it started, and the nodes of its ``domain`` (None:
+    any node a rule may anchor at) that a rewrite of the pass may have made candidates since: those
+    whose inputs it changed, and their users within pattern depth, still ahead in graph order
+    (``woken``, a heap by graph position).
     """
 
     matcher: Matcher
     rewriter: Rewriter
+    listed: set[torch.fx.Node]
+    domain: set[torch.fx.Node] | None
+    woken: list[tuple[Any, int, torch.fx.Node]] = attrs.Factory(list)
+    node: torch.fx.Node | None = None  # being visited
     fired: set[str] = attrs.Factory(set)
     claimed: set[torch.fx.Node] = attrs.Factory(set)
     touched: set[torch.fx.Node] = attrs.Factory(set)
@@ -214,14 +224,15 @@ class _Run:
         started = time.perf_counter()
         rewriter = Rewriter(self.gm, graph, self.helpers, transaction)
         settled: set[torch.fx.Node] = set()
+        domain: set[torch.fx.Node] | None = None
         try:
             for number in range(1, self.max_passes + 1):
                 self.report.passes = number
                 matcher = Matcher(self.gm, explain=self.explain, retired=transaction.retired)
-                current = self._visit(candidates, settled, matcher, rewriter)
+                current = self._visit(_Pass(matcher, rewriter, set(candidates), domain), candidates, settled)
                 if not current.fired:
                     return number > 1
-                candidates = self._worklist(current.touched, transaction.retired)
+                candidates, domain = self._worklist(current.touched, transaction.retired)
                 settled = self._settled(candidates, current)
         finally:  # timed per apply, not per attempt: the clock would cost as much as a rejection
             self.report.match_seconds = time.perf_counter() - started - self.report.rewrite_seconds
@@ -230,19 +241,22 @@ class _Run:
             "they may undo each other or grow the graph"
         )
 
-    def _visit(self, candidates: list[torch.fx.Node], settled: set[torch.fx.Node], matcher: Matcher,
-               rewriter: Rewriter) -> _Pass:
-        """One pass over ``candidates``; ``settled`` ones are passed over until the pass first fires."""
-        current = _Pass(matcher, rewriter)
-        claimed, retired, attempts, visited = current.claimed, matcher.retired, self.report.attempts, current.visited
+    def _visit(self, current: _Pass, candidates: list[torch.fx.Node], settled: set[torch.fx.Node]) -> _Pass:
+        """One pass over ``candidates`` and the nodes its rewrites wake; ``settled`` ones are passed over until
+        the pass first fires."""
+        claimed, retired, attempts, visited = current.claimed, current.matcher.retired, self.report.attempts, \
+            current.visited
         rules_at, compiled_for = self.index.rules_at, self.compiled.get
-        for position, node in enumerate(candidates):
+        woken = current.woken
+        position = -1
+        for node in _merged(candidates, woken):
+            position += 1
             if node in claimed or node in retired:
                 continue
             visited[node] = position
             if node in settled and not current.fired:
                 continue
-            current.position = position
+            current.position, current.node = position, node
             for rule in rules_at(node):
                 attempts[rule.name] += 1
                 compiled = compiled_for(id(rule))
@@ -302,14 +316,35 @@ class _Run:
         current.claimed.update(change.created)
         current.touched.update(change.created)
         current.touched.update(change.touched)
+        if change.redirected:
+            self._wake(change.redirected, current)
         if self.settles:
             position = current.position
             for changed in (node, *change.created, *change.touched, *change.gained_users):
                 current.changed[changed] = position
         return True
 
-    def _worklist(self, touched: set[torch.fx.Node], retired: Mapping[torch.fx.Node, None]) -> list[torch.fx.Node]:
-        """Every node that rules may anchor at and whose match may contain a changed node, in graph order.
+    def _wake(self, redirected: tuple[torch.fx.Node, ...], current: _Pass) -> None:
+        """Queue the nodes ahead that the pass left out when it started and the rewrite may have made
+        candidates: a node's cheap test reads its arguments ``depth - 1`` calls deep, so those with new
+        inputs and their users up to ``depth - 2`` use edges after them."""
+        listed, domain, retired, rules_at = current.listed, current.domain, current.matcher.retired, \
+            self.index.rules_at
+        here = current.node._sort_key  # type: ignore[union-attr]
+        layer: Iterable[torch.fx.Node] = redirected
+        for level in range(max(self.depth - 1, 1)):
+            for node in layer:
+                if node not in listed and node._sort_key > here and (domain is None or node in domain) \
+                        and node not in retired and rules_at(node):
+                    listed.add(node)
+                    heapq.heappush(current.woken, (node._sort_key, id(node), node))
+            if level < self.depth - 2:
+                layer = set().union(*[n.users for n in layer])
+
+    def _worklist(self, touched: set[torch.fx.Node],
+                  retired: Mapping[torch.fx.Node, None]) -> tuple[list[torch.fx.Node], set[torch.fx.Node]]:
+        """Every node that rules may anchor at and whose match may contain a changed node, in graph order,
+        narrowed; and the region it was narrowed from (the next pass's domain).
 
         A changed node (new, with new inputs, or with fewer users) lies at most ``depth - 1`` use edges
         before the anchor of any match that contains it.
@@ -321,9 +356,9 @@ class _Run:
         region.difference_update(retired)
         graph = self.gm.graph
         if len(region) <= 4 * len(self.ruleset):  # a few nodes: testing each costs less than narrowing for each rule
-            return in_graph_order(graph, {n for n in region if self._may_anchor(n)})
+            return in_graph_order(graph, {n for n in region if self._may_anchor(n)}), region
         found = Candidates(graph)
-        return in_graph_order(graph, self.index.anchors(found, self._narrowing(found, region), region))
+        return in_graph_order(graph, self.index.anchors(found, self._narrowing(found, region), region)), region
 
     def _may_anchor(self, node: torch.fx.Node) -> bool:
         """Some rule filed under the node's key may match there (its compiled matcher does not rule it out)."""
@@ -399,6 +434,16 @@ def _used_or_impure(retired: Mapping[torch.fx.Node, None]) -> Callable[[torch.fx
         return bool(node.users) or (node not in retired and node.is_impure(impure_random))
 
     return used_or_impure
+
+
+def _merged(listed: list[torch.fx.Node], woken: list[tuple[Any, int, torch.fx.Node]]) -> Iterator[torch.fx.Node]:
+    """The nodes of ``listed`` (in graph order) and of the heap ``woken`` (which grows meanwhile), in graph order."""
+    for node in listed:
+        while woken and woken[0][0] < node._sort_key:
+            yield heapq.heappop(woken)[2]
+        yield node
+    while woken:
+        yield heapq.heappop(woken)[2]
 
 
 def _changed_since(node: torch.fx.Node, position: int, changed: Mapping[torch.fx.Node, int], steps: int) -> bool:

@@ -136,6 +136,7 @@ class Rewrite:
     created: tuple[torch.fx.Node, ...]
     touched: tuple[torch.fx.Node, ...]  # with new inputs, or fewer users
     gained_users: tuple[torch.fx.Node, ...]  # existing nodes the replacement uses
+    redirected: tuple[torch.fx.Node, ...]  # the existing nodes with new inputs (some of ``touched``)
 
 
 class Rewriter:
@@ -182,12 +183,12 @@ class Rewriter:
             raise
         if created:
             self._annotate(match, created, values)
-        touched: list[torch.fx.Node] = []
+        redirected: list[torch.fx.Node] = []
         for output, value in zip(outputs, values, strict=True):
             if value is not output:
-                touched += self._redirect(output, value, created)
-        touched += self._retire_dead(match)
-        return Rewrite(tuple(created), tuple(touched), _used_by(created, values))
+                redirected += self._redirect(output, value, created)
+        return Rewrite(tuple(created), (*redirected, *self._retire_dead(match)), _used_by(created, values),
+                       tuple(redirected))
 
     def _emit(self, match: Match, anchor: torch.fx.Node) -> tuple[list[Any], list[torch.fx.Node]]:
         """The replacement's values (one per output) and the nodes made for them, before ``anchor``."""

@@ -1,23 +1,21 @@
-"""Review of the whole-graph narrowing of candidates (CompiledRule.candidates, RuleIndex.anchors, _Run._worklist).
+"""The whole-graph narrowing of candidates (CompiledRule.candidates, RuleIndex.anchors, _Run._worklist).
 
 * The invariant: wherever a compiled rule's ``may_match`` holds (and wherever the generic matcher finds
-  a match or a skip), the node is among ``compile_rule(rule).candidates(graph, {})``, and, for a part
-  ``among`` of the graph, among ``candidates(graph, {}, among)`` (which stays within ``among``).  Checked
-  on graphs that spell the operations every way: keywords holding the literal or the operand
-  (``torch.add(x, other=7)``), literals True/1/1.0/0.0/-0.0/None/strings, lists of nodes, slices,
-  tensors and raw SymInts in the arguments, methods, families (function, method, ``F.``, aten members),
-  aten graphs from ``make_fx`` and ``torch.export`` (nodes calling overloads, rules naming packets),
-  ``A | B`` roots, DAG patterns, ``...``, typed captures, and random graphs.
+  a match or a skip), the node is among ``compile_rule(rule).candidates(Candidates(graph))``, and, for a
+  part ``among`` of the graph, among ``candidates(Candidates(graph), among)`` (which stays within
+  ``among``).  Checked on graphs that spell the operations every way: keywords holding the literal or
+  the operand (``torch.add(x, other=7)``), literals True/1/1.0/0.0/-0.0/None/strings, lists of nodes,
+  slices, tensors and raw SymInts and SymFloats in the arguments, methods, families (function, method,
+  ``F.``, aten members), aten graphs from ``make_fx`` and ``torch.export`` (nodes calling overloads,
+  rules naming packets), ``A | B`` roots, DAG patterns, ``...``, typed captures, and random graphs.
 * ``RuleIndex.anchors``: a key shared with a non-compiled rule keeps every node of the key.
 * ``apply`` with narrowing gives what it gives without (``_Run._narrowing`` patched to narrow nothing,
-  which is the engine before narrowing): on graphs of every shape above and on random graphs.
+  which is the engine before narrowing): on graphs of every shape above and on random graphs.  A node
+  that a rewrite earlier in a pass makes matchable (a ``x + 0 => x`` redirect, a replacement that is a
+  literal) is woken and tried in that same pass, as it was before narrowing: the same rule fires
+  there, ``max_passes`` that sufficed still suffice, and the same skips are reported.
 * ``_changed_since`` (settled nodes found upstream) answers as the former ``_latest_change`` did.
 * ``Skip`` details written lazily read as before.
-* Bugs found (strict xfails): candidates are narrowed once at the start of a pass, but the pass keeps
-  rewriting, so a node a rewrite earlier in the pass makes matchable (a ``x + 0 => x`` redirect, a
-  replacement that is a literal) is not tried in that pass: other rules get there first and the final
-  graph differs; ``max_passes`` that sufficed now raises; skips the pass used to report are lost.  And
-  narrowing hashes every argument, which a raw SymFloat refuses with an error that is not a TypeError.
 """
 
 from __future__ import annotations
@@ -38,7 +36,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import fxrules
 from fxrules import engine
-from fxrules.compiled import compile_rule
+from fxrules.compiled import Candidates, compile_rule
 from fxrules.ir import RuleSet
 from fxrules.matcher import Matcher, RuleIndex, Skip
 from fxrules.report import ReportBuilder
@@ -212,16 +210,16 @@ def check_candidates(gm: torch.fx.GraphModule, rules: RuleSet) -> int:
     candidates in a part stay in it.  The number of (rule, node) where ``may_match`` holds."""
     nodes = list(gm.graph.nodes)
     parts = [set(nodes[::2]), set(nodes[1::2]), set(nodes[len(nodes) // 2:]), set()]
-    found: dict[int, Any] = {}
+    found = Candidates(gm.graph)
     hits = 0
     for rule in rules:
         compiled = compile_rule(rule)
         if compiled is None:
             continue
-        whole = compiled.candidates(gm.graph, found)
-        fresh = compiled.candidates(gm.graph, {})
+        whole = compiled.candidates(found)
+        fresh = compiled.candidates(Candidates(gm.graph))
         assert whole == fresh, f"{rule.name}: the shared `found` changes the answer"
-        in_parts = [compiled.candidates(gm.graph, {}, part) for part in parts]
+        in_parts = [compiled.candidates(Candidates(gm.graph), part) for part in parts]
         for part, in_part in zip(parts, in_parts, strict=True):
             assert in_part is None or in_part <= part, rule.name
         for node in nodes:
@@ -243,7 +241,7 @@ def check_candidates(gm: torch.fx.GraphModule, rules: RuleSet) -> int:
 def candidate_names(gm: torch.fx.GraphModule, rules: RuleSet, name: str) -> set[str] | None:
     compiled = compile_rule(rules[name])
     assert compiled is not None, name
-    found = compiled.candidates(gm.graph, {})
+    found = compiled.candidates(Candidates(gm.graph))
     return None if found is None else {n.name for n in found}
 
 
@@ -336,11 +334,11 @@ def test_literals_of_every_type(rule: str, spelling: Any, expected: bool) -> Non
     compiled = compile_rule(REVIEW_RULES[rule])
     assert compiled is not None
     assert compiled.may_match(anchor) is expected
-    candidates = compiled.candidates(gm.graph, {})
+    candidates = compiled.candidates(Candidates(gm.graph))
     assert candidates is not None
     if expected:
         assert anchor in candidates
-        assert anchor in compiled.candidates(gm.graph, {}, {anchor})  # type: ignore[operator]
+        assert anchor in compiled.candidates(Candidates(gm.graph), {anchor})  # type: ignore[operator]
     check_candidates(gm, REVIEW_RULES)
 
 
@@ -487,9 +485,10 @@ rule add_typed:
         return torch.add(x, y)
 
     gm = trace(f)
-    narrowed = engine._Run(gm, rules, {}, 10, False)._narrowing(gm.graph)  # type: ignore[arg-type]
+    found = Candidates(gm.graph)
+    narrowed = engine._Run(gm, rules, {}, 10, False)._narrowing(found)  # type: ignore[arg-type]
     assert narrowed(rules["add_seven"]) == set()
-    assert {n.name for n in RuleIndex(gm, rules).anchors(gm.graph, narrowed)} == {"add"}
+    assert {n.name for n in RuleIndex(gm, rules).anchors(found, narrowed)} == {"add"}
     report = fxrules.apply(gm, rules, example_inputs=(torch.randn(3, 3), torch.randn(3, 3)))
     assert report.counts() == {"add_typed": 1}
 
@@ -500,7 +499,8 @@ def test_anchors_among_a_region_stay_in_it_and_keep_every_possible_match() -> No
     nodes = list(gm.graph.nodes)
     for region in (set(nodes[::3]), set(nodes[1::2]), set(nodes[-10:])):
         run = engine._Run(gm, REVIEW_RULES, {}, 10, False)  # type: ignore[arg-type]
-        anchors = index.anchors(gm.graph, run._narrowing(gm.graph, region), region)
+        found = Candidates(gm.graph)
+        anchors = index.anchors(found, run._narrowing(found, region), region)
         assert anchors <= region
         for node in region:
             for rule in index.rules_at(node):
@@ -516,7 +516,7 @@ def test_anchors_among_a_region_stay_in_it_and_keep_every_possible_match() -> No
 def no_narrowing() -> Iterator[None]:
     """The engine as before narrowing: every anchor node of a key is a candidate, in pass 1 and after."""
     patch = pytest.MonkeyPatch()
-    patch.setattr(engine._Run, "_narrowing", lambda self, graph, among=None: lambda rule: None)
+    patch.setattr(engine._Run, "_narrowing", lambda self, found, among=None: lambda rule: None)
     try:
         yield
     finally:
@@ -664,18 +664,12 @@ def test_the_mid_pass_example_without_narrowing() -> None:
     assert "sigmoid" in code and "relu" not in code
 
 
-@pytest.mark.xfail(strict=True, reason="pass-1 candidates are narrowed on the graph as given (engine.py "
-                   "_Run.rewrite: self.index.candidates(graph, self._narrowing(graph))); neg, made a "
-                   "neg(relu(..)) by add_zero earlier in the pass, is not tried, and abs_neg gets there first")
 def test_a_redirect_earlier_in_pass_one_is_seen_by_later_nodes() -> None:
     code, counts = outcome(trace(redirected), fxrules.parse(MIDPASS))
     assert counts == {"add_zero": 1, "neg_relu": 1}
     assert "sigmoid" in code and "relu" not in code
 
 
-@pytest.mark.xfail(strict=True, reason="later passes narrow their worklist once, at the start of the pass "
-                   "(engine.py _Run._worklist: self.index.anchors(graph, self._narrowing(graph, region), "
-                   "region)): a redirect earlier in pass 2 is not seen by the neg after it")
 def test_a_redirect_earlier_in_a_later_pass_is_seen_by_later_nodes() -> None:
     rules = fxrules.parse("rule sub_zero:\n    torch.sub(x, 0) => torch.neg(torch.add(x, 0))\n" + MIDPASS)
 
@@ -688,9 +682,6 @@ def test_a_redirect_earlier_in_a_later_pass_is_seen_by_later_nodes() -> None:
     assert outcome(trace(f), rules) == expected
 
 
-@pytest.mark.xfail(strict=True, reason="literal narrowing (compiled._literal_argument) is done on the graph "
-                   "as given: sub_to_lit replaces a node by the literal 7 in its user's arguments, making "
-                   "torch.add(b, 7) earlier in the pass than neg, which add7 no longer tries in that pass")
 def test_a_literal_a_replacement_puts_in_place_is_seen_in_the_same_pass() -> None:
     rules = fxrules.parse("""
 rule sub_to_lit:
@@ -712,8 +703,6 @@ rule neg_add:
     assert outcome(trace(f), rules) == expected
 
 
-@pytest.mark.xfail(strict=True, raises=fxrules.FxrError, reason="the mid-pass miss costs a pass: with "
-                   "max_passes=2, which sufficed before, apply now raises FxrConvergenceError")
 def test_max_passes_that_sufficed_still_suffice() -> None:
     rules = fxrules.parse("rule mul_one:\n    x * 1 => x\n\nrule neg_neg:\n    torch.neg(torch.neg(x)) => x\n")
 
@@ -725,8 +714,6 @@ def test_max_passes_that_sufficed_still_suffice() -> None:
     fxrules.apply(trace(f), rules, max_passes=2)
 
 
-@pytest.mark.xfail(strict=True, reason="a node a rewrite made matchable earlier in the pass is no longer "
-                   "tried there, so the 'overlap' skip the report used to count is lost")
 def test_overlap_skips_are_still_reported() -> None:
     rules = fxrules.parse("rule relu_sig:\n    torch.relu(x) => torch.sigmoid(x)\n\n"
                           "rule neg_sig:\n    torch.neg(torch.sigmoid(x)) => torch.tanh(x)\n")
@@ -756,15 +743,12 @@ def test_a_raw_symfloat_argument_without_narrowing() -> None:
     assert report.counts() == {"mul_two": 1}
 
 
-@pytest.mark.xfail(strict=True, reason="compiled._with_argument_in hashes every argument and falls back "
-                   "only on TypeError; hash() of an unbacked SymFloat raises GuardOnDataDependentSymNode "
-                   "(a RuntimeError), so apply fails where may_match, which never hashes, is fine")
 def test_a_raw_symfloat_argument_is_tested_node_by_node() -> None:
     gm = symfloat_graph()
     rules = fxrules.parse("rule mul_two:\n    torch.mul(x, 2.0) => x\n")
     compiled = compile_rule(rules["mul_two"])
     assert compiled is not None
-    assert {n.name for n in compiled.candidates(gm.graph, {}) or ()} == {"mul_1"}
+    assert {n.name for n in compiled.candidates(Candidates(gm.graph)) or ()} == {"mul_1"}
     assert fxrules.apply(gm, rules).counts() == {"mul_two": 1}
 
 
