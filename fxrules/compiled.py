@@ -121,7 +121,8 @@ class CompiledRule:
     """One rule's compiled matcher."""
 
     def __init__(self, rule: Rule, root: Step, may_match: Callable[[Node], bool],
-                 may_match_anchor: Callable[[Node], bool] | None, candidates: CandidatesOf) -> None:
+                 may_match_anchor: Callable[[Node], bool] | None, candidates: CandidatesOf,
+                 satisfiers: Satisfiers) -> None:
         self.rule = rule
         self._root = root
         #: may_match(anchor) is False when the rule certainly does not match there (nothing to report
@@ -134,6 +135,8 @@ class CompiledRule:
         #: candidates(found, among=None): the nodes of ``found.graph`` (among ``among``) where may_match may
         #: hold (None: every anchor node), found for all at once with set and tuple containment tests
         self.candidates = candidates
+        #: what can satisfy a required argument of an operation of the pattern (see ``_Run._wake``)
+        self.satisfiers = satisfiers
 
     def match(self, anchor: Node, matcher: Matcher) -> Match | None:
         """What ``matcher.match(rule, anchor)`` returns (a match or None) or raises (:class:`Skip`)."""
@@ -175,14 +178,15 @@ def compile_rule(rule: Rule) -> CompiledRule | None:
                 return None
             step = compiler.step(output)
             options = tuple(compiler.operation(o) for o in output.options)  # type: ignore[arg-type]
-            return CompiledRule(rule, step, _any_option(options), _any_option(options), _union_of_options(options))
+            return CompiledRule(rule, step, _any_option(options), _any_option(options), _union_of_options(options),
+                                compiler.satisfiers)
         if not _compiles(output):
             return None
         root = compiler.operation(output)  # type: ignore[arg-type]
     except _UnsupportedTemplateError:
         return None
     return CompiledRule(rule, root.match_checked, root.may_match, root.has_required if root.required else None,
-                        root.candidates)
+                        root.candidates, compiler.satisfiers)
 
 
 def _any_option(options: tuple[_Operation, ...]) -> Callable[[Node], bool]:
@@ -208,6 +212,36 @@ def pattern_depth(template: Template) -> int:
         parts = template.options if isinstance(template, AltTemplate) else template.items
         return max((pattern_depth(t) for t in parts), default=0)
     return 0
+
+
+@attrs.frozen(eq=False)
+class Satisfiers:
+    """What can satisfy a required argument of compiled operations: a node calling one of ``keys``
+    (directly, or one of its aten overloads) or any module (``modules``), or a literal passing one of
+    ``literal_tests``."""
+
+    keys: frozenset[tuple[str, Any]] = frozenset()
+    modules: bool = False
+    literal_tests: tuple[Callable[[Any], bool], ...] = ()
+
+    def __or__(self, other: Satisfiers) -> Satisfiers:
+        return Satisfiers(self.keys | other.keys, self.modules or other.modules,
+                          self.literal_tests + other.literal_tests)
+
+    def admit(self, value: Any) -> bool:
+        """Whether ``value`` may satisfy one of the required arguments."""
+        if not isinstance(value, Node):
+            return any(test(value) for test in self.literal_tests)
+        if value.op == "call_module":
+            return self.modules
+        keys, target = self.keys, value.target
+        try:
+            if (value.op, target) in keys:
+                return True
+        except TypeError:  # an unhashable target: it may
+            return True
+        packet = getattr(target, "overloadpacket", None)
+        return packet is not None and (value.op, packet) in keys
 
 
 @attrs.frozen(eq=False)
@@ -270,6 +304,7 @@ class _Compiler:
     def __init__(self, types: Mapping[str, CaptureType]) -> None:
         self.types = types
         self.steps: dict[int, Step] = {}
+        self.satisfiers = Satisfiers()  # of every required argument of the pattern's operations
 
     def step(self, template: Template) -> Step:
         known = self.steps.get(id(template))
@@ -680,10 +715,14 @@ def _operand_tests(template: OpTemplate, compiler: _Compiler,
     tests: list[_Requirement] = []
     for operand in template.operands():
         if _compiles(operand):
-            tests.append(_operand_call(compiler.operation(operand)))  # type: ignore[arg-type]
+            operation = compiler.operation(operand)  # type: ignore[arg-type]
+            tests.append(_operand_call(operation))
+            keys = operation.index_keys()
+            compiler.satisfiers |= Satisfiers(keys=frozenset(keys or ()), modules=keys is None)
         elif isinstance(operand, Literal) and with_default is not None \
                 and parameter_of.get(id(operand)) not in with_default:
             tests.append(_literal_argument(operand.value))
+            compiler.satisfiers |= Satisfiers(literal_tests=(tests[-1].test,))
     return tuple(tests)
 
 

@@ -8,11 +8,13 @@
    rewrite creates are not matched again in the same pass.  Pass 1 visits the
    nodes the graph's own op/target index finds for the rules' anchor keys,
    narrowed for compiled rules to those whose operand calls and literals may
-   match, all found at once for the graph as given
-   (:attr:`~fxrules.compiled.CompiledRule.candidates`); later passes visit
-   only the nodes within pattern depth (along use edges) of what the previous
-   pass changed (where a node that a rewrite made a candidate lies), and
-   until they first fire they pass
+   match, all found at once as the pass starts
+   (:attr:`~fxrules.compiled.CompiledRule.candidates`), and the nodes ahead
+   that its rewrites give new inputs (and their users within pattern depth),
+   which they may have made candidates (``_Run._wake``): so it finds what a
+   visit of every anchor node would.  Later passes visit only the nodes
+   within pattern depth (along use edges) of what the previous pass changed,
+   narrowed the same way, and until they first fire they pass
    over those the previous pass looked at after every change within their
    reach (``_Run._settled``).  Rules are matched by their compiled matchers
    (:mod:`fxrules.compiled`) where they have one, which reject most
@@ -31,6 +33,7 @@ the graph is made.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import operator
 import time
@@ -44,7 +47,7 @@ import torch.fx
 from torch.export import ExportedProgram
 
 from fxrules import helpers as bundled_helpers
-from fxrules.compiled import Candidates, CompiledRule, compile_ruleset
+from fxrules.compiled import Candidates, CompiledRule, Satisfiers, compile_ruleset
 from fxrules.diagnostics import FxrApplyError, FxrConvergenceError, FxrError, FxrUsageError
 from fxrules.exported import RewrittenProgram, rewrite_program
 from fxrules.ir import Rule, RuleSet
@@ -162,6 +165,7 @@ class _Run:
         # explain=True wants the generic matcher's near misses: no compiled fast path then
         self.compiled: Mapping[int, CompiledRule | None] = {} if explain else compiled.matchers
         self.depth = compiled.depth
+        self._satisfiers_of: dict[int, tuple[tuple[Rule, ...], Satisfiers]] = {}
         self.multi_output = compiled.multi_output
         # Whether a pass may skip the nodes whose outcome the previous pass knows (see _settled).
         self.settles = not (explain or compiled.multi_output or compiled.counts_users)
@@ -324,22 +328,38 @@ class _Run:
                 current.changed[changed] = position
         return True
 
-    def _wake(self, redirected: tuple[torch.fx.Node, ...], current: _Pass) -> None:
+    def _wake(self, redirected: tuple[tuple[torch.fx.Node, Any], ...], current: _Pass) -> None:
         """Queue the nodes ahead that the pass left out when it started and the rewrite may have made
-        candidates: a node's cheap test reads its arguments ``depth - 1`` calls deep, so those with new
-        inputs and their users up to ``depth - 2`` use edges after them."""
+        candidates.  The test that left a node out reads its arguments ``depth - 1`` calls deep, so only
+        the nodes given a new input, and their users up to ``depth - 2`` use edges after them, and only if
+        the new input may satisfy a required argument of the rules there (:class:`~fxrules.compiled.Satisfiers`)."""
         listed, domain, retired, rules_at = current.listed, current.domain, current.matcher.retired, \
             self.index.rules_at
         here = current.node._sort_key  # type: ignore[union-attr]
-        layer: Iterable[torch.fx.Node] = redirected
-        for level in range(max(self.depth - 1, 1)):
-            for node in layer:
-                if node not in listed and node._sort_key > here and (domain is None or node in domain) \
-                        and node not in retired and rules_at(node):
-                    listed.add(node)
-                    heapq.heappush(current.woken, (node._sort_key, id(node), node))
-            if level < self.depth - 2:
-                layer = set().union(*[n.users for n in layer])
+        for user, value in redirected:
+            layer: Iterable[torch.fx.Node] = (user,)
+            for level in range(max(self.depth - 1, 1)):
+                for node in layer:
+                    if node in listed or node._sort_key <= here or (domain is not None and node not in domain) \
+                            or node in retired:
+                        continue
+                    rules = rules_at(node)
+                    if rules and self._satisfiers(rules).admit(value):
+                        listed.add(node)
+                        heapq.heappush(current.woken, (node._sort_key, id(node), node))
+                if level < self.depth - 2:
+                    layer = set().union(*[n.users for n in layer])
+
+    def _satisfiers(self, rules: tuple[Rule, ...]) -> Satisfiers:
+        """What may satisfy a required argument of ``rules`` (compiled or not: an uncompiled rule's nodes are
+        never left out), once per tuple the rule index gives."""
+        known = self._satisfiers_of.get(id(rules))
+        if known is not None and known[0] is rules:
+            return known[1]
+        compiled = [self.compiled.get(id(rule)) for rule in rules]
+        found = functools.reduce(operator.or_, (c.satisfiers for c in compiled if c is not None), Satisfiers())
+        self._satisfiers_of[id(rules)] = (rules, found)  # the tuple kept: its id stays its own
+        return found
 
     def _worklist(self, touched: set[torch.fx.Node],
                   retired: Mapping[torch.fx.Node, None]) -> tuple[list[torch.fx.Node], set[torch.fx.Node]]:

@@ -136,7 +136,7 @@ class Rewrite:
     created: tuple[torch.fx.Node, ...]
     touched: tuple[torch.fx.Node, ...]  # with new inputs, or fewer users
     gained_users: tuple[torch.fx.Node, ...]  # existing nodes the replacement uses
-    redirected: tuple[torch.fx.Node, ...]  # the existing nodes with new inputs (some of ``touched``)
+    redirected: tuple[tuple[torch.fx.Node, Any], ...]  # existing nodes given a new input (in ``touched``), and it
 
 
 class Rewriter:
@@ -183,12 +183,12 @@ class Rewriter:
             raise
         if created:
             self._annotate(match, created, values)
-        redirected: list[torch.fx.Node] = []
+        redirected: list[tuple[torch.fx.Node, Any]] = []
         for output, value in zip(outputs, values, strict=True):
             if value is not output:
-                redirected += self._redirect(output, value, created)
-        return Rewrite(tuple(created), (*redirected, *self._retire_dead(match)), _used_by(created, values),
-                       tuple(redirected))
+                redirected += [(user, value) for user in self._redirect(output, value, created)]
+        return Rewrite(tuple(created), (*(user for user, _ in redirected), *self._retire_dead(match)),
+                       _used_by(created, values), tuple(redirected))
 
     def _emit(self, match: Match, anchor: torch.fx.Node) -> tuple[list[Any], list[torch.fx.Node]]:
         """The replacement's values (one per output) and the nodes made for them, before ``anchor``."""
