@@ -55,7 +55,7 @@ from fxrules.loader import load
 from fxrules.matcher import Match, Matcher, Miss, RuleIndex, Skip, in_graph_order
 from fxrules.metadata import propagate_shapes
 from fxrules.report import Report, ReportBuilder, combine
-from fxrules.rewriter import Rewriter, Transaction
+from fxrules.rewriter import Rewrite, Rewriter, Transaction
 from fxrules.subgraphs import higher_order_subgraphs
 
 RulesArgument = str | Path | RuleSet | Sequence["str | Path | RuleSet"]
@@ -112,7 +112,8 @@ def checked_options(ruleset: RuleSet, helpers: Mapping[str, Callable[..., Any]] 
 
 @attrs.define
 class _Pass:
-    """One pass's state: what fired, the nodes rewrites created (not matched again) and touched.
+    """One pass's state: what fired, the nodes rewrites created (not matched again) and the changed nodes the
+    next pass must look around (``touched``).
 
     Positions count the nodes the pass visited: ``visited`` says where the pass looked at a node (tried
     its rules, or knew their outcome), ``changed`` where the last rewrite that changed a node's inputs
@@ -319,9 +320,9 @@ class _Run:
         current.matcher.forget()
         current.claimed.update(change.created)
         current.touched.update(change.created)
-        current.touched.update(change.touched)
         if change.redirected:
             self._wake(change.redirected, current)
+        current.touched.update(self._to_look_around(change, current))
         if self.settles:
             position = current.position
             for changed in (node, *change.created, *change.touched, *change.gained_users):
@@ -349,6 +350,20 @@ class _Run:
                         heapq.heappush(current.woken, (node._sort_key, id(node), node))
                 if level < self.depth - 2:
                     layer = set().union(*[n.users for n in layer])
+
+    def _to_look_around(self, change: Rewrite, current: _Pass) -> Iterable[torch.fx.Node]:
+        """The existing nodes ``change`` touched whose surroundings the next pass must look at again.
+
+        Not the nodes it gave a new input within the pass's domain: they come after the rewritten node, so
+        this pass visits them later (with their new inputs) if it may match there (:meth:`_wake`), and a
+        change after that visit is another rewrite's, which the next pass looks around.  The nodes that lost
+        a user are ahead of the pass or behind it, and so are the outputs of a multi-output pattern.
+        """
+        if self.multi_output or not change.redirected:
+            return change.touched
+        domain = current.domain
+        ahead = {user for user, _ in change.redirected if domain is None or user in domain}
+        return [node for node in change.touched if node not in ahead]
 
     def _satisfiers(self, rules: tuple[Rule, ...]) -> Satisfiers:
         """What may satisfy a required argument of ``rules`` (compiled or not: an uncompiled rule's nodes are
