@@ -166,7 +166,7 @@ class _Run:
         # explain=True wants the generic matcher's near misses: no compiled fast path then
         self.compiled: Mapping[int, CompiledRule | None] = {} if explain else compiled.matchers
         self.depth = compiled.depth
-        self._satisfiers_of: dict[int, tuple[tuple[Rule, ...], Satisfiers]] = {}
+        self._satisfiers_by_key: dict[tuple[str, Any], Satisfiers | None] = {}
         self.multi_output = compiled.multi_output
         # Whether a pass may skip the nodes whose outcome the previous pass knows (see _settled).
         self.settles = not (explain or compiled.multi_output or compiled.counts_users)
@@ -334,18 +334,17 @@ class _Run:
         candidates.  The test that left a node out reads its arguments ``depth - 1`` calls deep, so only
         the nodes given a new input, and their users up to ``depth - 2`` use edges after them, and only if
         the new input may satisfy a required argument of the rules there (:class:`~fxrules.compiled.Satisfiers`)."""
-        listed, domain, retired, rules_at = current.listed, current.domain, current.matcher.retired, \
-            self.index.rules_at
+        listed, domain, retired = current.listed, current.domain, current.matcher.retired
         here = current.node._sort_key  # type: ignore[union-attr]
         for user, value in redirected:
             layer: Iterable[torch.fx.Node] = (user,)
             for level in range(max(self.depth - 1, 1)):
                 for node in layer:
-                    if node in listed or node._sort_key <= here or (domain is not None and node not in domain) \
-                            or node in retired:
+                    if node in listed or node in retired or (domain is not None and node not in domain) \
+                            or node._sort_key <= here:
                         continue
-                    rules = rules_at(node)
-                    if rules and self._satisfiers(rules).admit(value):
+                    satisfiers = self._satisfiers_at(node)
+                    if satisfiers is not None and satisfiers.admit(value):
                         listed.add(node)
                         heapq.heappush(current.woken, (node._sort_key, id(node), node))
                 if level < self.depth - 2:
@@ -365,16 +364,23 @@ class _Run:
         ahead = {user for user, _ in change.redirected if domain is None or user in domain}
         return [node for node in change.touched if node not in ahead]
 
-    def _satisfiers(self, rules: tuple[Rule, ...]) -> Satisfiers:
-        """What may satisfy a required argument of ``rules`` (compiled or not: an uncompiled rule's nodes are
-        never left out), once per tuple the rule index gives."""
-        known = self._satisfiers_of.get(id(rules))
-        if known is not None and known[0] is rules:
-            return known[1]
-        compiled = [self.compiled.get(id(rule)) for rule in rules]
-        found = functools.reduce(operator.or_, (c.satisfiers for c in compiled if c is not None), Satisfiers())
-        self._satisfiers_of[id(rules)] = (rules, found)  # the tuple kept: its id stays its own
+    def _satisfiers_at(self, node: torch.fx.Node) -> Satisfiers | None:
+        """What may satisfy a required argument of the rules filed under the node's key (None: no rule is),
+        once per key.  An uncompiled rule's nodes are never left out, so only compiled rules count."""
+        try:
+            return self._satisfiers_by_key[(node.op, node.target)]
+        except KeyError:
+            pass
+        except TypeError:  # an unhashable target: not kept
+            return self._satisfiers_of(self.index.rules_at(node))
+        found = self._satisfiers_by_key[(node.op, node.target)] = self._satisfiers_of(self.index.rules_at(node))
         return found
+
+    def _satisfiers_of(self, rules: tuple[Rule, ...]) -> Satisfiers | None:
+        if not rules:
+            return None
+        compiled = [self.compiled.get(id(rule)) for rule in rules]
+        return functools.reduce(operator.or_, (c.satisfiers for c in compiled if c is not None), Satisfiers())
 
     def _worklist(self, touched: set[torch.fx.Node],
                   retired: Mapping[torch.fx.Node, None]) -> tuple[list[torch.fx.Node], set[torch.fx.Node]]:
