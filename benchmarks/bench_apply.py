@@ -83,8 +83,9 @@ rule contiguous_twice:
     x.contiguous().contiguous() => x.contiguous()
 """
 
-#: Rules anchored at targets the graph has plenty of, that never complete a match on it:
-#: every candidate node is tried and rejected (the expensive way of firing nothing).
+#: Rules anchored at targets the graph has plenty of, that never fire on it (the expensive way of
+#: firing nothing): every anchor node has to be ruled out, most by the whole-graph narrowing of
+#: candidates, and two per block (neg of a shared contiguous) match and are skipped (escaping user).
 NOFIRE_TRIED_FXR = """
 rule neg_thrice:
     torch.neg(torch.neg(torch.neg(x))) => torch.neg(x)

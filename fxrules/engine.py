@@ -169,6 +169,7 @@ class _Run:
         self._satisfiers_by_key: dict[tuple[str, Any], Satisfiers | None] = {}
         self.multi_output = compiled.multi_output
         # Whether a pass may skip the nodes whose outcome the previous pass knows (see _settled).
+        self.counts_users = compiled.counts_users
         self.settles = not (explain or compiled.multi_output or compiled.counts_users)
 
     def execute(self) -> Report:
@@ -323,6 +324,8 @@ class _Run:
         if change.redirected:
             self._wake(change.redirected, current)
         current.touched.update(self._to_look_around(change, current))
+        if self.counts_users:  # a capture's new users may make a guard that counts them hold
+            current.touched.update(change.gained_users)
         if self.settles:
             position = current.position
             for changed in (node, *change.created, *change.touched, *change.gained_users):
@@ -388,12 +391,14 @@ class _Run:
         narrowed; and the region it was narrowed from (the next pass's domain).
 
         A changed node (new, with new inputs, or with fewer users) lies at most ``depth - 1`` use edges
-        before the anchor of any match that contains it.
+        before the anchor of any match that contains it.  When guards count users, a node whose users
+        changed may also be a capture, an argument of a matched node: ``depth`` use edges before.
         """
         seeds = {n for n in touched if n not in retired}
         if self.multi_output:  # further outputs hang off shared inputs: look upstream too
             seeds |= _neighbourhood(seeds, self.depth, operator.attrgetter("all_input_nodes"))
-        region = seeds | _neighbourhood(seeds, self.depth - 1, operator.attrgetter("users"))
+        reach = self.depth if self.counts_users else self.depth - 1
+        region = seeds | _neighbourhood(seeds, reach, operator.attrgetter("users"))
         region.difference_update(retired)
         graph = self.gm.graph
         if len(region) <= 4 * len(self.ruleset):  # a few nodes: testing each costs less than narrowing for each rule

@@ -137,3 +137,35 @@ def test_skip_counts_count_each_node_once_however_often_it_is_tried() -> None:
     report = builder.build(0, 0, 0.0)
     assert report["r"].skip_counts == {"escaping user": KEEP_EXAMPLES + 5}
     assert len(report["r"].skipped) == KEEP_EXAMPLES
+
+
+def test_a_guard_counting_users_sees_the_users_a_later_rewrite_gives_its_capture(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rules = fxrules.parse("""
+rule shared_relu:
+    pattern:
+        return torch.relu(x)
+    where:
+        num_users(x) == 4
+    replace:
+        return torch.sigmoid(x)
+
+rule mul_one:
+    y * 1 => y
+""")
+
+    def f(a: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        x = torch.neg(a)  # used by relu, mul, cos: 3 users until mul_one hands it mul's two users
+        r = torch.relu(x)  # before mul: pass 1 has looked at it when mul_one fires
+        m = x * 1
+        return r, m + 1, m + 2, torch.cos(x)
+
+    gm = trace(f)
+    everywhere = copy.deepcopy(gm)
+    report = fxrules.apply(gm, rules)
+    assert (report.counts(), report.passes) == ({"shared_relu": 1, "mul_one": 1}, 3)
+    assert fxrules.apply(gm, rules).counts() == {}  # a fixpoint
+    with monkeypatch.context() as patch:
+        visit_everything(patch)
+        fxrules.apply(everywhere, rules)
+    assert gm.code == everywhere.code
