@@ -32,10 +32,11 @@ that finds nothing to do costs little more than the index lookups.
 
 Compiled: single-output patterns of function and method calls (commutative or not) and of family
 calls (the member the node calls, found by its target, or its module's class, maps its arguments
-onto the family's with :func:`~fxrules.families.map_member_call`), alternatives, captures with
-non-tensor types, literals, ``_``, lists and slices.  Not compiled (:func:`compile_rule` returns
-None): modules and attributes named in the pattern, several outputs, and tensor-typed captures
-(their missing metadata is reported even when the match fails elsewhere).
+onto the family's with :func:`~fxrules.families.map_member_call`), alternatives, typed captures
+(tensor types too: a node without shape metadata is accepted provisionally, as the generic matcher
+does, and the structural match it completes is skipped for ``missing metadata``), literals, ``_``,
+lists and slices.  Not compiled (:func:`compile_rule` returns None): modules and attributes named in
+the pattern, and several outputs.
 """
 
 from __future__ import annotations
@@ -75,10 +76,12 @@ from fxrules.matcher import (
     NodeIndex,
     Skip,
     State,
+    Unfit,
     Unreadable,
     holds_default,
     literal_equal,
     named_values,
+    tensor_fit,
     value_type_problem,
 )
 from fxrules.memo import per_object
@@ -90,11 +93,12 @@ Node = torch.fx.Node
 class _Attempt:
     """One run of a compiled matcher: what it bound, and the option taken at each choice."""
 
-    __slots__ = ("bindings", "matcher", "nodes", "orders", "replayed")
+    __slots__ = ("bindings", "matcher", "missing_metadata", "nodes", "orders", "replayed")
 
     def __init__(self, replayed: tuple[int, ...], matcher: Matcher) -> None:
         self.bindings: dict[str, Any] = {}  # in binding order, as the generic State's
         self.nodes: dict[int, Node] = {}  # id(OpTemplate) -> node, in matching order
+        self.missing_metadata: Skip | None = None  # as the generic State's: the first typed capture without it
         self.matcher = matcher  # for what a node alone does not say: the module a call_module calls
         self.replayed = replayed  # the options to take at the first choices
         self.orders: list[tuple[int, int]] = []  # (option taken, last option) at each choice met
@@ -153,7 +157,7 @@ class CompiledRule:
             except _Backtrack:
                 matched = False
             if matched:
-                state = State(attempt.bindings, attempt.nodes)
+                state = State(attempt.bindings, attempt.nodes, missing_metadata=attempt.missing_metadata)
                 try:
                     matcher.check_usable(self.rule, state)
                 except Skip as reason:  # the generic matcher goes on to the other options, and raises the first
@@ -169,7 +173,7 @@ class CompiledRule:
 def compile_rule(rule: Rule) -> CompiledRule | None:
     """The rule's compiled matcher, or None when its pattern is outside the compiled subset."""
     output = rule.pattern[0]
-    if len(rule.pattern) != 1 or any(isinstance(t, TensorType) for t in rule.types.values()):
+    if len(rule.pattern) != 1:
         return None
     compiler = _Compiler(rule.types)
     try:
@@ -349,19 +353,46 @@ def _anything(value: Any, attempt: _Attempt) -> bool:
 
 
 def _capture_step(name: str, declared: CaptureType | None) -> Step:
+    if isinstance(declared, TensorType):
+        return _tensor_capture_step(name, declared)
+
     def capture(value: Any, attempt: _Attempt) -> bool:
-        bindings = attempt.bindings
-        if name in bindings:  # a non-linear capture (x * x): the same node, or an equal literal
-            previous = bindings[name]
-            if isinstance(previous, Node) or isinstance(value, Node):
-                return previous is value
-            return literal_equal(previous, value)
+        if name in attempt.bindings:
+            return _same_as_bound(attempt.bindings[name], value)
         if declared is not None and value_type_problem(name, declared, value) is not None:
             return False
-        bindings[name] = value
+        attempt.bindings[name] = value
         return True
 
     return capture
+
+
+def _tensor_capture_step(name: str, declared: TensorType) -> Step:
+    """A tensor-typed capture, checked with the generic matcher's :func:`~fxrules.matcher.tensor_fit`."""
+
+    def tensor_capture(value: Any, attempt: _Attempt) -> bool:
+        bindings = attempt.bindings
+        if name in bindings:
+            return _same_as_bound(bindings[name], value)
+        fit = tensor_fit(name, declared, value, bindings)
+        if isinstance(fit, Unfit):
+            return False
+        if isinstance(fit, Skip):
+            if attempt.missing_metadata is None:  # the first one is reported, as the generic matcher does
+                attempt.missing_metadata = fit
+        else:
+            bindings.update(fit)  # its dims first, then the capture: the generic State's binding order
+        bindings[name] = value
+        return True
+
+    return tensor_capture
+
+
+def _same_as_bound(previous: Any, value: Any) -> bool:
+    """A non-linear capture (x * x) seen again: the same node, or an equal literal."""
+    if isinstance(previous, Node) or isinstance(value, Node):
+        return previous is value
+    return literal_equal(previous, value)
 
 
 def _literal_test(expected: Any) -> Callable[[Any], bool]:
@@ -803,11 +834,12 @@ def _choose(options: tuple[tuple[tuple[Step, ...], tuple[Any, ...]], ...], attem
         taken = attempt.replayed[choice]
         orders.append((taken, last))
         return _match_all(*options[taken], attempt)
-    bindings, nodes = attempt.bindings, attempt.nodes
+    bindings, nodes, missing_metadata = attempt.bindings, attempt.nodes, attempt.missing_metadata
     for taken, (steps, values) in enumerate(options):
         del orders[choice:]
         # An option may bind before it fails: all but the last bind into copies of what the choice found.
         attempt.bindings, attempt.nodes = (dict(bindings), dict(nodes)) if taken < last else (bindings, nodes)
+        attempt.missing_metadata = missing_metadata
         orders.append((taken, last))
         if _match_all(steps, values, attempt):
             return True

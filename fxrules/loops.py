@@ -6,19 +6,20 @@ pattern matches its own replacement, and two rules each matching the
 other's replacement, are reported before anything loops.  Where the match
 cannot be decided without shape metadata or module values (a typed capture,
 a guard), the pattern's operations alone decide, the types and the guard
-assumed to hold: the warning is a prompt to check, not a verdict.  Rules
+assumed to hold: the matcher skips such a match for ``missing metadata`` or
+``guard error`` only once its structure matched, so the skip counts as a
+match.  The warning is a prompt to check, not a verdict.  Rules
 whose replacement calls a helper are not checked (helpers run only on real
 modules).
 """
 
 from __future__ import annotations
 
-import attrs
 import torch
 import torch.fx
 
 from fxrules.diagnostics import Diagnostic, Span
-from fxrules.ir import HelperTemplate, ModuleType, OpTemplate, Rule, RuleSet, TensorType, walk
+from fxrules.ir import HelperTemplate, ModuleType, OpTemplate, Rule, RuleSet, walk
 from fxrules.matcher import Matcher, RuleIndex, Skip
 from fxrules.standalone import build
 
@@ -48,18 +49,9 @@ def _rules_matching(graph: torch.fx.GraphModule, ruleset: RuleSet) -> set[str]:
                 if matcher.match(rule, node) is not None:
                     found.add(rule.name)
             except Skip as skip:
-                if skip.reason in UNDECIDED and _matches_structurally(matcher, rule, node):
+                if skip.reason in UNDECIDED:
                     found.add(rule.name)
     return found
-
-
-def _matches_structurally(matcher: Matcher, rule: Rule, node: torch.fx.Node) -> bool:
-    """Whether the pattern's operations match, tensor types and guard aside (they need values we lack)."""
-    types = {name: t for name, t in rule.types.items() if not isinstance(t, TensorType)}
-    try:
-        return matcher.match(attrs.evolve(rule, types=types, guard=None), node) is not None
-    except Skip:
-        return True  # a match that is only rejected later (an escaping user...) is still a match
 
 
 def loop_warnings(ruleset: RuleSet) -> tuple[Diagnostic, ...]:

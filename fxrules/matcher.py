@@ -5,12 +5,15 @@ Algorithm, for a rule whose pattern outputs are ``o1 .. ok`` at anchor ``n``:
 1. match ``o1`` at ``n``: an operation template checks the node's op and
    target (or family member), then its arguments, normalized to parameter
    names, recursively; captures bind (and unify) values, typed captures are
-   checked as they bind, interior names must map to one node each;
+   checked as they bind, interior names must map to one node each; a
+   tensor-typed capture whose node has no shape metadata is accepted
+   provisionally (its dims stay unbound) and the state remembers it;
 2. match each further output ``oi`` among the users of nodes already bound;
-3. check, in order: the guard (once everything is bound), that interior nodes
-   have no users outside the match, that no impure node is deleted unless the
-   pattern names its target exactly, and that no capture depends on a matched
-   node (the rewrite would create a cycle).
+3. check, in order: that no typed capture lacked metadata (else the match is
+   skipped for ``missing metadata``), the guard (once everything is bound),
+   that interior nodes have no users outside the match, that no impure node is
+   deleted unless the pattern names its target exactly, and that no capture
+   depends on a matched node (the rewrite would create a cycle).
 
 Choices (alternatives ``A | B``, commutative operand order, lists) are
 explored by backtracking generators; a pattern of ``p`` operations costs
@@ -86,18 +89,26 @@ class State:
     bindings: Mapping[str, Any] = attrs.field(factory=dict)
     nodes: Mapping[int, torch.fx.Node] = attrs.field(factory=dict)  # id(OpTemplate) -> node
     modules: Mapping[str, str] = attrs.field(factory=dict)  # module capture -> qualified name
+    #: the skip of the first tensor-typed capture bound without shape metadata (None: every one had it)
+    missing_metadata: Skip | None = None
 
     # Each step makes a new State (choices backtrack by keeping the old one); the constructor is called
     # directly because attrs.evolve's field introspection costs more than the copy on this hot path.
     def bind(self, name: str, value: Any) -> State:
-        return State({**self.bindings, name: value}, self.nodes, self.modules)
+        return State({**self.bindings, name: value}, self.nodes, self.modules, self.missing_metadata)
 
     def map_node(self, template: OpTemplate, node: torch.fx.Node) -> State:
         bindings = {**self.bindings, template.name: node} if template.name else self.bindings
-        return State(bindings, {**self.nodes, id(template): node}, self.modules)
+        return State(bindings, {**self.nodes, id(template): node}, self.modules, self.missing_metadata)
 
     def bind_module(self, name: str, qualified_name: str) -> State:
-        return State(self.bindings, self.nodes, {**self.modules, name: qualified_name})
+        return State(self.bindings, self.nodes, {**self.modules, name: qualified_name}, self.missing_metadata)
+
+    def lacking_metadata(self, skip: Skip) -> State:
+        """The state with a typed capture accepted without metadata: the first such skip is kept."""
+        if self.missing_metadata is not None:
+            return self
+        return State(self.bindings, self.nodes, self.modules, skip)
 
 
 @attrs.frozen
@@ -189,7 +200,6 @@ class Matcher:
         self.retired = retired if retired is not None else {}  # rewritten away: no longer users of anything
         self._bound_cache: dict[tuple[int, int], BoundCall | None] = {}
         self.rule_types: Mapping[str, CaptureType] = {}
-        self.pending_skip: Skip | None = None
 
     def forget(self) -> None:
         """Drop what was cached about nodes: a rewrite changed the graph."""
@@ -201,7 +211,6 @@ class Matcher:
         """The first complete match of ``rule`` anchored at ``anchor``, or None; raises :class:`Skip`."""
         self.misses.start(rule, anchor)
         self.rule_types = rule.types
-        self.pending_skip = None
         skip: Skip | None = None
         for state in self._outputs(rule, anchor):
             try:
@@ -210,7 +219,6 @@ class Matcher:
                 skip = skip or reason
                 continue
             return self.to_match(rule, state)
-        skip = skip or self.pending_skip
         if skip is not None:
             raise skip
         return None
@@ -471,52 +479,31 @@ class Matcher:
         return state.bind(name, value)
 
     def check_type(self, name: str, declared: CaptureType, value: Any, state: State, span: Span) -> State | None:
+        """The state with ``value`` checked against the declared type of capture ``name`` (and the dims of a
+        tensor type bound), or None when it does not fit."""
         if isinstance(declared, TensorType):
-            if value is None and declared.or_none:
-                return state
-            if isinstance(value, torch.fx.Node):
-                return self._check_tensor(name, declared, value, state, span)
-            problem = f"'{name}' must be a tensor, found {_show(value)}"
-        else:
-            problem = value_type_problem(name, declared, value)
+            fit = tensor_fit(name, declared, value, state.bindings)
+            if isinstance(fit, Unfit):
+                self.misses.fail(state, "type", fit.detail, span)
+                return None
+            if isinstance(fit, Skip):
+                return state.lacking_metadata(fit)
+            for symbol, size in fit.items():
+                state = state.bind(symbol, size)
+            return state
+        problem = value_type_problem(name, declared, value)
         if problem:
             self.misses.fail(state, "type", lambda: problem, span)
             return None
         return state
 
-    def _check_tensor(self, name: str, declared: TensorType, node: torch.fx.Node, state: State,
-                      span: Span) -> State | None:
-        try:
-            info = tensor_info(node)
-        except NotATensor as not_a_tensor:
-            reason = str(not_a_tensor)
-            self.misses.fail(state, "type", lambda: f"'{name}' must be a tensor: {reason}", span)
-            return None
-        except MissingMetadata as missing:
-            # Other choices (operand order, alternatives) may still match; report this only if none does.
-            self.pending_skip = self.pending_skip or Skip(
-                "missing metadata", f"'{name}' needs shape metadata: {missing} "
-                                    "(pass example_inputs= to apply, or use torch.export)")
-            return None
-        if declared.dtypes is not None and info.dtype not in declared.dtypes:
-            self.misses.fail(state, "type", lambda: f"'{name}' has dtype {info.dtype}, expected one of "
-                                            f"{', '.join(map(str, declared.dtypes))}", span)
-            return None
-        if declared.dims is None:
-            return state
-        unified = unify_dims(declared.dims, tuple(info.shape), state.bindings)
-        if unified is None:
-            self.misses.fail(state, "type", lambda: f"'{name}' has shape {tuple(info.shape)}, which does not fit "
-                                            f"{_show_dims(declared.dims)}", span)
-            return None
-        for symbol, size in unified.items():
-            state = state.bind(symbol, size)
-        return state
-
     # ---------------------------------------------------------------- after the structure matched
 
     def check_usable(self, rule: Rule, state: State) -> None:
-        """Raise :class:`Skip` when a structural match cannot be used: guard, escaping user, impure node, cycle."""
+        """Raise :class:`Skip` when a structural match cannot be used: a typed capture without metadata,
+        guard, escaping user, impure node, cycle."""
+        if state.missing_metadata is not None:  # the types are undecided: so is everything that reads them
+            raise state.missing_metadata
         if rule.guard is not None:
             self._check_guard(rule, state)
         matched = set(state.nodes.values())
@@ -809,6 +796,45 @@ class AttrValue:
 
     def numel(self) -> int:
         return int(self._value.numel())
+
+
+@attrs.frozen
+class Unfit:
+    """Why a value does not fit a tensor type: ``detail`` writes it (only when a near miss is recorded)."""
+
+    detail: Callable[[], str]
+
+
+def tensor_fit(name: str, declared: TensorType, value: Any,
+               bound: Mapping[str, Any]) -> Mapping[str, Any] | Skip | Unfit:
+    """How ``value`` fits the tensor type of capture ``name``, given the dims already ``bound``.
+
+    A mapping: it fits, binding these dims (in the type's order); :class:`Unfit`: it does not (not a tensor,
+    another dtype, rank or size); a ``missing metadata`` :class:`Skip`: the node has no shape metadata, so
+    only a structurally complete match may report it.
+    """
+    if value is None and declared.or_none:
+        return {}
+    if not isinstance(value, torch.fx.Node):
+        return Unfit(lambda: f"'{name}' must be a tensor, found {_show(value)}")
+    try:
+        info = tensor_info(value)
+    except NotATensor as not_a_tensor:
+        reason = str(not_a_tensor)  # the exception's name is unbound once the handler ends
+        return Unfit(lambda: f"'{name}' must be a tensor: {reason}")
+    except MissingMetadata as missing:
+        return Skip("missing metadata", f"'{name}' needs shape metadata: {missing} "
+                                        "(pass example_inputs= to apply, or use torch.export)")
+    if declared.dtypes is not None and info.dtype not in declared.dtypes:
+        return Unfit(lambda: f"'{name}' has dtype {info.dtype}, expected one of "
+                             f"{', '.join(map(str, declared.dtypes))}")
+    if declared.dims is None:
+        return {}
+    unified = unify_dims(declared.dims, tuple(info.shape), bound)
+    if unified is None:
+        return Unfit(lambda: f"'{name}' has shape {tuple(info.shape)}, which does not fit "
+                             f"{_show_dims(declared.dims)}")
+    return unified
 
 
 def value_type_problem(name: str, declared: CaptureType, value: Any) -> str | None:

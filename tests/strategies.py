@@ -14,6 +14,7 @@ results broadcast with everything else, so every generated graph runs.
 * :func:`site_graphs` -- graphs made of isolated sites: every site reads fresh
   ``sin`` barrier nodes and feeds ``cos`` barrier nodes or the output, so one
   site's rewrite can neither create nor destroy a match at another site.
+* :func:`with_metadata` -- a generated graph with shape metadata on every node, on none, or on some.
 * :func:`inputs` -- input tensors for a generated graph, special values included.
 """
 
@@ -28,6 +29,8 @@ import torch
 import torch.fx
 import torch.nn.functional as F  # noqa: N812 - the spelling the rules use
 from hypothesis import strategies as st
+
+from fxrules.metadata import propagate_shapes
 
 SHAPE = (3, 3)
 Node = torch.fx.Node
@@ -78,7 +81,8 @@ class GraphBuilder:
 
 
 class GeneratedGraph:
-    """A generated graph module and its number of inputs; shown as its code when hypothesis reports it."""
+    """A generated graph module and its number of inputs; shown as its code (and its nodes' shape metadata,
+    when it has some) when hypothesis reports it."""
 
     def __init__(self, gm: torch.fx.GraphModule, n_inputs: int) -> None:
         self.gm = gm
@@ -86,7 +90,16 @@ class GeneratedGraph:
 
     def __repr__(self) -> str:
         modules = {name: type(m).__name__ for name, m in self.gm.named_modules() if name and not m._modules}
-        return f"GeneratedGraph(modules={modules}){self.gm.code}"
+        metadata = {n.name: _show_metadata(n) for n in self.gm.graph.nodes if n.meta}
+        shown = f"\nmetadata: {metadata}" if metadata else ""
+        return f"GeneratedGraph(modules={modules}){self.gm.code}{shown}"
+
+
+def _show_metadata(node: Node) -> str:
+    tensor_meta = node.meta.get("tensor_meta")
+    if tensor_meta is not None:
+        return f"{tuple(tensor_meta.shape)} {tensor_meta.dtype}"
+    return f"type {node.meta['type'].__name__}" if "type" in node.meta else "none"
 
 
 # ---------------------------------------------------------------- spellings
@@ -287,6 +300,32 @@ def site_graphs(draw: st.DrawFn, max_sites: int = 6) -> GeneratedGraph:
             else:
                 outputs.append(sink)
     return b.build(outputs + [n for n in b.sinks() if n not in outputs], as_tuple=True)
+
+
+# ---------------------------------------------------------------- shape metadata
+
+#: Input dtypes for shape propagation: mixed, they make the graph's values of several dtypes.
+METADATA_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
+
+
+@st.composite
+def with_metadata(draw: st.DrawFn, graph: GeneratedGraph) -> GeneratedGraph:
+    """``graph`` with ShapeProp metadata (inputs of drawn float dtypes) on every node, on none, or on some:
+    each of the others has none, or metadata that says its value is not a tensor."""
+    coverage = draw(st.sampled_from(("every", "none", "some")))
+    if coverage == "none":
+        return graph
+    example = [torch.ones(SHAPE, dtype=draw(st.sampled_from(METADATA_DTYPES))) for _ in range(graph.n_inputs)]
+    propagate_shapes(graph.gm, example)
+    if coverage == "some":
+        for node in graph.gm.graph.nodes:
+            kept = draw(st.sampled_from(("shape", "none", "not a tensor")))
+            if kept != "shape":
+                node.meta.pop("tensor_meta", None)
+                node.meta.pop("type", None)
+            if kept == "not a tensor":
+                node.meta["type"] = int
+    return graph
 
 
 # ---------------------------------------------------------------- inputs

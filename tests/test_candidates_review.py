@@ -7,7 +7,8 @@
   the operand (``torch.add(x, other=7)``), literals True/1/1.0/0.0/-0.0/None/strings, lists of nodes,
   slices, tensors and raw SymInts and SymFloats in the arguments, methods, families (function, method,
   ``F.``, aten members), aten graphs from ``make_fx`` and ``torch.export`` (nodes calling overloads,
-  rules naming packets), ``A | B`` roots, DAG patterns, ``...``, typed captures, and random graphs.
+  rules naming packets), ``A | B`` roots, DAG patterns, ``...``, typed captures, and random graphs
+  (with shape metadata on every node, on none, or on some).
 * ``RuleIndex.anchors``: a key shared with a non-compiled rule keeps every node of the key.
 * ``apply`` with narrowing gives what it gives without (``_Run._narrowing`` patched to narrow nothing,
   which is the engine before narrowing): on graphs of every shape above and on random graphs.  A node
@@ -41,8 +42,8 @@ from fxrules.ir import RuleSet
 from fxrules.matcher import Matcher, RuleIndex, Skip
 from fxrules.report import ReportBuilder
 from tests.conftest import trace
-from tests.strategies import GeneratedGraph, graphs
-from tests.test_compiled import EXACT
+from tests.strategies import GeneratedGraph, graphs, with_metadata
+from tests.test_compiled import EXACT, TYPED
 from tests.test_compiled_families import FAMILY_RULES
 from tests.test_differential import RULES as DIFFERENTIAL_RULES
 
@@ -456,11 +457,12 @@ def test_families_with_module_members_are_not_narrowed() -> None:
 
 
 @settings(max_examples=40, **COMMON)
-@given(graph=graphs(max_steps=12, dead_code=True))
+@given(graph=graphs(max_steps=12, dead_code=True).flatmap(with_metadata))
 def test_invariant_on_random_graphs(graph: GeneratedGraph) -> None:
     check_candidates(graph.gm, REVIEW_RULES)
     check_candidates(graph.gm, FAMILY_RULES)
     check_candidates(graph.gm, DIFFERENTIAL_RULES)
+    check_candidates(graph.gm, TYPED)
 
 
 # ---------------------------------------------------------------- the rule index
@@ -471,26 +473,31 @@ def test_a_key_shared_with_a_non_compiled_rule_keeps_every_node() -> None:
 rule add_seven:
     torch.add(x, 7) => x
 
-rule add_typed:
+rule add_attribute:
     given:
-        x: Tensor[3, 3]
+        p: Attr
     pattern:
-        return torch.add(x, y)
+        return torch.add(x, p)
     replace:
-        return torch.sub(x, y)
+        return torch.sub(x, p)
 """)
-    assert compile_rule(rules["add_seven"]) is not None and compile_rule(rules["add_typed"]) is None
+    assert compile_rule(rules["add_seven"]) is not None and compile_rule(rules["add_attribute"]) is None
 
-    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return torch.add(x, y)
+    class AddBuffer(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("p", torch.zeros(3))
 
-    gm = trace(f)
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.add(x, self.p)
+
+    gm = trace(AddBuffer())
     found = Candidates(gm.graph)
     narrowed = engine._Run(gm, rules, {}, 10, False)._narrowing(found)  # type: ignore[arg-type]
     assert narrowed(rules["add_seven"]) == set()
     assert {n.name for n in RuleIndex(gm, rules).anchors(found, narrowed)} == {"add"}
-    report = fxrules.apply(gm, rules, example_inputs=(torch.randn(3, 3), torch.randn(3, 3)))
-    assert report.counts() == {"add_typed": 1}
+    report = fxrules.apply(gm, rules)
+    assert report.counts() == {"add_attribute": 1}
 
 
 def test_anchors_among_a_region_stay_in_it_and_keep_every_possible_match() -> None:

@@ -1,7 +1,8 @@
 """The compiled matchers (fxrules.compiled) against the generic matcher they stand in for.
 
-* On random graphs, at every node, every compiled rule gives the generic matcher's answer: the
-  same match (nodes, bindings in the same order), None, or the same skip.
+* On random graphs (with shape metadata on every node, on none, or on some), at every node, every
+  compiled rule gives the generic matcher's answer: the same match (nodes, bindings in the same
+  order), None, or the same skip; tensor-typed rules included (dims, dtypes, ``Tensor[...] | None``).
 * Choices: a failure after an unexplored commutative choice starts over with that choice swapped
   (the generic matcher backtracks into it); a skipped match goes on to the other operand orders.
 * Which rules compile; the compiled ruleset is built once; ``explain=True`` keeps its near misses.
@@ -23,9 +24,12 @@ import fxrules
 from fxrules.compiled import Candidates, compile_rule, compile_ruleset
 from fxrules.ir import Rule, RuleSet
 from fxrules.matcher import Match, Matcher, Skip
+from fxrules.metadata import propagate_shapes
 from tests.conftest import slow_examples, trace
-from tests.strategies import GeneratedGraph, graphs
+from tests.strategies import GeneratedGraph, graphs, with_metadata
 from tests.test_differential import RULES as DIFFERENTIAL_RULES
+
+F = torch.nn.functional
 
 #: Exact calls of every argument shape the compiled matcher reads: literals, keywords, defaults,
 #: lists, slices, `...`, `_`, typed captures, commutative operators, DAG patterns and guards.
@@ -90,8 +94,113 @@ rule relu_sum_kept:
         return torch.relu(x + y)
 """
 
+#: Tensor-typed captures: dims symbols (shared by two captures, with `...`), dtypes, `Tensor[...] | None`,
+#: a typed capture given a literal, under alternatives and commutative operations, and guards that read
+#: dims and metadata.  The generated graphs' values are 3x3, 3x1, 1x3 or 1x1, of float dtypes.
+TYPED_RULES = """
+rule neg_neg_square:
+    given:
+        x: Tensor[N, N, dtype=float32|bfloat16]
+    pattern:
+        return neg(neg(x))
+    replace:
+        return x
+
+rule mul_one_rows:
+    given:
+        x: Tensor[M, 3]
+    pattern:
+        return mul(x, 1) | (x * 1.0)
+    replace:
+        return x
+
+rule add_zero_any:
+    given:
+        x: Tensor
+    pattern:
+        return x + 0
+    replace:
+        return x
+
+rule product_shared_dims:
+    given:
+        a: Tensor[M, K]
+        b: Tensor[K, M, dtype=float32|float64]
+    pattern:
+        return a * b
+    replace:
+        return torch.multiply(b, a)
+
+rule mul_tensors:
+    given:
+        a: Tensor
+        b: Tensor[dtype=float32]
+    pattern:
+        return mul(a, b)
+    replace:
+        return torch.multiply(b, a)
+
+rule add_vector:
+    given:
+        x: Tensor[..., C]
+        v: Tensor[C] | None
+    pattern:
+        return add(x, v)
+    replace:
+        return x - torch.neg(v)
+
+rule relu_plus_guarded:
+    given:
+        x: Tensor[M, K, dtype=float32|float64]
+    pattern:
+        return torch.relu(x) + y
+    where:
+        K % 3 == 0 and y.ndim == 2
+    replace:
+        return y - torch.neg(torch.relu(x))
+
+rule sum_twice_typed:
+    given:
+        x: Tensor[R, C]
+        d: int
+    pattern:
+        return torch.sum(torch.sum(x, d, keepdim=True), d, keepdim=True)
+    where:
+        R >= C
+    replace:
+        return torch.sum(x, d, keepdim=True)
+
+rule transpose_twice_typed:
+    given:
+        x: Tensor[A, B, dtype=float64|bfloat16]
+    pattern:
+        return transpose(transpose(x, 0, 1), 0, 1) | transpose(transpose(x, 1, 0), 0, 1)
+    replace:
+        return x
+
+rule neg_square_typed:
+    given:
+        x: Tensor[N, N]
+    pattern:
+        n = neg(x)
+        return n * n
+    replace:
+        return x * x
+
+rule linear_optional_bias:
+    given:
+        x: Tensor[B, I]
+        w: Tensor[O, I]
+        b: Tensor[O] | None
+    pattern:
+        return F.linear(x, w, b)
+    replace:
+        return aten.linear.default(x, w, b)
+"""
+
 EXACT = fxrules.parse(EXACT_RULES, filename="exact.fxr")
-ALL_RULES = DIFFERENTIAL_RULES + EXACT
+TYPED = fxrules.parse(TYPED_RULES, filename="typed.fxr")
+ALL_RULES = DIFFERENTIAL_RULES + EXACT + TYPED
 COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
 
 
@@ -121,15 +230,21 @@ def outcome(found: Any) -> Any:
 
 
 def check_agreement(gm: torch.fx.GraphModule, rules: RuleSet) -> Counter[str]:
-    """Compare at every (compiled rule, node); how many of each answer there were."""
+    """Compare at every (compiled rule, node), and check that the generic matcher matches or skips only
+    where the compiled ``may_match`` holds; how many of each answer there were (skips by reason)."""
     answers: Counter[str] = Counter()
     for rule in rules:
-        if compile_rule(rule) is None:
+        matcher = compile_rule(rule)
+        if matcher is None:
             continue
         for node in gm.graph.nodes:
             found = compiled(rule, node, gm)
-            assert outcome(found) == outcome(generic(rule, node, gm)), f"{rule.name} at {node.name}:\n{gm.code}"
+            expected = generic(rule, node, gm)
+            assert outcome(found) == outcome(expected), f"{rule.name} at {node.name}:\n{gm.code}"
+            assert expected is None or matcher.may_match(node), f"{rule.name} at {node.name}:\n{gm.code}"
             answers[type(found).__name__] += 1
+            if isinstance(found, Skip):
+                answers[found.reason] += 1
     return answers
 
 
@@ -157,7 +272,7 @@ def check_candidates(gm: torch.fx.GraphModule, rules: RuleSet) -> int:
 
 
 @settings(max_examples=60, **COMMON)
-@given(graph=graphs(dead_code=True))
+@given(graph=graphs(dead_code=True).flatmap(with_metadata))
 def test_compiled_rules_answer_as_the_generic_matcher(graph: GeneratedGraph) -> None:
     check_agreement(graph.gm, ALL_RULES)
     check_candidates(graph.gm, ALL_RULES)
@@ -165,7 +280,7 @@ def test_compiled_rules_answer_as_the_generic_matcher(graph: GeneratedGraph) -> 
 
 @pytest.mark.slow
 @settings(max_examples=slow_examples(300), **COMMON)
-@given(graph=graphs(max_steps=16, dead_code=True))
+@given(graph=graphs(max_steps=16, dead_code=True).flatmap(with_metadata))
 def test_compiled_rules_answer_as_the_generic_matcher_many_examples(graph: GeneratedGraph) -> None:
     check_agreement(graph.gm, ALL_RULES)
     check_candidates(graph.gm, ALL_RULES)
@@ -196,6 +311,32 @@ def test_compiled_rules_agree_on_every_argument_shape() -> None:
                   and len(n.args[0].users) > 1)
     escaping = compiled(EXACT["neg_neg"], anchor, gm)
     assert isinstance(escaping, Skip) and escaping.reason == "escaping user"
+
+
+@pytest.mark.parametrize("coverage", ["every node", "no node", "some nodes"])
+def test_typed_rules_agree_whatever_metadata_the_graph_has(coverage: str) -> None:
+    def f(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        square = x @ w.t() @ w
+        return (
+            F.linear(x, w, None), F.linear(x, w, bias=b), F.linear(x, w, x[0, 0]), F.linear(x, w),
+            torch.neg(-s), torch.neg(-x), x * 1, x * 1.0, 1 * x, x * 2, x * w[0], torch.mul(x, x), x + 0, x + 1,
+            x + b[0], s + b[:3], torch.relu(s) + s, torch.relu(x) + x,
+            torch.sum(torch.sum(s, 0, keepdim=True), 0, keepdim=True),
+            torch.transpose(torch.transpose(s, 1, 0), 0, 1), torch.neg(square) * torch.neg(square),
+            s.to(torch.float64) * 1, s.to(torch.bfloat16) * s.to(torch.bfloat16).t(),
+        )
+
+    gm = trace(f)
+    if coverage != "no node":
+        propagate_shapes(gm, (torch.randn(2, 3), torch.randn(4, 3), torch.randn(4), torch.randn(3, 3)))
+    if coverage == "some nodes":  # the inputs x and b, and every other node
+        for node in [n for n in gm.graph.nodes if n.name in ("x", "b")] + list(gm.graph.nodes)[5::2]:
+            node.meta.clear()
+    answers = check_agreement(gm, TYPED)
+    assert check_candidates(gm, TYPED) >= 20
+    least = {"every node": {"Match": 12}, "no node": {"missing metadata": 20},
+             "some nodes": {"Match": 3, "missing metadata": 12}}[coverage]
+    assert all(answers[answer] >= count for answer, count in least.items()), answers
 
 
 def test_a_failure_after_an_unexplored_choice_starts_over_with_that_choice_swapped() -> None:
@@ -244,9 +385,7 @@ rule family:
 
 rule alternative:
     (x * 1) | torch.mul(x, 1) => x
-""")
-    assert all(compile_ruleset(inside).matchers[id(rule)] is not None for rule in inside)
-    outside = fxrules.parse("""
+
 rule typed:
     given:
         x: Tensor[n, n]
@@ -254,6 +393,16 @@ rule typed:
         return torch.transpose(x, 0, 1)
     replace:
         return x
+""")
+    assert all(compile_ruleset(inside).matchers[id(rule)] is not None for rule in inside)
+    outside = fxrules.parse("""
+rule module:
+    given:
+        m: nn.ReLU
+    pattern:
+        return m(x)
+    replace:
+        return torch.relu(x)
 
 rule two_outputs:
     pattern:

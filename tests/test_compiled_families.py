@@ -6,7 +6,8 @@
 * Alternatives: the first option that matches wins; a failure further on (an operand, a skip)
   goes back to the next option, as the generic matcher's backtracking does, also combined with
   commutative operand orders.
-* The bundled rulesets: their compiled rules agree with the generic matcher on the real-model corpus.
+* The bundled rulesets: their compiled rules (tensor-typed ones included) agree with the generic matcher on
+  the real-model corpus, as built and with shape metadata.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from hypothesis import HealthCheck, given, settings
 import fxrules
 from fxrules.compiled import CompiledRuleSet, compile_rule, compile_ruleset
 from fxrules.matcher import Match, Skip
+from fxrules.metadata import propagate_shapes
 from tests.conftest import trace
 from tests.models import MODELS
 from tests.strategies import GeneratedGraph, graphs
@@ -230,8 +232,13 @@ BUNDLED = ("algebra.fxr", "fusions.fxr", "cleanup.fxr")
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("shapes", [False, True], ids=["as built", "shape-propagated"])
 @pytest.mark.parametrize("model", sorted(MODELS))
-def test_bundled_rules_agree_on_real_models(model: str) -> None:
-    gm = MODELS[model]().gm
+def test_bundled_rules_agree_on_real_models(model: str, shapes: bool) -> None:
+    """As traced or exported (no metadata, or torch.export's), and with ShapeProp metadata on every node."""
+    case = MODELS[model]()
+    if shapes:
+        with torch.no_grad():
+            propagate_shapes(case.gm, case.inputs)
     for name in BUNDLED:
-        check_agreement(gm, fxrules.load(name))
+        check_agreement(case.gm, fxrules.load(name))

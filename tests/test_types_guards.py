@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import operator
+
 import pytest
 import torch
 import torch.fx
 from torch.fx.passes.shape_prop import ShapeProp
 
 import fxrules
+from fxrules.matcher import Match, Skip
 from tests.conftest import ops, trace
+from tests.test_compiled import compiled, generic, outcome
 
 ADDMM = """
 rule addmm:
@@ -173,6 +177,116 @@ def test_missing_metadata_skips_with_a_hint() -> None:
     assert skip.reason == "missing metadata"
     assert "pass example_inputs=" in skip.detail
     assert "skipped addmm x1 (missing metadata)" in str(report)
+
+
+# ---------------------------------------------------------------- missing metadata: only for structural matches
+
+ADD_ZERO_TYPED = """
+rule add_zero:
+    given:
+        x: Tensor
+    pattern:
+        return x + 0
+    replace:
+        return x
+"""
+
+
+def needs_metadata(name: str, node: str) -> str:
+    """The detail of a skip for a typed capture ``name`` bound to ``node``, which has no shape metadata."""
+    return f"'{name}' needs shape metadata: node '{node}' has no shape metadata " \
+           "(pass example_inputs= to apply, or use torch.export)"
+
+
+def answer_at(rules: str, target: object, gm: torch.fx.GraphModule) -> Match | Skip | None:
+    """The answer of the only rule of ``rules`` at the last node calling ``target``; the compiled matcher
+    (the rule compiles) gives the same."""
+    [rule] = fxrules.parse(rules)
+    node = [n for n in gm.graph.nodes if n.target is target][-1]
+    found = generic(rule, node, gm)
+    assert outcome(compiled(rule, node, gm)) == outcome(found)
+    return found
+
+
+def without_metadata(gm: torch.fx.GraphModule, *names: str) -> torch.fx.GraphModule:
+    """``gm`` with the shape metadata of the nodes ``names`` removed."""
+    for node in gm.graph.nodes:
+        if node.name in names:
+            node.meta.clear()
+    return gm
+
+
+def test_a_near_miss_without_metadata_is_not_reported() -> None:
+    # `a + 1` is not `x + 0`, whatever `a` is: neither a match nor a skip, even though `a` has no metadata.
+    gm = trace(lambda a: a + 1)
+    assert answer_at(ADD_ZERO_TYPED, operator.add, gm) is None
+    report = fxrules.apply(gm, fxrules.parse(ADD_ZERO_TYPED))
+    assert report["add_zero"].skipped == () and report.total_fired == 0
+
+
+def test_a_structural_match_without_metadata_is_reported_naming_the_capture_and_the_node() -> None:
+    gm = trace(lambda a: a + 0)
+    skip = answer_at(ADD_ZERO_TYPED, operator.add, gm)
+    assert isinstance(skip, Skip) and skip.reason == "missing metadata"
+    assert skip.detail == needs_metadata("x", "a")
+    report = fxrules.apply(gm, fxrules.parse(ADD_ZERO_TYPED))
+    assert [(s.reason, s.node, s.detail) for s in report["add_zero"].skipped] == [
+        ("missing metadata", "add", needs_metadata("x", "a"))]
+
+
+def test_a_known_type_mismatch_fails_the_match_though_another_capture_lacks_metadata() -> None:
+    def shaped(*shapes: tuple[int, ...]) -> torch.fx.GraphModule:
+        gm = trace(matmul_bias)
+        ShapeProp(gm).propagate(*(torch.randn(shape) for shape in shapes))
+        return without_metadata(gm, "a")
+
+    # w is 3-D: it cannot be Tensor[K, N], whatever a is
+    assert answer_at(ADDMM, operator.add, shaped((4, 3), (2, 3, 5), (5,))) is None
+    # w fits: the match waits for a's metadata (K stays as w's, unchecked against a)
+    skip = answer_at(ADDMM, operator.add, shaped((4, 3), (3, 5), (5,)))
+    assert isinstance(skip, Skip) and skip.detail == needs_metadata("a", "a")
+
+
+def test_the_guard_and_the_usability_checks_wait_for_the_metadata() -> None:
+    # Without metadata the match is skipped for it, not for its guard (false) nor its escaping interior node.
+    rules = """
+rule neg_neg:
+    given:
+        x: Tensor
+    pattern:
+        return torch.neg(torch.neg(x))
+    where:
+        x.ndim == 5
+    replace:
+        return x
+"""
+
+    def f(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n = torch.neg(a)
+        return torch.neg(n), n
+
+    skip = answer_at(rules, torch.neg, trace(f))
+    assert isinstance(skip, Skip) and skip.reason == "missing metadata" and skip.detail == needs_metadata("x", "a")
+
+
+def test_another_operand_order_that_matches_usably_wins_over_missing_metadata() -> None:
+    rules = """
+rule float_times:
+    given:
+        x: Tensor[dtype=float32]
+    pattern:
+        return x * y
+    replace:
+        return torch.mul(y, x)
+"""
+    gm = trace(lambda a, b: a * b)
+    ShapeProp(gm).propagate(torch.randn(2), torch.randn(2))
+    # as written x is `a`, which lacks metadata (a skip, kept in case nothing else matches); swapped, x is `b`
+    match = answer_at(rules, operator.mul, without_metadata(gm, "a"))
+    assert isinstance(match, Match) and match.bindings["x"].name == "b"
+    # neither order has x's metadata: the first skip (as written, x is `a`) is reported
+    skip = answer_at(rules, operator.mul, without_metadata(gm, "a", "b"))
+    assert isinstance(skip, Skip) and skip.detail == needs_metadata("x", "a")
 
 
 def test_shape_prop_metadata_is_used() -> None:
