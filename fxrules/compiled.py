@@ -603,6 +603,8 @@ class _Operation:
             nodes = set().union(*calling) if among is None else among.intersection(*calling) if len(calling) == 1 \
                 else among.intersection(set().union(*calling))
             for narrow in self.narrowers:
+                if not nodes:  # nothing left to narrow: the operands need not be looked for
+                    break
                 nodes = narrow(nodes, found)
         if among is None:
             found.of_operation[self.key] = nodes
