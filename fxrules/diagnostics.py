@@ -27,10 +27,6 @@ class Span:
         return f"{self.file}:{self.line}:{self.column}"
 
 
-#: The span of things fxrules made itself (prelude defaults, synthesized nodes).
-NO_SPAN = Span("<fxrules>", 0, 0)
-
-
 @attrs.frozen
 class Diagnostic:
     """One problem at one place, with the source line to show it in."""

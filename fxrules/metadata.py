@@ -142,12 +142,6 @@ def has_metadata(node: torch.fx.Node) -> bool:
     return any(key in node.meta for key in ("val", "example_value", "tensor_meta"))
 
 
-def graph_has_metadata(graph: torch.fx.Graph) -> bool:
-    """True when the graph's inputs carry metadata (so new nodes should get it too)."""
-    placeholders = graph.find_nodes(op="placeholder")
-    return bool(placeholders) and all(has_metadata(p) for p in placeholders)
-
-
 def propagate_shapes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:
     """Fill ``tensor_meta`` of every node by running the graph on ``example_inputs`` (``ShapeProp``)."""
     ShapeProp(gm).propagate(*example_inputs)
