@@ -39,11 +39,11 @@ import fxrules
 from fxrules import engine
 from fxrules.compiled import Candidates, compile_rule
 from fxrules.ir import RuleSet
-from fxrules.matcher import Matcher, RuleIndex, Skip
+from fxrules.matcher import RuleIndex, Skip
 from fxrules.report import ReportBuilder
 from tests.conftest import trace
 from tests.strategies import GeneratedGraph, graphs, with_metadata
-from tests.test_compiled import EXACT, TYPED
+from tests.test_compiled import EXACT, TYPED, check_candidates
 from tests.test_compiled_families import FAMILY_RULES
 from tests.test_differential import RULES as DIFFERENTIAL_RULES
 
@@ -202,41 +202,7 @@ rule eq_true:
 """, filename="review.fxr")
 
 
-# ---------------------------------------------------------------- the invariant
-
-
-def check_candidates(gm: torch.fx.GraphModule, rules: RuleSet) -> int:
-    """For every compiled rule and node: the generic matcher's match or skip implies ``may_match``, which
-    implies the node is among the rule's candidates in the whole graph and in every part that holds it;
-    candidates in a part stay in it.  The number of (rule, node) where ``may_match`` holds."""
-    nodes = list(gm.graph.nodes)
-    parts = [set(nodes[::2]), set(nodes[1::2]), set(nodes[len(nodes) // 2:]), set()]
-    found = Candidates(gm.graph)
-    hits = 0
-    for rule in rules:
-        compiled = compile_rule(rule)
-        if compiled is None:
-            continue
-        whole = compiled.candidates(found)
-        fresh = compiled.candidates(Candidates(gm.graph))
-        assert whole == fresh, f"{rule.name}: the shared `found` changes the answer"
-        in_parts = [compiled.candidates(Candidates(gm.graph), part) for part in parts]
-        for part, in_part in zip(parts, in_parts, strict=True):
-            assert in_part is None or in_part <= part, rule.name
-        for node in nodes:
-            may_match = compiled.may_match(node)
-            try:
-                generic = Matcher(gm).match(rule, node)
-            except Skip as skip:
-                generic = skip
-            assert generic is None or may_match, f"{rule.name} at {node.name}: may_match rejects a match"
-            if not may_match:
-                continue
-            hits += 1
-            assert whole is None or node in whole, f"{rule.name} at {node.format_node()}:\n{gm.code}"
-            for part, in_part in zip(parts, in_parts, strict=True):
-                assert in_part is None or node not in part or node in in_part, f"{rule.name} at {node.name}"
-    return hits
+# ------------------------------------------------ the invariant (check_candidates: tests/test_compiled.py)
 
 
 def candidate_names(gm: torch.fx.GraphModule, rules: RuleSet, name: str) -> set[str] | None:

@@ -249,25 +249,36 @@ def check_agreement(gm: torch.fx.GraphModule, rules: RuleSet) -> Counter[str]:
 
 
 def check_candidates(gm: torch.fx.GraphModule, rules: RuleSet) -> int:
-    """Every node where a compiled rule's cheap test holds is among the rule's candidates, found for the
-    whole graph at once, and (among a part of the graph) among its candidates in that part; the number
-    of such nodes."""
+    """For every compiled rule and node: the generic matcher's match or skip implies ``may_match``, which
+    implies the node is among the rule's candidates in the whole graph and in every part that holds it;
+    candidates in a part stay in it.  The number of (rule, node) where ``may_match`` holds."""
     nodes = list(gm.graph.nodes)
-    part = set(nodes[::2])
-    found, found_in_part = Candidates(gm.graph), Candidates(gm.graph)
+    parts = [set(nodes[::2]), set(nodes[1::2]), set(nodes[len(nodes) // 2:]), set()]
+    found = Candidates(gm.graph)
     hits = 0
     for rule in rules:
-        matcher = compile_rule(rule)
-        if matcher is None:
+        compiled = compile_rule(rule)
+        if compiled is None:
             continue
-        candidates = matcher.candidates(found)
-        in_part = matcher.candidates(found_in_part, part)
+        whole = compiled.candidates(found)
+        fresh = compiled.candidates(Candidates(gm.graph))
+        assert whole == fresh, f"{rule.name}: the shared `found` changes the answer"
+        in_parts = [compiled.candidates(Candidates(gm.graph), part) for part in parts]
+        for part, in_part in zip(parts, in_parts, strict=True):
+            assert in_part is None or in_part <= part, rule.name
         for node in nodes:
-            if matcher.may_match(node):
-                hits += 1
-                assert candidates is None or node in candidates, f"{rule.name} at {node.name}:\n{gm.code}"
+            may_match = compiled.may_match(node)
+            try:
+                generic = Matcher(gm).match(rule, node)
+            except Skip as skip:
+                generic = skip
+            assert generic is None or may_match, f"{rule.name} at {node.name}: may_match rejects a match"
+            if not may_match:
+                continue
+            hits += 1
+            assert whole is None or node in whole, f"{rule.name} at {node.format_node()}:\n{gm.code}"
+            for part, in_part in zip(parts, in_parts, strict=True):
                 assert in_part is None or node not in part or node in in_part, f"{rule.name} at {node.name}"
-        assert in_part is None or in_part <= part
     return hits
 
 
