@@ -496,9 +496,9 @@ def _changed_since(node: torch.fx.Node, position: int, changed: Mapping[torch.fx
     """Whether ``node``, or a node at most ``steps`` use edges before it, changed at ``position`` or later."""
     if changed.get(node, -1) >= position:
         return True
-    layer = [node]
+    layer = {node}
     for _ in range(steps):
-        layer = [i for n in layer for i in n.all_input_nodes]
+        layer = {i for n in layer for i in n.all_input_nodes}  # a set: diamonds would repeat nodes
         if any(changed.get(n, -1) >= position for n in layer):
             return True
     return False
