@@ -361,11 +361,11 @@ class _Run:
         change after that visit is another rewrite's, which the next pass looks around.  The nodes that lost
         a user are ahead of the pass or behind it, and so are the outputs of a multi-output pattern.
         """
-        if self.multi_output or not change.redirected:
+        if self.multi_output:
             return change.touched
         domain = current.domain
-        ahead = {user for user, _ in change.redirected if domain is None or user in domain}
-        return [node for node in change.touched if node not in ahead]
+        beyond = [] if domain is None else [user for user, _ in change.redirected if user not in domain]
+        return [*change.lost_users, *beyond]
 
     def _satisfiers_at(self, node: torch.fx.Node) -> Satisfiers | None:
         """What may satisfy a required argument of the rules filed under the node's key (None: no rule is),

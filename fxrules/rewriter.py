@@ -134,9 +134,14 @@ class Rewrite:
     """What one rewrite changed: the nodes it created and the nodes whose surroundings changed."""
 
     created: tuple[torch.fx.Node, ...]
-    touched: tuple[torch.fx.Node, ...]  # with new inputs, or fewer users
+    redirected: tuple[tuple[torch.fx.Node, Any], ...]  # existing nodes given a new input, and that input
+    lost_users: tuple[torch.fx.Node, ...]  # existing nodes left with fewer users, still live
     gained_users: tuple[torch.fx.Node, ...]  # existing nodes the replacement uses
-    redirected: tuple[tuple[torch.fx.Node, Any], ...]  # existing nodes given a new input (in ``touched``), and it
+
+    @property
+    def touched(self) -> tuple[torch.fx.Node, ...]:
+        """The existing nodes whose surroundings changed: with new inputs, or fewer users."""
+        return (*(user for user, _ in self.redirected), *self.lost_users)
 
 
 class Rewriter:
@@ -187,8 +192,7 @@ class Rewriter:
         for output, value in zip(outputs, values, strict=True):
             if value is not output:
                 redirected += [(user, value) for user in self._redirect(output, value, created)]
-        return Rewrite(tuple(created), (*(user for user, _ in redirected), *self._retire_dead(match)),
-                       _used_by(created, values), tuple(redirected))
+        return Rewrite(tuple(created), tuple(redirected), tuple(self._retire_dead(match)), _used_by(created, values))
 
     def _emit(self, match: Match, anchor: torch.fx.Node) -> tuple[list[Any], list[torch.fx.Node]]:
         """The replacement's values (one per output) and the nodes made for them, before ``anchor``."""
