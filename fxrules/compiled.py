@@ -42,7 +42,7 @@ the pattern, and several outputs.
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -599,9 +599,7 @@ class _Operation:
         keys = self.index_keys()
         nodes = None
         if keys is not None:
-            calling = [found.calling(op, target) for op, target in keys]
-            nodes = set().union(*calling) if among is None else among.intersection(*calling) if len(calling) == 1 \
-                else among.intersection(set().union(*calling))
+            nodes = _in_any([found.calling(op, target) for op, target in keys], among)
             for narrow in self.narrowers:
                 if not nodes:  # nothing left to narrow: the operands need not be looked for
                     break
@@ -795,8 +793,7 @@ def _operand_call(operation: _Operation) -> _Requirement:
         if operands is None:
             return nodes
         if len(operands) <= len(nodes):  # fewer operands: their users (a node's users use it somewhere)
-            return nodes.intersection(*[o.users for o in operands]) if len(operands) == 1 else \
-                nodes.intersection(set().union(*[o.users for o in operands]))
+            return _in_any([o.users for o in operands], nodes)
         return _with_argument_in(nodes, operands, operation.may_be_operand)
 
     return _Requirement(operation.may_be_operand, narrow, scans=False)
@@ -810,6 +807,13 @@ def _literal_argument(value: Any) -> _Requirement:
     # A set holds every argument equal to the literal (and some others: 1 == True == 1.0).
     return _Requirement(test, lambda nodes, found: _with_argument_in(nodes, frozenset((value,)), test),
                         scans=True)
+
+
+def _in_any(groups: list[Iterable[Node]], within: set[Node] | None) -> set[Node]:
+    """The nodes in any of ``groups`` (and in ``within``, when given), with set operations only."""
+    if within is None:
+        return set().union(*groups)
+    return within.intersection(*groups) if len(groups) == 1 else within.intersection(set().union(*groups))
 
 
 def _with_argument_in(nodes: set[Node], values: set[Any] | frozenset[Any], test: Callable[[Any], bool]) -> set[Node]:
