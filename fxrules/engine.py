@@ -165,6 +165,9 @@ class _Run:
         compiled = compile_ruleset(ruleset)
         # explain=True wants the generic matcher's near misses: no compiled fast path then
         self.compiled: Mapping[int, CompiledRule | None] = {} if explain else compiled.matchers
+        # id(rule) -> its compiled matcher's cheap test at a node the index filed under the rule (absent: none)
+        self.anchor_tests = {key: m.may_match_anchor for key, m in self.compiled.items()
+                             if m is not None and m.may_match_anchor is not None}
         self.depth = compiled.depth
         self._satisfiers_by_key: dict[tuple[str, Any], Satisfiers | None] = {}
         self.multi_output = compiled.multi_output
@@ -252,7 +255,7 @@ class _Run:
         the pass first fires."""
         claimed, retired, attempts, visited = current.claimed, current.matcher.retired, self.report.attempts, \
             current.visited
-        rules_at, compiled_for = self.index.rules_at, self.compiled.get
+        rules_at, anchor_test = self.index.rules_at, self.anchor_tests.get
         woken = current.woken
         position = -1
         for node in _merged(candidates, woken):
@@ -265,11 +268,9 @@ class _Run:
             current.position, current.node = position, node
             for rule in rules_at(node):
                 attempts[rule.name] += 1
-                compiled = compiled_for(id(rule))
-                if compiled is not None:
-                    may_match = compiled.may_match_anchor  # the index found the node by the rule's target
-                    if may_match is not None and not may_match(node):
-                        continue  # most attempts: rejected before any binding, nothing to report
+                may_match = anchor_test(id(rule))
+                if may_match is not None and not may_match(node):
+                    continue  # most attempts: rejected before any binding, nothing to report
                 if self._try(rule, node, current):
                     current.fired.add(rule.name)
                     break
@@ -409,8 +410,7 @@ class _Run:
     def _may_anchor(self, node: torch.fx.Node) -> bool:
         """Some rule filed under the node's key may match there (its compiled matcher does not rule it out)."""
         for rule in self.index.rules_at(node):
-            compiled = self.compiled.get(id(rule))
-            may_match = compiled.may_match_anchor if compiled is not None else None
+            may_match = self.anchor_tests.get(id(rule))
             if may_match is None or may_match(node):
                 return True
         return False
