@@ -74,6 +74,7 @@ from fxrules.matcher import (
     Match,
     Matcher,
     NodeIndex,
+    Nodes,
     Skip,
     State,
     Unfit,
@@ -201,7 +202,7 @@ def _any_option(options: tuple[_Operation, ...]) -> Callable[[Node], bool]:
 
 
 def _union_of_options(options: tuple[_Operation, ...]) -> CandidatesOf:
-    def candidates_of_an_option(found: Candidates, among: set[Node] | None = None) -> set[Node] | None:
+    def candidates_of_an_option(found: Candidates, among: set[Node] | None = None) -> Nodes | None:
         sets = [option.candidates(found, among) for option in options]
         return None if any(s is None for s in sets) else set().union(*sets)  # type: ignore[arg-type]
 
@@ -590,16 +591,18 @@ class _Operation:
         """The graph index's (op, target) keys of the nodes that call the operation's target."""
         return ((self.op, self.target),)
 
-    def candidates(self, found: Candidates, among: set[Node] | None = None) -> set[Node] | None:
+    def candidates(self, found: Candidates, among: set[Node] | None = None) -> Nodes | None:
         """The nodes of ``found.graph`` (``among`` them, if given) that may match the operation: every node
         where :meth:`may_match` holds, and perhaps others, from the graph's own index; None when its index
         keys do not say."""
         if among is None and self.key in found.of_operation:
             return found.of_operation[self.key]
         keys = self.index_keys()
-        nodes = None
+        nodes: Nodes | None = None
         if keys is not None:
-            nodes = _in_any([found.calling(op, target) for op, target in keys], among)
+            groups = [found.calling(op, target) for op, target in keys]
+            # one key's list as the index gives it: a set costs a hash per node, and a narrower scans a list as fast
+            nodes = groups[0] if among is None and len(groups) == 1 else _in_any(groups, among)
             for narrow in self.narrowers:
                 if not nodes:  # nothing left to narrow: the operands need not be looked for
                     break
@@ -765,14 +768,14 @@ class Candidates(NodeIndex):
 
     def __init__(self, graph: torch.fx.Graph) -> None:
         super().__init__(graph)
-        self.of_operation: dict[int, set[Node] | None] = {}  # id(OpTemplate) -> nodes, in the whole graph
+        self.of_operation: dict[int, Nodes | None] = {}  # id(OpTemplate) -> nodes, in the whole graph
 
 
 #: candidates(found, among=None) of a rule or an operation: see :attr:`CompiledRule.candidates`.
-CandidatesOf = Callable[[Candidates, "set[Node] | None"], "set[Node] | None"]
+CandidatesOf = Callable[[Candidates, "set[Node] | None"], "Nodes | None"]
 
-#: Narrows a set of nodes to those that may have the required argument (at least all that have it).
-Narrower = Callable[[set[Node], Candidates], set[Node]]
+#: Narrows distinct nodes to those that may have the required argument (at least all that have it).
+Narrower = Callable[[Nodes, Candidates], Nodes]
 
 
 @attrs.frozen
@@ -788,13 +791,14 @@ class _Requirement:
 def _operand_call(operation: _Operation) -> _Requirement:
     """An argument is a node that may match ``operation``."""
 
-    def narrow(nodes: set[Node], found: Candidates) -> set[Node]:
+    def narrow(nodes: Nodes, found: Candidates) -> Nodes:
         operands = operation.candidates(found)
         if operands is None:
             return nodes
         if len(operands) <= len(nodes):  # fewer operands: their users (a node's users use it somewhere)
             return _in_any([o.users for o in operands], nodes)
-        return _with_argument_in(nodes, operands, operation.may_be_operand)
+        return _with_argument_in(nodes, operands if isinstance(operands, set) else set(operands),
+                                 operation.may_be_operand)
 
     return _Requirement(operation.may_be_operand, narrow, scans=False)
 
@@ -809,14 +813,16 @@ def _literal_argument(value: Any) -> _Requirement:
                         scans=True)
 
 
-def _in_any(groups: list[Iterable[Node]], within: set[Node] | None) -> set[Node]:
+def _in_any(groups: list[Iterable[Node]], within: Nodes | None) -> set[Node]:
     """The nodes in any of ``groups`` (and in ``within``, when given), with set operations only."""
     if within is None:
         return set().union(*groups)
+    if not isinstance(within, set):
+        return set().union(*groups).intersection(within)
     return within.intersection(*groups) if len(groups) == 1 else within.intersection(set().union(*groups))
 
 
-def _with_argument_in(nodes: set[Node], values: set[Any] | frozenset[Any], test: Callable[[Any], bool]) -> set[Node]:
+def _with_argument_in(nodes: Nodes, values: set[Any] | frozenset[Any], test: Callable[[Any], bool]) -> set[Node]:
     """The nodes with an argument in ``values``: at least all those with an argument passing ``test``."""
     misses = values.isdisjoint
     try:  # Node._args and ._kwargs: the attributes behind .args and .kwargs, without a Python call per node

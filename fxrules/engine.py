@@ -52,7 +52,7 @@ from fxrules.diagnostics import FxrApplyError, FxrConvergenceError, FxrError, Fx
 from fxrules.exported import RewrittenProgram, rewrite_program
 from fxrules.ir import Rule, RuleSet
 from fxrules.loader import load
-from fxrules.matcher import Match, Matcher, Miss, RuleIndex, Skip, in_graph_order
+from fxrules.matcher import Match, Matcher, Miss, Nodes, RuleIndex, Skip, in_graph_order
 from fxrules.metadata import propagate_shapes
 from fxrules.report import Report, ReportBuilder, combine
 from fxrules.rewriter import Rewrite, Rewriter, Transaction
@@ -198,11 +198,11 @@ class _Run:
         return rewritten
 
     def _narrowing(self, found: Candidates,
-                   among: set[torch.fx.Node] | None = None) -> Callable[[Rule], set[torch.fx.Node] | None]:
+                   among: set[torch.fx.Node] | None = None) -> Callable[[Rule], Nodes | None]:
         """The nodes of ``found.graph`` (``among`` them) where a rule may match at most, by its compiled matcher
         (None: not compiled); ``found`` is shared by the rules (operands' candidates, nodes by key)."""
 
-        def narrowed(rule: Rule) -> set[torch.fx.Node] | None:
+        def narrowed(rule: Rule) -> Nodes | None:
             compiled = self.compiled.get(id(rule))
             return None if compiled is None else compiled.candidates(found, among)
 

@@ -581,11 +581,11 @@ class RuleIndex:
         self._cache: dict[tuple[str, Any], tuple[Rule, ...]] = {}
 
     def candidates(self, nodes: NodeIndex,
-                   narrowed: Callable[[Rule], set[torch.fx.Node] | None] = lambda rule: None) -> list[torch.fx.Node]:
+                   narrowed: Callable[[Rule], Nodes | None] = lambda rule: None) -> list[torch.fx.Node]:
         """:meth:`anchors` in graph order."""
         return in_graph_order(nodes.graph, self.anchors(nodes, narrowed))
 
-    def anchors(self, nodes: NodeIndex, narrowed: Callable[[Rule], set[torch.fx.Node] | None] = lambda rule: None,
+    def anchors(self, nodes: NodeIndex, narrowed: Callable[[Rule], Nodes | None] = lambda rule: None,
                 among: set[torch.fx.Node] | None = None) -> set[torch.fx.Node]:
         """The nodes (``among`` them, if given) some rule may anchor at, found with the graph's own op/target index.
 
@@ -596,7 +596,7 @@ class RuleIndex:
         narrowed_sets = {rule.name: narrowed(rule) for rule in self.ruleset}
         for rule_nodes in narrowed_sets.values():
             if rule_nodes is not None:
-                found |= rule_nodes
+                found.update(rule_nodes)
         for key, rules in self.by_anchor.items():
             if all(narrowed_sets[rule.name] is not None for rule in rules):
                 continue
@@ -656,6 +656,10 @@ def in_graph_order(graph: torch.fx.Graph, nodes: set[torch.fx.Node]) -> list[tor
     if len(nodes) * 8 < len(graph.nodes):
         return sorted(nodes, key=lambda n: n._sort_key)
     return [n for n in graph.nodes if n in nodes]
+
+
+#: Distinct nodes: a set, or a list as the graph's index gives them (a set would cost a hash per node).
+Nodes = set[torch.fx.Node] | list[torch.fx.Node]
 
 
 class NodeIndex:
