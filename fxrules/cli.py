@@ -38,7 +38,7 @@ def _check(files: Sequence[str]) -> int:
             ruleset = load(name)
         except FxrLoadError as error:
             print(error, file=sys.stderr)
-            print(f"{name}: {len(error.diagnostics)} error(s)")
+            print(f"{name}: {_counted(len(error.diagnostics), 'error')}")
             failed = True
             continue
         except FxrError as error:
@@ -47,8 +47,12 @@ def _check(files: Sequence[str]) -> int:
             continue
         for warning in ruleset.warnings:
             print(warning.render(), file=sys.stderr)
-        print(f"{name}: {len(ruleset)} rules, 0 errors")
+        print(f"{name}: {_counted(len(ruleset), 'rule')}, 0 errors")
     return 1 if failed else 0
+
+
+def _counted(number: int, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def _list() -> int:
