@@ -28,6 +28,7 @@ from fxrules.demo import run_demo
 from fxrules.diagnostics import FxrError, FxrLoadError
 from fxrules.engine import apply
 from fxrules.loader import load
+from fxrules.report import counted
 from fxrules.verification import verify
 
 
@@ -38,7 +39,7 @@ def _check(files: Sequence[str]) -> int:
             ruleset = load(name)
         except FxrLoadError as error:
             print(error, file=sys.stderr)
-            print(f"{name}: {_counted(len(error.diagnostics), 'error')}")
+            print(f"{name}: {counted(len(error.diagnostics), 'error')}")
             failed = True
             continue
         except FxrError as error:
@@ -47,12 +48,8 @@ def _check(files: Sequence[str]) -> int:
             continue
         for warning in ruleset.warnings:
             print(warning.render(), file=sys.stderr)
-        print(f"{name}: {_counted(len(ruleset), 'rule')}, 0 errors")
+        print(f"{name}: {counted(len(ruleset), 'rule')}, 0 errors")
     return 1 if failed else 0
-
-
-def _counted(number: int, noun: str) -> str:
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def _list() -> int:

@@ -110,7 +110,8 @@ class Report:
         for rule in shown:
             where = ", ".join(rule.anchors[:4]) + (" ..." if len(rule.anchors) > 4 else "")
             lines.append(f"{rule.name:<{width}}  {rule.fired:>5}  {sum(rule.skip_counts.values()):>7}  {where}")
-        lines.append(f"{self.total_fired} rewrites in {self.passes} pass(es); nodes {self.nodes_before} -> "
+        lines.append(f"{counted(self.total_fired, 'rewrite')} in {counted(self.passes, 'pass')}; "
+                     f"nodes {self.nodes_before} -> "
                      f"{self.nodes_after}; {self.total_seconds * 1000:.1f} ms")
         lines += self._details()
         return "\n".join(lines)
@@ -217,3 +218,10 @@ def combine(root: Report, nested: Sequence[tuple[str, Report]], total_seconds: f
 
 def _qualified(prefix: str, node: str) -> str:
     return f"{prefix}.{node}" if prefix else node
+
+
+def counted(number: int, noun: str) -> str:
+    """``1 rule``, ``2 rules``, ``3 passes``: a count and its noun, in the plural unless it is one."""
+    if number == 1:
+        return f"1 {noun}"
+    return f"{number} {noun}es" if noun.endswith("s") else f"{number} {noun}s"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+import re
 
 import pytest
 import torch
@@ -286,6 +287,15 @@ def test_report_table_and_dict() -> None:
     data = report.to_dict()
     assert data["rules"][0]["name"] == "double_neg" and data["rules"][0]["fired"] == 1
     assert data["stop_reason"] == "fixpoint"
+    assert re.search(r"^1 rewrite in 2 passes; nodes 5 -> 3; ", text, re.MULTILINE), text
+
+
+def test_report_summary_counts_in_the_singular_when_one() -> None:
+    rules = fxrules.parse("rule r: torch.neg(torch.neg(x)) => x")
+    report = fxrules.apply(trace(lambda x: torch.neg(torch.neg(torch.neg(torch.neg(x))))), rules)
+    assert re.search(r"^2 rewrites in 2 passes; ", str(report), re.MULTILINE), str(report)
+    nothing = fxrules.apply(trace(lambda x: torch.relu(x)), rules)
+    assert re.search(r"^0 rewrites in 1 pass; ", str(nothing), re.MULTILINE), str(nothing)
 
 
 # ---------------------------------------------------------------- rejection
