@@ -335,14 +335,17 @@ class _Run:
 
     def _wake(self, redirected: tuple[tuple[torch.fx.Node, Any], ...], current: _Pass) -> None:
         """Queue the nodes ahead that the pass left out when it started and the rewrite may have made
-        candidates.  The test that left a node out reads its arguments ``depth - 1`` calls deep, so only
-        the nodes given a new input, and their users up to ``depth - 2`` use edges after them, and only if
-        the new input may satisfy a required argument of the rules there (:class:`~fxrules.compiled.Satisfiers`)."""
+        candidates.  The test that left a node out reads the targets of the calls down to ``depth - 1`` use
+        edges below it, and the literal arguments of those calls: so only the nodes given a new input, and
+        their users up to ``depth - 2`` use edges after them (``depth - 1`` when the new input is a literal,
+        which the deepest calls' tests read), and only if the new input may satisfy a required argument of
+        the rules there (:class:`~fxrules.compiled.Satisfiers`)."""
         listed, domain, retired = current.listed, current.domain, current.matcher.retired
         here = current.node._sort_key  # type: ignore[union-attr]
         for user, value in redirected:
             layer: Iterable[torch.fx.Node] = (user,)
-            for level in range(max(self.depth - 1, 1)):
+            levels = max(self.depth - 1, 1) if isinstance(value, torch.fx.Node) else max(self.depth, 1)
+            for level in range(levels):
                 for node in layer:
                     if node in listed or node in retired or (domain is not None and node not in domain) \
                             or node._sort_key <= here:
@@ -351,7 +354,7 @@ class _Run:
                     if satisfiers is not None and satisfiers.admit(value):
                         listed.add(node)
                         heapq.heappush(current.woken, (node._sort_key, id(node), node))
-                if level < self.depth - 2:
+                if level < levels - 1:
                     layer = set().union(*[n.users for n in layer])
 
     def _to_look_around(self, change: Rewrite, current: _Pass) -> Iterable[torch.fx.Node]:

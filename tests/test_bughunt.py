@@ -1,0 +1,104 @@
+"""Bug hunt: fast paths (compiled matchers, narrowing, waking, worklists, settled nodes) against the slow,
+obvious semantics (the generic matcher visiting every anchor node in every pass), and ``apply``'s contract.
+
+``outcomes`` applies a rule set four ways to copies of one graph: as shipped; with ``explain=True`` (the
+generic matcher, no narrowing); visiting every node a rule may anchor at in every pass with the compiled
+matchers; and with both (the reference).  All four must give the same code, counts, anchors and skips.
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+from typing import Any
+
+import pytest
+import torch
+import torch.fx
+
+import fxrules
+from fxrules import engine
+from fxrules.ir import RuleSet
+from fxrules.matcher import NodeIndex
+
+F = torch.nn.functional
+
+
+def _outcome(gm: torch.fx.GraphModule, report: fxrules.Report) -> dict[str, Any]:
+    return {"code": gm.code,
+            "rules": [(r.name, r.fired, list(r.anchors), dict(r.skip_counts), [(s.reason, s.node) for s in r.skipped])
+                      for r in report.rules]}
+
+
+def _visit_everything(patch: pytest.MonkeyPatch) -> None:
+    """The engine made to visit, in every pass, every node a rule may anchor at (not narrowed, not settled)."""
+    patch.setattr(engine._Run, "_settled", lambda self, candidates, done: set())
+    patch.setattr(engine._Run, "_narrowing", lambda self, found, among=None: lambda rule: None)
+    patch.setattr(engine._Run, "_worklist",
+                  lambda self, touched, retired: (self.index.candidates(NodeIndex(self.gm.graph)), None))
+
+
+def outcomes(gm: torch.fx.GraphModule, rules: str | RuleSet, **kwargs: Any) -> dict[str, Any]:
+    """Mode -> the outcome of applying ``rules`` to a copy of ``gm`` (or the error it raised)."""
+    ruleset = fxrules.parse(rules) if isinstance(rules, str) else rules
+    found: dict[str, Any] = {}
+    for mode in ("shipped", "generic", "compiled_everywhere", "reference"):
+        copied = copy.deepcopy(gm)
+        with pytest.MonkeyPatch.context() as patch:
+            if mode in ("compiled_everywhere", "reference"):
+                _visit_everything(patch)
+            try:
+                report = fxrules.apply(copied, ruleset, explain=mode in ("generic", "reference"), **kwargs)
+            except fxrules.FxrError as error:
+                found[mode] = (type(error).__name__, str(error))
+            else:
+                found[mode] = _outcome(copied, report)
+    return found
+
+
+def assert_same_everywhere(gm: torch.fx.GraphModule, rules: str | RuleSet, **kwargs: Any) -> dict[str, Any]:
+    """Every mode gives the reference's outcome; returns it."""
+    found = outcomes(gm, rules, **kwargs)
+    reference = found["reference"]
+    for mode, outcome in found.items():
+        assert outcome == reference, f"{mode} differs from the reference:\n{outcome}\n!=\n{reference}"
+    return reference
+
+
+def fired(outcome: dict[str, Any]) -> dict[str, int]:
+    return {name: count for name, count, *_ in outcome["rules"] if count}
+
+
+# ---------------------------------------------------------------- waking nodes ahead after a rewrite
+
+def _graph(build: Any) -> torch.fx.GraphModule:
+    graph = torch.fx.Graph()
+    build(graph)
+    graph.lint()
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+def test_a_literal_redirected_into_the_deepest_call_of_a_pattern_wakes_its_anchor() -> None:
+    """``pick`` turns ``getitem`` into the literal 2; ``torch.mul(y, 2)`` is then the operand that
+    ``neg_mul2`` needs at its anchor ``neg`` one use edge further: the pass left ``neg`` out (its operand
+    lacked the literal), so the rewrite must wake it (fixed: ``_wake`` stopped one level short for literals)."""
+
+    def build(graph: torch.fx.Graph) -> None:
+        x, y = graph.placeholder("x"), graph.placeholder("y")
+        picked = graph.call_function(operator.getitem, ((x, 2), 1))
+        graph.output(graph.call_function(torch.neg, (graph.call_function(torch.mul, (y, picked)),)))
+
+    rules = """
+rule pick:
+    operator.getitem((a, b), 1) => b
+
+rule neg_mul2:
+    torch.neg(torch.mul(x, 2)) => x * -2
+"""
+    gm = _graph(build)
+    outcome = assert_same_everywhere(gm, rules)
+    assert fired(outcome) == {"pick": 1, "neg_mul2": 1}
+    y = torch.randn(3)
+    gm_copy = copy.deepcopy(gm)
+    fxrules.apply(gm_copy, fxrules.parse(rules))
+    torch.testing.assert_close(gm_copy(torch.randn(3), y), gm(torch.randn(3), y))
