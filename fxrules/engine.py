@@ -450,8 +450,27 @@ class _Run:
         transaction.retired.clear()  # all erased: each retired node's users are retired, and come after it
         gm.recompile()
         referenced_after = {str(n.target) for n in graph.find_nodes(op="call_module")}
-        for name in sorted(referenced_before - referenced_after):
-            gm.delete_submodule(name)
+        unreferenced = referenced_before - referenced_after
+        if unreferenced:
+            still_used = _used_attribute_paths(gm, graph)
+            for name in sorted(unreferenced - still_used):
+                gm.delete_submodule(name)
+
+
+def _used_attribute_paths(gm: torch.fx.GraphModule, graph: torch.fx.Graph) -> set[str]:
+    """The qualified names the graph still needs: every ``call_module`` and ``get_attr`` target, the modules
+    on the path to it (``blk`` of ``blk.r``), and every submodule of a called module (its forward uses them)."""
+    used: set[str] = set()
+    for node in (*graph.find_nodes(op="call_module"), *graph.find_nodes(op="get_attr")):
+        parts = str(node.target).split(".")
+        used.update(".".join(parts[:end]) for end in range(1, len(parts) + 1))
+        if node.op == "call_module":
+            try:
+                module = gm.get_submodule(str(node.target))
+            except AttributeError:
+                continue
+            used.update(f"{node.target}.{name}" for name, _ in module.named_modules() if name)
+    return used
 
 
 class _LintError(Exception):

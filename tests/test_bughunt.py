@@ -102,3 +102,87 @@ rule neg_mul2:
     gm_copy = copy.deepcopy(gm)
     fxrules.apply(gm_copy, fxrules.parse(rules))
     torch.testing.assert_close(gm_copy(torch.randn(3), y), gm(torch.randn(3), y))
+
+
+# ---------------------------------------------------------------- the commit: submodules no longer referenced
+
+class _LinearAndItsWeight(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.lin(x)) + self.lin.weight.sum()
+
+
+DROP_LINEAR = """
+rule drop_linear:
+    given:
+        l: nn.Linear
+    pattern:
+        return torch.relu(l(x))
+    replace:
+        return torch.relu(x)
+"""
+
+
+def test_a_submodule_whose_parameter_is_still_read_is_kept() -> None:
+    """The rewrite removes the only call of ``lin``, but ``get_attr lin.weight`` still reads it: deleting
+    ``lin`` left a graph that fails when run (fixed: ``_Run._commit`` deleted every submodule no longer
+    *called*)."""
+    gm = torch.fx.symbolic_trace(_LinearAndItsWeight())
+    x = torch.randn(2, 3)
+    report = fxrules.apply(gm, fxrules.parse(DROP_LINEAR))
+    assert report.counts() == {"drop_linear": 1}
+    assert isinstance(gm.get_submodule("lin"), torch.nn.Linear)
+    torch.testing.assert_close(gm(x), torch.relu(x) + gm.lin.weight.sum())
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.act = torch.nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.act(x)
+
+
+def test_a_submodule_whose_child_is_still_called_is_kept() -> None:
+    """The rewrite removes the call of ``blk``; ``blk.act`` is still called, so ``blk`` must stay (fixed:
+    deleting ``blk`` deleted ``blk.act`` with it)."""
+    root = torch.nn.Module()
+    root.blk = _Block()
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    kept = graph.call_module("blk.act", (x,))
+    dropped = graph.call_function(torch.neg, (graph.call_function(torch.neg, (graph.call_module("blk", (x,)),)),))
+    graph.output(graph.call_function(torch.add, (kept, dropped)))
+    gm = torch.fx.GraphModule(root, graph)
+    rules = """
+rule drop_module:
+    given:
+        m: nn.Module
+    pattern:
+        return torch.neg(torch.neg(m(x)))
+    replace:
+        return x
+"""
+    report = fxrules.apply(gm, fxrules.parse(rules))
+    assert report.counts() == {"drop_module": 1}
+    assert isinstance(gm.get_submodule("blk.act"), torch.nn.ReLU)
+    t = torch.randn(4)
+    torch.testing.assert_close(gm(t), torch.relu(t) + t)
+
+
+def test_a_submodule_nothing_refers_to_any_more_is_still_deleted() -> None:
+    class OnlyCalled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(3, 3)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(self.lin(x))
+
+    gm = torch.fx.symbolic_trace(OnlyCalled())
+    assert fxrules.apply(gm, fxrules.parse(DROP_LINEAR)).counts() == {"drop_linear": 1}
+    assert not hasattr(gm, "lin")
