@@ -25,7 +25,7 @@ F = torch.nn.functional
 
 
 def _outcome(gm: torch.fx.GraphModule, report: fxrules.Report) -> dict[str, Any]:
-    return {"code": gm.code,
+    return {"code": gm.code, "passes": report.passes,
             "rules": [(r.name, r.fired, list(r.anchors), dict(r.skip_counts), [(s.reason, s.node) for s in r.skipped])
                       for r in report.rules]}
 
@@ -186,3 +186,35 @@ def test_a_submodule_nothing_refers_to_any_more_is_still_deleted() -> None:
     gm = torch.fx.symbolic_trace(OnlyCalled())
     assert fxrules.apply(gm, fxrules.parse(DROP_LINEAR)).counts() == {"drop_linear": 1}
     assert not hasattr(gm, "lin")
+
+
+# ---------------------------------------------------------------- families whose first member is a module
+
+class _ReluModuleAndFunction(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.act = torch.nn.ReLU()
+        self.act_inplace = torch.nn.ReLU(inplace=True)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.neg(self.act(x)), torch.neg(torch.relu(x)), torch.neg(self.act_inplace(torch.sigmoid(x)))
+
+
+@pytest.mark.parametrize("pattern", ["act(x)", "act(x, inplace=False)"])
+def test_a_module_first_family_matches_its_module_and_its_functions_at_their_defaults(pattern: str) -> None:
+    """The family's parameters are nn.ReLU's: ``input`` and the constructor's ``inplace`` (default False).
+    ``act(x)`` leaves ``inplace`` out, so it matches ``nn.ReLU()`` (inplace at its default) and
+    ``torch.relu`` (no such argument: the default), not ``nn.ReLU(inplace=True)``; naming
+    ``inplace=False`` is the same (fixed: the family knew no default for ``inplace``, so ``act(x)``
+    never matched the module and ``act(x, inplace=False)`` never matched ``torch.relu``)."""
+    rules = f"""
+family act = nn.ReLU | torch.relu
+
+rule neg_act:
+    torch.neg({pattern}) => x
+"""
+    gm = torch.fx.symbolic_trace(_ReluModuleAndFunction())
+    outcome = assert_same_everywhere(gm, rules)
+    assert fired(outcome) == {"neg_act": 2}
+    assert "self.act(" not in outcome["code"] and "torch.relu" not in outcome["code"]
+    assert "self.act_inplace(" in outcome["code"]
