@@ -451,10 +451,14 @@ class _Run:
         gm.recompile()
         referenced_after = {str(n.target) for n in graph.find_nodes(op="call_module")}
         unreferenced = referenced_before - referenced_after
-        if unreferenced:
+        added_buffers = [name for name in transaction.added if name in gm._buffers]
+        if unreferenced or added_buffers:
             still_used = _used_attribute_paths(gm, graph)
             for name in sorted(unreferenced - still_used):
                 gm.delete_submodule(name)
+            for name in added_buffers:  # a helper's tensor that a later rewrite of this apply left unread
+                if name not in still_used:
+                    del gm._buffers[name]
 
 
 def _used_attribute_paths(gm: torch.fx.GraphModule, graph: torch.fx.Graph) -> set[str]:

@@ -218,3 +218,36 @@ rule neg_act:
     assert fired(outcome) == {"neg_act": 2}
     assert "self.act(" not in outcome["code"] and "torch.relu" not in outcome["code"]
     assert "self.act_inplace(" in outcome["code"]
+
+
+def test_a_helper_buffer_that_a_later_rewrite_left_unread_is_not_kept() -> None:
+    """``scale`` adds the buffer ``two`` (pass 1); ``drop`` then removes its only reader (pass 2).  The
+    buffer would stay in the module's state_dict though nothing reads it (fixed: the commit dropped
+    unreferenced submodules only)."""
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.neg(torch.neg(x)) + 1
+
+    rules = """
+rule scale:
+    torch.neg(torch.neg(x)) => x * @two(x)
+
+rule drop:
+    (x * p) + 1 => x + 1
+"""
+    gm = torch.fx.symbolic_trace(f)
+    report = fxrules.apply(gm, fxrules.parse(rules), helpers={"two": lambda x: torch.tensor(2.0)})
+    assert report.counts() == {"scale": 1, "drop": 1}
+    assert "two" not in gm.state_dict()
+    t = torch.randn(3)
+    torch.testing.assert_close(gm(t), t + 1)
+
+
+def test_a_helper_buffer_still_read_is_kept() -> None:
+    gm = torch.fx.symbolic_trace(lambda x: torch.neg(torch.neg(x)))
+    rules = "rule scale:\n    torch.neg(torch.neg(x)) => x * @two(x)\n"
+    assert fxrules.apply(gm, fxrules.parse(rules), helpers={"two": lambda x: torch.tensor(2.0)}).counts() == {
+        "scale": 1}
+    assert "two" in gm.state_dict()
+    t = torch.randn(3)
+    torch.testing.assert_close(gm(t), t * 2)
