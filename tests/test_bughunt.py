@@ -251,3 +251,87 @@ def test_a_helper_buffer_still_read_is_kept() -> None:
     assert "two" in gm.state_dict()
     t = torch.randn(3)
     torch.testing.assert_close(gm(t), t * 2)
+
+
+# ---------------------------------------------------------------- random graphs where rewrites make literals
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tests.conftest import slow_examples  # noqa: E402
+
+#: ``pick`` replaces a node by a literal (0, 1 or 2), which then is the literal argument the other
+#: rules need, at every depth of their patterns; ``sub_lit`` turns a literal into a node again.
+LITERAL_RULES = fxrules.parse("""
+rule pick:
+    operator.getitem((a, b), 1) => b
+
+rule neg_mul2:
+    torch.neg(torch.mul(x, 2)) => x * -2
+
+rule relu_neg_add1:
+    torch.relu(torch.neg(torch.add(x, 1))) => torch.sigmoid(x)
+
+rule mul_zero:
+    torch.mul(x, 0) => torch.zeros_like(x)
+
+rule tanh_tanh_sub2:
+    torch.tanh(torch.tanh(torch.sub(x, 2))) => torch.cos(x)
+
+rule sub_lit:
+    torch.sub(x, 1) => torch.add(x, -1)
+""", filename="literal_rules.fxr")
+
+_LITERALS = (0, 1, 2)
+_UNARY = (torch.neg, torch.relu, torch.tanh, torch.sigmoid)
+_BINARY = (torch.mul, torch.add, torch.sub)
+
+
+@st.composite
+def literal_graphs(draw: st.DrawFn, max_steps: int = 12) -> torch.fx.GraphModule:
+    graph = torch.fx.Graph()
+    inputs = [graph.placeholder(f"x{i}") for i in range(2)]
+    tensors = list(inputs)
+    scalars: list[Any] = []  # getitem nodes that `pick` makes literals
+    for _ in range(draw(st.integers(1, max_steps))):
+        kind = draw(st.sampled_from(("pick", "unary", "binary", "binary")))
+        if kind == "pick":
+            scalars.append(graph.call_function(operator.getitem, ((draw(st.sampled_from(inputs)),
+                                                                   draw(st.sampled_from(_LITERALS))), 1)))
+        elif kind == "unary":
+            tensors.append(graph.call_function(draw(st.sampled_from(_UNARY)), (draw(st.sampled_from(tensors)),)))
+        else:
+            other = draw(st.one_of(st.sampled_from(_LITERALS), *([st.sampled_from(scalars)] if scalars else []),
+                                   st.sampled_from(tensors)))
+            tensors.append(graph.call_function(draw(st.sampled_from(_BINARY)),
+                                               (draw(st.sampled_from(tensors)), other)))
+    sinks = [n for n in tensors if not n.users and n.op != "placeholder"] or [tensors[-1]]
+    graph.output(tuple(sinks))
+    for node in list(graph.nodes):  # picks nothing uses: not dead code, it would block nothing but clutter
+        if node.op == "call_function" and node.target is operator.getitem and not node.users:
+            graph.erase_node(node)
+    graph.lint()
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+_COMMON = {"deadline": None, "database": None,
+           "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
+
+
+def _check_literal_graph(gm: torch.fx.GraphModule) -> None:
+    found = outcomes(gm, LITERAL_RULES)
+    assert found["shipped"] == found["reference"], gm.code
+    assert found["generic"] == found["reference"], gm.code
+
+
+@settings(max_examples=40, **_COMMON)
+@given(gm=literal_graphs())
+def test_rewrites_that_make_literals_change_nothing_but_the_work(gm: torch.fx.GraphModule) -> None:
+    _check_literal_graph(gm)
+
+
+@pytest.mark.slow
+@settings(max_examples=slow_examples(400), **_COMMON)
+@given(gm=literal_graphs(max_steps=20))
+def test_rewrites_that_make_literals_change_nothing_but_the_work_many_examples(gm: torch.fx.GraphModule) -> None:
+    _check_literal_graph(gm)
