@@ -324,6 +324,8 @@ class _Run:
         current.touched.update(change.created)
         if change.redirected:
             self._wake(change.redirected, current)
+        if current.domain is not None:
+            self._wake_beyond_domain(change, current)
         current.touched.update(self._to_look_around(change, current))
         if self.counts_users:  # a capture's new users may make a guard that counts them hold
             current.touched.update(change.gained_users)
@@ -356,6 +358,34 @@ class _Run:
                         heapq.heappush(current.woken, (node._sort_key, id(node), node))
                 if level < levels - 1:
                     layer = set().union(*[n.users for n in layer])
+
+    def _wake_beyond_domain(self, change: Rewrite, current: _Pass) -> None:
+        """Queue the nodes ahead, outside a later pass's domain, whose match may contain a node ``change``
+        touched (given a new input, or left with fewer users; with guards that count users, also one given
+        a new user): a pass that visited every node would look at them after this rewrite, in this pass.
+
+        Such a match lies at most ``depth - 1`` use edges after the touched node (``depth`` when guards
+        count users: the node may be a capture).  The domain holds the nodes whose outcome the previous
+        pass's changes may have changed; a node outside it is left out only until a change reaches it.
+        """
+        domain, listed, retired = current.domain, current.listed, current.matcher.retired
+        assert domain is not None
+        here = current.node._sort_key  # type: ignore[union-attr]
+        reach = self.depth if self.counts_users else self.depth - 1
+        layer: set[torch.fx.Node] = {user for user, _ in change.redirected} | set(change.lost_users)
+        if self.counts_users:
+            layer |= set(change.gained_users)
+        seen: set[torch.fx.Node] = set()
+        for level in range(reach + 1):
+            for node in layer - seen:
+                if node in domain or node in listed or node in retired or node._sort_key <= here:
+                    continue
+                if self._may_anchor(node):
+                    listed.add(node)
+                    heapq.heappush(current.woken, (node._sort_key, id(node), node))
+            seen |= layer
+            if level < reach:
+                layer = set().union(*[n.users for n in layer]) - seen
 
     def _to_look_around(self, change: Rewrite, current: _Pass) -> Iterable[torch.fx.Node]:
         """The existing nodes ``change`` touched whose surroundings the next pass must look at again.

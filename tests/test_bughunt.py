@@ -104,6 +104,70 @@ rule neg_mul2:
     torch.testing.assert_close(gm_copy(torch.randn(3), y), gm(torch.randn(3), y))
 
 
+
+def test_a_later_pass_visits_a_match_its_rewrite_made_beyond_its_domain() -> None:
+    """Pass 1: ``mk`` makes ``neg(neg(x))``.  Pass 2 looks around that only: ``double_neg`` fires there and
+    makes ``mul`` ``x * x``, which makes ``relu`` (outside pass 2's domain) a match of ``sq``.  A pass that
+    visits every node fires ``sq`` in pass 2; the worklist left ``relu`` out of pass 2 and out of pass 3,
+    so ``sq`` never fired (fixed: ``_Run._wake_beyond_domain``)."""
+    rules = """
+rule mk:
+    torch.cos(x) => torch.neg(torch.neg(x))
+
+rule double_neg:
+    torch.neg(torch.neg(x)) => x
+
+rule sq:
+    torch.relu(x * x) => x
+"""
+    gm = torch.fx.symbolic_trace(lambda x: torch.relu(torch.cos(x) * x))
+    outcome = assert_same_everywhere(gm, rules)
+    assert fired(outcome) == {"mk": 1, "double_neg": 1, "sq": 1}
+    assert outcome["passes"] == 3
+
+
+def test_a_later_pass_visits_a_match_its_literal_made_beyond_its_domain() -> None:
+    """As above, with a literal: ``pick`` (pass 2) makes ``mul``'s operand the literal 2, so ``neg`` two use
+    edges after ``mk``'s new node is a match of ``neg_mul2`` (fixed as above)."""
+    rules = """
+rule mk:
+    torch.cos(x) => operator.getitem((x, 2), 1)
+
+rule pick:
+    operator.getitem((a, b), 1) => b
+
+rule neg_mul2:
+    torch.neg(torch.mul(x, 2)) => x * -2
+"""
+    gm = torch.fx.symbolic_trace(lambda x, y: torch.neg(torch.mul(y, torch.cos(x))))
+    outcome = assert_same_everywhere(gm, rules)
+    assert fired(outcome) == {"mk": 1, "pick": 1, "neg_mul2": 1}
+
+
+def test_a_later_pass_visits_a_match_whose_interior_lost_a_user_beyond_its_domain() -> None:
+    """``m`` has two users, so ``neg(neg(y))`` cannot fire (escaping user) until ``drop`` (pass 2, in the
+    domain of ``mk``'s new node) rewrites the other user of ``m`` away; a pass that visits every node then
+    fires ``double_neg`` in that same pass."""
+    rules = """
+rule mk:
+    torch.cos(x) => torch.sin(x)
+
+rule drop:
+    torch.sin(x) * y => x
+
+rule double_neg:
+    torch.neg(torch.neg(x)) => x
+"""
+
+    def f(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        m = torch.neg(y)
+        return torch.cos(x) * m, torch.neg(m)
+
+    gm = torch.fx.symbolic_trace(f)
+    outcome = assert_same_everywhere(gm, rules)
+    assert fired(outcome) == {"mk": 1, "drop": 1, "double_neg": 1}
+
+
 # ---------------------------------------------------------------- the commit: submodules no longer referenced
 
 class _LinearAndItsWeight(torch.nn.Module):
