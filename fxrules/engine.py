@@ -324,6 +324,8 @@ class _Run:
         current.touched.update(change.created)
         if change.redirected:
             self._wake(change.redirected, current)
+        if current.domain is not None:
+            self._wake_beyond_domain(change, current)
         current.touched.update(self._to_look_around(change, current))
         if self.counts_users:  # a capture's new users may make a guard that counts them hold
             current.touched.update(change.gained_users)
@@ -335,14 +337,17 @@ class _Run:
 
     def _wake(self, redirected: tuple[tuple[torch.fx.Node, Any], ...], current: _Pass) -> None:
         """Queue the nodes ahead that the pass left out when it started and the rewrite may have made
-        candidates.  The test that left a node out reads its arguments ``depth - 1`` calls deep, so only
-        the nodes given a new input, and their users up to ``depth - 2`` use edges after them, and only if
-        the new input may satisfy a required argument of the rules there (:class:`~fxrules.compiled.Satisfiers`)."""
+        candidates.  The test that left a node out reads the targets of the calls down to ``depth - 1`` use
+        edges below it, and the literal arguments of those calls: so only the nodes given a new input, and
+        their users up to ``depth - 2`` use edges after them (``depth - 1`` when the new input is a literal,
+        which the deepest calls' tests read), and only if the new input may satisfy a required argument of
+        the rules there (:class:`~fxrules.compiled.Satisfiers`)."""
         listed, domain, retired = current.listed, current.domain, current.matcher.retired
         here = current.node._sort_key  # type: ignore[union-attr]
         for user, value in redirected:
             layer: Iterable[torch.fx.Node] = (user,)
-            for level in range(max(self.depth - 1, 1)):
+            levels = max(self.depth - 1, 1) if isinstance(value, torch.fx.Node) else max(self.depth, 1)
+            for level in range(levels):
                 for node in layer:
                     if node in listed or node in retired or (domain is not None and node not in domain) \
                             or node._sort_key <= here:
@@ -351,8 +356,36 @@ class _Run:
                     if satisfiers is not None and satisfiers.admit(value):
                         listed.add(node)
                         heapq.heappush(current.woken, (node._sort_key, id(node), node))
-                if level < self.depth - 2:
+                if level < levels - 1:
                     layer = set().union(*[n.users for n in layer])
+
+    def _wake_beyond_domain(self, change: Rewrite, current: _Pass) -> None:
+        """Queue the nodes ahead, outside a later pass's domain, whose match may contain a node ``change``
+        touched (given a new input, or left with fewer users; with guards that count users, also one given
+        a new user): a pass that visited every node would look at them after this rewrite, in this pass.
+
+        Such a match lies at most ``depth - 1`` use edges after the touched node (``depth`` when guards
+        count users: the node may be a capture).  The domain holds the nodes whose outcome the previous
+        pass's changes may have changed; a node outside it is left out only until a change reaches it.
+        """
+        domain, listed, retired = current.domain, current.listed, current.matcher.retired
+        assert domain is not None
+        here = current.node._sort_key  # type: ignore[union-attr]
+        reach = self.depth if self.counts_users else self.depth - 1
+        layer: set[torch.fx.Node] = {user for user, _ in change.redirected} | set(change.lost_users)
+        if self.counts_users:
+            layer |= set(change.gained_users)
+        seen: set[torch.fx.Node] = set()
+        for level in range(reach + 1):
+            for node in layer - seen:
+                if node in domain or node in listed or node in retired or node._sort_key <= here:
+                    continue
+                if self._may_anchor(node):
+                    listed.add(node)
+                    heapq.heappush(current.woken, (node._sort_key, id(node), node))
+            seen |= layer
+            if level < reach:
+                layer = set().union(*[n.users for n in layer]) - seen
 
     def _to_look_around(self, change: Rewrite, current: _Pass) -> Iterable[torch.fx.Node]:
         """The existing nodes ``change`` touched whose surroundings the next pass must look at again.
@@ -447,8 +480,31 @@ class _Run:
         transaction.retired.clear()  # all erased: each retired node's users are retired, and come after it
         gm.recompile()
         referenced_after = {str(n.target) for n in graph.find_nodes(op="call_module")}
-        for name in sorted(referenced_before - referenced_after):
-            gm.delete_submodule(name)
+        unreferenced = referenced_before - referenced_after
+        added_buffers = [name for name in transaction.added if name in gm._buffers]
+        if unreferenced or added_buffers:
+            still_used = _used_attribute_paths(gm, graph)
+            for name in sorted(unreferenced - still_used):
+                gm.delete_submodule(name)
+            for name in added_buffers:  # a helper's tensor that a later rewrite of this apply left unread
+                if name not in still_used:
+                    del gm._buffers[name]
+
+
+def _used_attribute_paths(gm: torch.fx.GraphModule, graph: torch.fx.Graph) -> set[str]:
+    """The qualified names the graph still needs: every ``call_module`` and ``get_attr`` target, the modules
+    on the path to it (``blk`` of ``blk.r``), and every submodule of a called module (its forward uses them)."""
+    used: set[str] = set()
+    for node in (*graph.find_nodes(op="call_module"), *graph.find_nodes(op="get_attr")):
+        parts = str(node.target).split(".")
+        used.update(".".join(parts[:end]) for end in range(1, len(parts) + 1))
+        if node.op == "call_module":
+            try:
+                module = gm.get_submodule(str(node.target))
+            except AttributeError:
+                continue
+            used.update(f"{node.target}.{name}" for name, _ in module.named_modules() if name)
+    return used
 
 
 class _LintError(Exception):

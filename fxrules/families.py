@@ -86,10 +86,20 @@ def map_member_call(
             value = getattr(module, name, _MISSING)
             if name not in family_params and value is not _MISSING and not _equal_default(value, default):
                 return MemberCall(None, f"{type(module).__name__}.{name} is {value!r}, not its default {default!r}")
-    if family.primary.signature is not None:
-        for name, value in family.primary.signature.defaults.items():
-            defaults.setdefault(name, value)
+    for name, value in family_defaults(family).items():
+        defaults.setdefault(name, value)
     return MemberCall(BoundCall(explicit, defaults))
+
+
+def family_defaults(family: Family) -> Mapping[str, Any]:
+    """The defaults of the family's parameters: its first member's, and for a module first member, the
+    constructor's defaults of the parameters its attributes supply (``inplace=False`` of ``nn.ReLU``)."""
+    primary = family.primary
+    defaults = dict(primary.signature.defaults) if primary.signature is not None else {}
+    if primary.kind is OpKind.MODULE:
+        for name, value in constructor_defaults(primary.target).items():
+            defaults.setdefault(name, value)
+    return defaults
 
 
 def _is_default(bound: BoundCall, member: FamilyMember, name: str, value: Any) -> bool:

@@ -51,7 +51,13 @@ from fxrules.ir import (
     Wildcard,
     describe_target,
 )
-from fxrules.signatures import CallSignature, function_signature, method_signature, module_call_signature
+from fxrules.signatures import (
+    CallSignature,
+    constructor_defaults,
+    function_signature,
+    method_signature,
+    module_call_signature,
+)
 from fxrules.syntax_tree import dotted_parts
 from fxrules.targets import SAFE_BUILTINS, UNKNOWN_NAME_HINT, Namespace, ResolutionError, is_value
 
@@ -686,7 +692,8 @@ def _family_signature(family: Family) -> CallSignature | None:
         return None
     if family.primary.kind is not OpKind.MODULE:
         return primary
-    extra = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=None)
+    defaults = constructor_defaults(family.primary.target)
+    extra = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(n))
              for n in family_parameters(family) if n not in primary.parameters]
     overloads = tuple(o.replace(parameters=[*o.parameters.values(), *extra]) for o in primary.overloads)
     return CallSignature(overloads)
