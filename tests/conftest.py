@@ -6,10 +6,13 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import pytest
 import torch
 import torch.fx
 
 import fxrules
+from fxrules import engine
+from fxrules.matcher import NodeIndex
 
 
 def trace(fn: Callable[..., Any] | torch.nn.Module) -> torch.fx.GraphModule:
@@ -71,3 +74,22 @@ rule {name}:
     replace:
         return @{helper}(c, bn)(x)
 """
+
+
+def apply_outcome(gm: torch.fx.GraphModule, report: fxrules.Report) -> dict[str, Any]:
+    """What an ``apply`` did, to compare two ways of running it: the code, the passes, and per rule what
+    fired where and what was skipped why."""
+    return {
+        "code": gm.code, "passes": report.passes,
+        "rules": [(r.name, r.fired, list(r.anchors), dict(r.skip_counts), [(s.reason, s.node) for s in r.skipped])
+                  for r in report.rules],
+    }
+
+
+def visit_everything(patch: pytest.MonkeyPatch) -> None:
+    """The engine made to visit, in every pass, every node a rule may anchor at (not narrowed, not settled):
+    the slow, obvious semantics its fast paths must reproduce."""
+    patch.setattr(engine._Run, "_settled", lambda self, candidates, done: set())
+    patch.setattr(engine._Run, "_narrowing", lambda self, found, among=None: lambda rule: None)
+    patch.setattr(engine._Run, "_worklist",
+                  lambda self, touched, retired: (self.index.candidates(NodeIndex(self.gm.graph)), None))

@@ -18,12 +18,10 @@ import torch.fx
 from hypothesis import HealthCheck, given, settings
 
 import fxrules
-from fxrules import engine
 from fxrules.compiled import compile_ruleset
 from fxrules.ir import RuleSet
-from fxrules.matcher import NodeIndex
 from fxrules.report import KEEP_EXAMPLES, ReportBuilder
-from tests.conftest import slow_examples, trace
+from tests.conftest import apply_outcome, slow_examples, trace, visit_everything
 from tests.strategies import GeneratedGraph, graphs
 from tests.test_compiled import EXACT
 
@@ -53,22 +51,6 @@ RULES = (fxrules.parse(CASCADING, filename="cascading.fxr") + RuleSet(tuple(r fo
 COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
 
 
-def outcome(gm: torch.fx.GraphModule, report: fxrules.Report) -> dict[str, Any]:
-    return {
-        "code": gm.code, "passes": report.passes,
-        "rules": [(r.name, r.fired, r.anchors, r.skip_counts, [(s.reason, s.node) for s in r.skipped])
-                  for r in report.rules],
-    }
-
-
-def visit_everything(patch: pytest.MonkeyPatch) -> None:
-    """The engine made to visit, in every pass, every node a rule may anchor at (not narrowed, not settled)."""
-    patch.setattr(engine._Run, "_settled", lambda self, candidates, done: set())
-    patch.setattr(engine._Run, "_narrowing", lambda self, found, among=None: lambda rule: None)
-    patch.setattr(engine._Run, "_worklist",
-                  lambda self, touched, retired: (self.index.candidates(NodeIndex(self.gm.graph)), None))
-
-
 def apply_both_ways(gm: torch.fx.GraphModule, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, int, int]:
     """(outcome settling, outcome visiting everything, attempts settling, attempts visiting everything)."""
     settling = copy.deepcopy(gm)
@@ -78,7 +60,7 @@ def apply_both_ways(gm: torch.fx.GraphModule, monkeypatch: pytest.MonkeyPatch) -
         report_all = fxrules.apply(gm, RULES)
     attempts = sum(r.attempts for r in report.rules)
     attempts_all = sum(r.attempts for r in report_all.rules)
-    return outcome(settling, report), outcome(gm, report_all), attempts, attempts_all
+    return apply_outcome(settling, report), apply_outcome(gm, report_all), attempts, attempts_all
 
 
 def test_the_rules_settle() -> None:

@@ -1,4 +1,4 @@
-"""Bug hunt: fast paths (compiled matchers, narrowing, waking, worklists, settled nodes) against the slow,
+"""A review of the fast paths (compiled matchers, narrowing, waking, worklists, settled nodes) against the slow,
 obvious semantics (the generic matcher visiting every anchor node in every pass), and ``apply``'s contract.
 
 ``outcomes`` applies a rule set four ways to copies of one graph: as shipped; with ``explain=True`` (the
@@ -15,27 +15,14 @@ from typing import Any
 import pytest
 import torch
 import torch.fx
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import fxrules
-from fxrules import engine
 from fxrules.ir import RuleSet
-from fxrules.matcher import NodeIndex
+from tests.conftest import apply_outcome, slow_examples, visit_everything
 
 F = torch.nn.functional
-
-
-def _outcome(gm: torch.fx.GraphModule, report: fxrules.Report) -> dict[str, Any]:
-    return {"code": gm.code, "passes": report.passes,
-            "rules": [(r.name, r.fired, list(r.anchors), dict(r.skip_counts), [(s.reason, s.node) for s in r.skipped])
-                      for r in report.rules]}
-
-
-def _visit_everything(patch: pytest.MonkeyPatch) -> None:
-    """The engine made to visit, in every pass, every node a rule may anchor at (not narrowed, not settled)."""
-    patch.setattr(engine._Run, "_settled", lambda self, candidates, done: set())
-    patch.setattr(engine._Run, "_narrowing", lambda self, found, among=None: lambda rule: None)
-    patch.setattr(engine._Run, "_worklist",
-                  lambda self, touched, retired: (self.index.candidates(NodeIndex(self.gm.graph)), None))
 
 
 def outcomes(gm: torch.fx.GraphModule, rules: str | RuleSet, **kwargs: Any) -> dict[str, Any]:
@@ -46,13 +33,13 @@ def outcomes(gm: torch.fx.GraphModule, rules: str | RuleSet, **kwargs: Any) -> d
         copied = copy.deepcopy(gm)
         with pytest.MonkeyPatch.context() as patch:
             if mode in ("compiled_everywhere", "reference"):
-                _visit_everything(patch)
+                visit_everything(patch)
             try:
                 report = fxrules.apply(copied, ruleset, explain=mode in ("generic", "reference"), **kwargs)
             except fxrules.FxrError as error:
                 found[mode] = (type(error).__name__, str(error))
             else:
-                found[mode] = _outcome(copied, report)
+                found[mode] = apply_outcome(copied, report)
     return found
 
 
@@ -318,11 +305,6 @@ def test_a_helper_buffer_still_read_is_kept() -> None:
 
 
 # ---------------------------------------------------------------- random graphs where rewrites make literals
-
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from tests.conftest import slow_examples  # noqa: E402
 
 #: ``pick`` replaces a node by a literal (0, 1 or 2), which then is the literal argument the other
 #: rules need, at every depth of their patterns; ``sub_lit`` turns a literal into a node again.
