@@ -79,14 +79,12 @@ from fxrules.matcher import (
     State,
     Unfit,
     Unreadable,
-    holds_default,
-    literal_equal,
     named_values,
     tensor_fit,
     value_type_problem,
 )
 from fxrules.memo import per_object
-from fxrules.signatures import BindingPlan, CallSignature
+from fxrules.signatures import BindingPlan, CallSignature, holds_default, literal_equal
 
 Node = torch.fx.Node
 

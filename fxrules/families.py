@@ -19,7 +19,7 @@ import attrs
 import torch
 
 from fxrules.ir import Family, FamilyMember, OpKind
-from fxrules.signatures import BoundCall, constructor_defaults
+from fxrules.signatures import BoundCall, constructor_defaults, holds_default
 
 _MISSING = object()
 
@@ -84,7 +84,7 @@ def map_member_call(
         # ... and its other constructor arguments must hold their defaults (nn.ReLU(inplace=True) is not relu).
         for name, default in constructor_defaults(type(module)).items():
             value = getattr(module, name, _MISSING)
-            if name not in family_params and value is not _MISSING and not _equal_default(value, default):
+            if name not in family_params and value is not _MISSING and not holds_default(value, default):
                 return MemberCall(None, f"{type(module).__name__}.{name} is {value!r}, not its default {default!r}")
     for name, value in family_defaults(family).items():
         defaults.setdefault(name, value)
@@ -109,13 +109,5 @@ def _is_default(bound: BoundCall, member: FamilyMember, name: str, value: Any) -
     for overload in signature.overloads:
         parameter = overload.parameters.get(name)
         if parameter is not None and parameter.default is not parameter.empty:
-            return _equal_default(value, parameter.default)
+            return holds_default(value, parameter.default)
     return False
-
-
-def _equal_default(value: Any, default: Any) -> bool:
-    if isinstance(value, torch.fx.Node):
-        return False
-    if isinstance(value, list | tuple) and isinstance(default, list | tuple):
-        return list(value) == list(default)
-    return type(value) is type(default) and value == default

@@ -24,7 +24,6 @@ explored by backtracking generators; a pattern of ``p`` operations costs
 from __future__ import annotations
 
 import functools
-import math
 import operator
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -62,24 +61,9 @@ from fxrules.ir import (
 )
 from fxrules.memo import per_object
 from fxrules.metadata import MissingMetadata, NotATensor, guard_view, tensor_info
-from fxrules.signatures import BoundCall, CallSignature
+from fxrules.signatures import BoundCall, CallSignature, holds_default, literal_equal
 
 _MISSING = object()
-
-
-def literal_equal(expected: Any, actual: Any) -> bool:
-    """Literal equality of the rule language: same type, ``nan == nan``, ``-0.0 != 0.0``, list == tuple."""
-    if isinstance(expected, list | tuple) and isinstance(actual, list | tuple):
-        return len(expected) == len(actual) and all(map(literal_equal, expected, actual))
-    if isinstance(expected, slice) and isinstance(actual, slice):
-        return all(literal_equal(getattr(expected, p), getattr(actual, p)) for p in ("start", "stop", "step"))
-    if type(expected) is not type(actual):
-        return False
-    if isinstance(expected, float):
-        if math.isnan(expected) or math.isnan(actual):
-            return math.isnan(expected) and math.isnan(actual)
-        return expected == actual and math.copysign(1.0, expected) == math.copysign(1.0, actual)
-    return bool(expected == actual)
 
 
 @attrs.frozen
@@ -914,19 +898,6 @@ def named_values(names: tuple[str, ...], rest: bool, bound: BoundCall) -> list[A
             return Unreadable(name, _MISSING)
         values.append(value)
     return values
-
-
-def holds_default(value: Any, default: Any) -> bool:
-    """An argument the pattern leaves out may be given explicitly, at its default (``alpha=1`` or ``1.0``)."""
-    if isinstance(value, torch.fx.Node):
-        return False
-    if isinstance(value, list | tuple) and isinstance(default, list | tuple):
-        return literal_equal(list(default), list(value))
-    if default is None or isinstance(default, bool) or value is None or isinstance(value, bool):
-        return value is default or (type(value) is type(default) and value == default)
-    if isinstance(value, int | float) and isinstance(default, int | float):
-        return value == default  # `alpha=1` and `alpha=1.0` are both the default
-    return bool(value == default)
 
 
 def _show(value: Any) -> str:

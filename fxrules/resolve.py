@@ -14,7 +14,7 @@ import inspect
 import math
 import operator
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -693,10 +693,20 @@ def _family_signature(family: Family) -> CallSignature | None:
     if family.primary.kind is not OpKind.MODULE:
         return primary
     defaults = constructor_defaults(family.primary.target)
-    extra = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=defaults.get(n))
-             for n in family_parameters(family) if n not in primary.parameters]
-    overloads = tuple(o.replace(parameters=[*o.parameters.values(), *extra]) for o in primary.overloads)
-    return CallSignature(overloads)
+    names = [n for n in family_parameters(family) if n not in primary.parameters]
+    return CallSignature(tuple(_with_attributes(o, names, defaults) for o in primary.overloads))
+
+
+def _with_attributes(forward: inspect.Signature, names: list[str], defaults: Mapping[str, Any]) -> inspect.Signature:
+    """A module's ``forward`` signature followed by the constructor attributes ``names``: by position and by
+    name after its own parameters (``sm(x, 1)`` of ``family sm = nn.Softmax | torch.softmax``), by name only
+    when ``forward`` takes ``*args`` or keyword-only parameters."""
+    own = list(forward.parameters.values())
+    by_name_only = {p.kind for p in own} & {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.KEYWORD_ONLY}
+    kind = inspect.Parameter.KEYWORD_ONLY if by_name_only else inspect.Parameter.POSITIONAL_OR_KEYWORD
+    attributes = [inspect.Parameter(n, kind, default=defaults.get(n)) for n in names]
+    var_keyword = [p for p in own if p.kind is inspect.Parameter.VAR_KEYWORD]
+    return forward.replace(parameters=[*(p for p in own if p not in var_keyword), *attributes, *var_keyword])
 
 
 def _is_operation(template: Template) -> bool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -270,3 +271,31 @@ def constructor_defaults(cls: type) -> Mapping[str, Any]:
         name: p.default for name, p in parameters.items()
         if p.default is not _NO_DEFAULT and name not in {"device", "dtype"}
     }
+
+
+def literal_equal(expected: Any, actual: Any) -> bool:
+    """Literal equality of the rule language: same type, ``nan == nan``, ``-0.0 != 0.0``, list == tuple."""
+    if isinstance(expected, list | tuple) and isinstance(actual, list | tuple):
+        return len(expected) == len(actual) and all(map(literal_equal, expected, actual))
+    if isinstance(expected, slice) and isinstance(actual, slice):
+        return all(literal_equal(getattr(expected, p), getattr(actual, p)) for p in ("start", "stop", "step"))
+    if type(expected) is not type(actual):
+        return False
+    if isinstance(expected, float):
+        if math.isnan(expected) or math.isnan(actual):
+            return math.isnan(expected) and math.isnan(actual)
+        return expected == actual and math.copysign(1.0, expected) == math.copysign(1.0, actual)
+    return bool(expected == actual)
+
+
+def holds_default(value: Any, default: Any) -> bool:
+    """An argument the pattern leaves out may be given explicitly, at its default (``alpha=1`` or ``1.0``)."""
+    if isinstance(value, torch.fx.Node):
+        return False
+    if isinstance(value, list | tuple) and isinstance(default, list | tuple):
+        return literal_equal(list(default), list(value))
+    if default is None or isinstance(default, bool) or value is None or isinstance(value, bool):
+        return value is default or (type(value) is type(default) and value == default)
+    if isinstance(value, int | float) and isinstance(default, int | float):
+        return value == default  # `alpha=1` and `alpha=1.0` are both the default
+    return bool(value == default)

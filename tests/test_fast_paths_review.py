@@ -271,6 +271,47 @@ rule neg_act:
     assert "self.act_inplace(" in outcome["code"]
 
 
+
+class _Softmaxes(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sm = torch.nn.Softmax(dim=1)
+        self.sm0 = torch.nn.Softmax(dim=0)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.sm(x) + torch.softmax(x, 1) + torch.softmax(x, dim=1) + self.sm0(x) + torch.softmax(x, 0)
+
+
+@pytest.mark.parametrize("pattern", ["sm(x, 1)", "sm(x, dim=1)"])
+def test_a_module_first_family_takes_constructor_attributes_by_position_and_by_name(pattern: str) -> None:
+    """Design card section 4: a family's arguments are its first member's, by position and by name; for a
+    module, the constructor's attributes follow ``forward``'s parameters (``sm(x, 1)`` used to be compared
+    as written, and matched only ``torch.softmax(x, 1)``)."""
+    rules = f"""
+family sm = nn.Softmax | torch.softmax
+
+rule softmax_to_sigmoid:
+    {pattern} => torch.sigmoid(x)
+"""
+    gm = torch.fx.symbolic_trace(_Softmaxes())
+    outcome = assert_same_everywhere(gm, rules)
+    assert fired(outcome) == {"softmax_to_sigmoid": 3}
+    assert outcome["code"].count("torch.sigmoid(x)") == 3
+    assert "self.sm0(x)" in outcome["code"] and "torch.softmax(x, 0)" in outcome["code"]
+
+
+@pytest.mark.parametrize("pattern", ["add(x, 0)", "torch.add(x, 0)"])
+def test_an_extra_argument_at_its_default_is_the_default_in_families_as_in_calls(pattern: str) -> None:
+    """``alpha=1`` and ``alpha=1.0`` are both ``torch.add``'s default, whether the pattern names the target or
+    a family it belongs to (the family's test used to want the default's exact type, so ``add(x, 0)`` did
+    not match ``torch.add(x, 0, alpha=1.0)``); ``alpha=2`` is not the default either way."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return torch.add(x, 0, alpha=1.0) * torch.add(x, 0, alpha=1) * torch.add(x, 0, alpha=2)
+
+    outcome = assert_same_everywhere(torch.fx.symbolic_trace(f), f"rule add_zero:\n    {pattern} => x\n")
+    assert fired(outcome) == {"add_zero": 2}
+    assert "alpha = 2" in outcome["code"] and "alpha = 1" not in outcome["code"]
+
 def test_a_helper_buffer_that_a_later_rewrite_left_unread_is_not_kept() -> None:
     """``scale`` adds the buffer ``two`` (pass 1); ``drop`` then removes its only reader (pass 2).  The
     buffer would stay in the module's state_dict though nothing reads it (fixed: the commit dropped
