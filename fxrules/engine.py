@@ -14,9 +14,10 @@
    which they may have made candidates (``_Run._wake``): so it finds what a
    visit of every anchor node would.  Later passes visit only the nodes
    within pattern depth (along use edges) of what the previous pass changed,
-   narrowed the same way, and until they first fire they pass
-   over those the previous pass looked at after every change within their
-   reach (``_Run._settled``).  Rules are matched by their compiled matchers
+   narrowed the same way, and the nodes beyond that their own rewrites may
+   have given a match (``_Run._wake_beyond_domain``); until they first fire
+   they pass over those the previous pass looked at after every change within
+   their reach (``_Run._settled``).  Rules are matched by their compiled matchers
    (:mod:`fxrules.compiled`) where they have one, which reject most
    candidates before binding any argument.  If nothing fires, the graph is
    left exactly as it was (and is not even linted).
