@@ -54,10 +54,10 @@ from fxrules.exported import RewrittenProgram, rewrite_program
 from fxrules.ir import Rule, RuleSet
 from fxrules.loader import load
 from fxrules.matcher import Match, Matcher, Miss, Nodes, RuleIndex, Skip, in_graph_order
-from fxrules.metadata import propagate_shapes
+from fxrules.metadata import changes_an_argument, propagate_shapes
 from fxrules.report import Report, ReportBuilder, combine
 from fxrules.rewriter import Rewrite, Rewriter, Transaction
-from fxrules.subgraphs import higher_order_subgraphs
+from fxrules.subgraphs import alias_free_subgraphs, higher_order_subgraphs
 
 RulesArgument = str | Path | RuleSet | Sequence["str | Path | RuleSet"]
 
@@ -155,8 +155,9 @@ class _Run:
     """One ``apply``: the passes over a working copy, then the commit."""
 
     def __init__(self, gm: torch.fx.GraphModule, ruleset: RuleSet, helpers: Mapping[str, Callable[..., Any]],
-                 max_passes: int, explain: bool) -> None:
+                 max_passes: int, explain: bool, alias_free: bool = False) -> None:
         self.gm = gm
+        self.alias_free = alias_free  # a subgraph whose outputs may not alias (a torch.cond branch)
         self.ruleset = ruleset
         self.helpers = helpers
         self.max_passes = max_passes
@@ -232,7 +233,7 @@ class _Run:
     def _passes(self, graph: torch.fx.Graph, candidates: list[torch.fx.Node], transaction: Transaction) -> bool:
         """Run passes to a fixpoint, starting from ``candidates``; True when any rule fired."""
         started = time.perf_counter()
-        rewriter = Rewriter(self.gm, graph, self.helpers, transaction)
+        rewriter = Rewriter(self.gm, graph, self.helpers, transaction, alias_free=self.alias_free)
         settled: set[torch.fx.Node] = set()
         domain: set[torch.fx.Node] | None = None
         try:
@@ -527,14 +528,17 @@ def _used_or_impure(retired: Mapping[torch.fx.Node, None]) -> Callable[[torch.fx
     that costs more than the rest of the cleanup; used nodes are kept anyway, so they are reported
     impure without asking.  Retired nodes are erased without asking: a rewrite replaced them (an
     impure one only where the pattern named its target).  ``impure_random`` is the value
-    ``eliminate_dead_code`` passes by default.
+    ``eliminate_dead_code`` passes by default.  FX deems an in-place call such as ``x.add_(1)``
+    pure, so an unused one would be erased and every later reader of ``x`` see another value: a
+    node that changes an argument in place is kept, as an impure one is.
     """
     impure_random = True
     if torch._guards.TracingContext.try_get():
         impure_random = torch._inductor.config.fallback_random
 
     def used_or_impure(node: torch.fx.Node) -> bool:
-        return bool(node.users) or (node not in retired and node.is_impure(impure_random))
+        return bool(node.users) or (node not in retired
+                                    and (node.is_impure(impure_random) or changes_an_argument(node)))
 
     return used_or_impure
 
@@ -617,11 +621,12 @@ def apply(
     subgraphs = higher_order_subgraphs(module)
     if not subgraphs:
         return _Run(module, ruleset, helper_table, max_passes, explain).execute()
-    return _apply_nested(module, subgraphs, lambda m: _Run(m, ruleset, helper_table, max_passes, explain))
+    return _apply_nested(module, subgraphs,
+                         lambda m, alias_free: _Run(m, ruleset, helper_table, max_passes, explain, alias_free))
 
 
 def _apply_nested(gm: torch.fx.GraphModule, subgraphs: list[tuple[str, torch.fx.GraphModule]],
-                  run_for: Callable[[torch.fx.GraphModule], _Run]) -> Report:
+                  run_for: Callable[[torch.fx.GraphModule, bool], _Run]) -> Report:
     """Rewrite each subgraph (innermost first) and ``gm``, then commit them all: all or nothing together.
 
     Nothing is committed until every graph has reached its fixpoint, so a failure anywhere undoes every
@@ -629,7 +634,8 @@ def _apply_nested(gm: torch.fx.GraphModule, subgraphs: list[tuple[str, torch.fx.
     any is committed, so no commit can fail after another has erased nodes.
     """
     started = time.perf_counter()
-    runs = [(path, run_for(sub)) for path, sub in subgraphs] + [("", run_for(gm))]
+    alias_free = {id(subgraph) for subgraph in alias_free_subgraphs(gm)}
+    runs = [(path, run_for(sub, id(sub) in alias_free)) for path, sub in subgraphs] + [("", run_for(gm, False))]
     done: list[tuple[str, _Run, _Rewritten]] = []
     try:
         for path, run in runs:

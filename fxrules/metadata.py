@@ -120,6 +120,12 @@ def mutates_first_argument(node: torch.fx.Node) -> bool:
                 and schema.arguments[0].alias_info.is_write)
 
 
+def changes_an_argument(node: torch.fx.Node) -> bool:
+    """Whether a node changes an argument in place (``x.add_(1)``, ``F.relu(x, inplace=True)``), which FX's
+    ``Node.is_impure`` does not see: such a node is not dead when nothing uses its result."""
+    return mutates_first_argument(node) or node.kwargs.get("inplace") is True
+
+
 def guard_view(node: torch.fx.Node, live_users: list[torch.fx.Node]) -> TensorInfo | UnknownTensor:
     """A node as guards see it: its metadata, or an :class:`UnknownTensor` that fails only when read."""
     computed = node.op not in ("placeholder", "get_attr")
@@ -143,8 +149,25 @@ def has_metadata(node: torch.fx.Node) -> bool:
 
 
 def propagate_shapes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:
-    """Fill ``tensor_meta`` of every node by running the graph on ``example_inputs`` (``ShapeProp``)."""
-    ShapeProp(gm).propagate(*example_inputs)
+    """Fill ``tensor_meta`` of every node by running the graph on ``example_inputs`` (``ShapeProp``).
+
+    The run is for the shapes only, so it leaves no other trace: ``apply`` must leave ``gm`` as it was
+    when nothing fires or something fails.  A forward may update buffers in place (a training-mode
+    BatchNorm's running statistics), change its inputs in place (``x.add_(1)``) or draw random numbers:
+    the buffers are restored, the inputs are copies, and the random number generator's state is restored.
+    """
+    buffers = [(buffer, buffer.clone()) for buffer in gm.buffers()]
+    inputs = [value.clone() if isinstance(value, torch.Tensor) else value for value in example_inputs]
+    tensors = [*inputs, *gm.parameters(), *gm.buffers()]
+    cuda = sorted({t.device.index or 0 for t in tensors if isinstance(t, torch.Tensor) and t.device.type == "cuda"})
+    try:
+        with torch.random.fork_rng(devices=cuda):
+            ShapeProp(gm).propagate(*inputs)
+    finally:
+        with torch.no_grad():
+            for buffer, value in buffers:  # compared: kernels such as batch_norm update without a version bump
+                if not torch.equal(buffer, value):
+                    buffer.copy_(value)
 
 
 def fake_value(value: Any) -> Any:

@@ -29,7 +29,7 @@ from fxrules.diagnostics import FxrApplyError
 from fxrules.ir import Capture, HelperTemplate, Literal, OpKind, OpTemplate, Rule, SeqTemplate, SliceTemplate, Template
 from fxrules.matcher import Match, Skip
 from fxrules.memo import per_object
-from fxrules.metadata import has_metadata, infer_metadata, tensor_info
+from fxrules.metadata import changes_an_argument, has_metadata, infer_metadata, tensor_info
 from fxrules.subgraphs import NO_NEW_TENSORS
 
 #: Metadata a replacement inherits from the output it replaces.
@@ -47,6 +47,16 @@ def first_free(name: str, taken: set[str] | Callable[[str], bool]) -> str:
     return candidate
 
 
+@attrs.frozen
+class Mark:
+    """A point of a :class:`Transaction`'s log: how many nodes and attributes it had made, and the graph's
+    name counters (``_Namespace._base_count``) then."""
+
+    created: int
+    added: int
+    name_counters: dict[str, int]
+
+
 @attrs.define
 class Transaction:
     """The undo log of one ``apply``: nodes created and retired, uses redirected, attributes added."""
@@ -57,6 +67,7 @@ class Transaction:
     # (user, args, kwargs) before a rewrite redirected it: FX replaces args and kwargs, never mutates them
     redirected: list[tuple[torch.fx.Node, tuple[Any, ...], Mapping[str, Any]]] = attrs.Factory(list)
     retired: dict[torch.fx.Node, None] = attrs.Factory(dict)  # ordered: nodes rewrites left dead, erased at commit
+    start: Mark | None = None  # the first mark: where a rollback returns to
 
     def fresh_name(self, base: str) -> str:
         stem = "".join(c if c.isalnum() or c == "_" else "_" for c in base).strip("_") or "fxrules"
@@ -74,15 +85,27 @@ class Transaction:
         self.added.append(name)
         return name
 
-    def mark(self) -> tuple[int, int]:
-        """Where the log stands, for :meth:`undo_since` (a rewrite that is skipped halfway)."""
-        return len(self.created), len(self.added)
+    def mark(self, graph: torch.fx.Graph) -> Mark:
+        """Where the log stands, for :meth:`undo_since` (a rewrite that is skipped halfway); every change
+        comes after a mark, so the first one is where :meth:`rollback` returns to."""
+        mark = Mark(len(self.created), len(self.added), dict(graph._graph_namespace._base_count))
+        if self.start is None:
+            self.start = mark
+        return mark
 
-    def undo_since(self, mark: tuple[int, int], graph: torch.fx.Graph) -> None:
-        """Erase the nodes and attributes made since ``mark``, newest first (nothing outside uses them yet)."""
-        created, added = mark
-        for node in reversed(self.created[created:]):
+    def undo_since(self, mark: Mark, graph: torch.fx.Graph) -> None:
+        """Erase the nodes and attributes made since ``mark``, newest first (nothing outside uses them yet).
+
+        Their names are freed and the graph's name counters wound back: erasing a node keeps its name
+        taken, and the nodes of a later rewrite would be named as if the undone ones still existed.
+        """
+        namespace = graph._graph_namespace
+        for node in reversed(self.created[mark.created:]):
             graph.erase_node(node)
+            namespace._used_names.discard(node.name)
+        namespace._base_count.clear()
+        namespace._base_count.update(mark.name_counters)
+        created, added = mark.created, mark.added
         del self.created[created:]
         for name in reversed(self.added[added:]):
             self._delete_attribute(name)
@@ -94,7 +117,8 @@ class Transaction:
             node.args, node.kwargs = args, kwargs
         self.redirected.clear()
         self.retired.clear()
-        self.undo_since((0, 0), graph)
+        if self.start is not None:  # else nothing was done
+            self.undo_since(self.start, graph)
 
     def _delete_attribute(self, name: str) -> None:
         if name in self.gm._modules:
@@ -148,8 +172,9 @@ class Rewriter:
     """Rewrites matches in one graph, calling helpers from ``helpers``."""
 
     def __init__(self, gm: torch.nn.Module, graph: torch.fx.Graph, helpers: Mapping[str, Callable[..., Any]],
-                 transaction: Transaction) -> None:
+                 transaction: Transaction, alias_free: bool = False) -> None:
         self.gm = gm
+        self.alias_free = alias_free  # a subgraph whose outputs may not alias (a torch.cond branch)
         self.graph = graph
         self.helpers = helpers
         self.transaction = transaction
@@ -177,12 +202,16 @@ class Rewriter:
                     if isinstance(v, torch.fx.Node) and v not in match.nodes and v._sort_key > anchor._sort_key]
             if late:
                 raise Skip("order", f"captured {', '.join(late)} defined after the first output '{anchor.name}'")
-        mark = self.transaction.mark()
+        mark = self.transaction.mark(self.graph)
         try:  # a skip halfway (a helper's value unknown, no aten spelling...) leaves nothing behind
             values, created = self._emit(match, anchor)
             if not created and all(v is o for v, o in zip(values, outputs, strict=True)):
                 raise Skip("no change", "the replacement is the matched node itself")
+            if len(outputs) > 1:
+                _check_order(anchor, outputs, values, created)
             self._check_receivers(outputs, values)
+            if self.alias_free:
+                self._check_aliases(outputs, values)
         except Skip:
             self.transaction.undo_since(mark, self.graph)
             raise
@@ -224,6 +253,21 @@ class Rewriter:
                 if user.op == "call_method" and user.args and user.args[0] is output and user not in retired:
                     raise Skip("literal receiver", f"'{user.name}' calls .{user.target}() on '{output.name}', "
                                                    f"which the replacement makes the literal {value!r}")
+
+    def _check_aliases(self, outputs: tuple[torch.fx.Node, ...], values: list[Any]) -> None:
+        """Skip a replacement that makes an alias-free subgraph return one of its inputs, or a value it
+        returns already (``neg(neg(x)) => x`` in a ``torch.cond`` branch that returns it).
+
+        ``torch.cond`` and its kin refuse branches whose outputs alias (torch.export inserts clones), so the
+        rewritten program would fail ``run_decompositions`` or a new trace.  Only identities are seen: a
+        replacement that makes an output a view of an input is not caught here.
+        """
+        returned = self.graph.output_node().all_input_nodes
+        for output, value in zip(outputs, values, strict=True):
+            if isinstance(value, torch.fx.Node) and value is not output and output in returned \
+                    and (value.op == "placeholder" or value in returned):
+                raise Skip("alias", f"the subgraph would return '{value.name}' in place of '{output.name}', "
+                                    "an alias of its input or of another output, which higher-order operators refuse")
 
     def _annotate(self, match: Match, created: list[torch.fx.Node], values: list[Any]) -> None:
         anchor_meta = match.anchor.meta
@@ -269,7 +313,7 @@ class Rewriter:
             node = lost_user.pop()
             if node in retired:
                 continue
-            if _has_live_user(node, retired) or node.is_impure():
+            if _has_live_user(node, retired) or node.is_impure() or changes_an_argument(node):
                 touched.append(node)
             else:
                 lost_user += node.all_input_nodes
@@ -476,6 +520,24 @@ def _used_by(created: list[torch.fx.Node], values: list[Any]) -> tuple[torch.fx.
     for node in created:
         used += node.all_input_nodes
     return tuple(node for node in dict.fromkeys(used) if node not in new)
+
+
+def _check_order(anchor: torch.fx.Node, outputs: tuple[torch.fx.Node, ...], values: list[Any],
+                 created: list[torch.fx.Node]) -> None:
+    """Skip a multi-output replacement that would use a matched node before it is defined.
+
+    The new nodes go before the earliest output, but an interior node the replacement reuses may come
+    after it (an ancestor of a later output only), and a reused node may replace an output defined
+    before it; spliced anyway, the graph would fail ``lint()`` and the whole ``apply`` with it.
+    """
+    new = set(created)
+    late = {used.name: None for node in created for used in node.all_input_nodes
+            if used not in new and used._sort_key > anchor._sort_key}
+    late.update((value.name, None) for value, output in zip(values, outputs, strict=True)
+                if isinstance(value, torch.fx.Node) and value not in new and value._sort_key > output._sort_key)
+    if late:
+        raise Skip("order", f"the replacement uses {', '.join(late)}, defined after the output it would "
+                            f"replace or after the first output '{anchor.name}'")
 
 
 def _foldable(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

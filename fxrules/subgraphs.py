@@ -17,6 +17,11 @@ import torch.fx
 #: program only the root graph's tensors can become inputs); its value says why.
 NO_NEW_TENSORS = "fxrules_no_new_tensors"
 
+#: Higher-order operators that refuse a subgraph whose outputs alias its inputs or each other (torch.export
+#: clones such outputs as it traces; ``run_decompositions`` and ``torch.compile`` reject them).  The
+#: autocast and grad-mode regions accept them.
+ALIAS_FREE = frozenset({"cond", "while_loop", "map_impl", "scan", "associative_scan"})
+
 
 def higher_order_subgraphs(gm: torch.fx.GraphModule, prefix: str = "") -> list[tuple[str, torch.fx.GraphModule]]:
     """The subgraphs higher-order operators call (autocast and grad-mode regions...), innermost first, by path."""
@@ -29,3 +34,17 @@ def higher_order_subgraphs(gm: torch.fx.GraphModule, prefix: str = "") -> list[t
                 found.update(higher_order_subgraphs(subgraph, f"{path}."))
                 found[path] = subgraph
     return list(found.items())
+
+
+def alias_free_subgraphs(gm: torch.fx.GraphModule) -> list[torch.fx.GraphModule]:
+    """The subgraphs, at any depth, that an operator of :data:`ALIAS_FREE` calls (``torch.cond`` branches)."""
+    found: list[torch.fx.GraphModule] = []
+    for node in gm.graph.find_nodes(op="get_attr"):
+        operators = {user.target.name() for user in node.users
+                     if isinstance(user.target, torch._ops.HigherOrderOperator)}
+        subgraph = operator.attrgetter(str(node.target))(gm)
+        if operators and isinstance(subgraph, torch.fx.GraphModule):
+            if operators & ALIAS_FREE:
+                found.append(subgraph)
+            found += alias_free_subgraphs(subgraph)
+    return found
