@@ -47,16 +47,6 @@ def first_free(name: str, taken: set[str] | Callable[[str], bool]) -> str:
     return candidate
 
 
-@attrs.frozen
-class Mark:
-    """A point of a :class:`Transaction`'s log: how many nodes and attributes it had made, and the graph's
-    name counters (``_Namespace._base_count``) then."""
-
-    created: int
-    added: int
-    name_counters: dict[str, int]
-
-
 @attrs.define
 class Transaction:
     """The undo log of one ``apply``: nodes created and retired, uses redirected, attributes added."""
@@ -67,7 +57,8 @@ class Transaction:
     # (user, args, kwargs) before a rewrite redirected it: FX replaces args and kwargs, never mutates them
     redirected: list[tuple[torch.fx.Node, tuple[Any, ...], Mapping[str, Any]]] = attrs.Factory(list)
     retired: dict[torch.fx.Node, None] = attrs.Factory(dict)  # ordered: nodes rewrites left dead, erased at commit
-    start: Mark | None = None  # the first mark: where a rollback returns to
+    # the graph's name counters (``_Namespace._base_count``) before the first change, copied at the first mark
+    name_counters: dict[str, int] | None = None
 
     def fresh_name(self, base: str) -> str:
         stem = "".join(c if c.isalnum() or c == "_" else "_" for c in base).strip("_") or "fxrules"
@@ -85,40 +76,38 @@ class Transaction:
         self.added.append(name)
         return name
 
-    def mark(self, graph: torch.fx.Graph) -> Mark:
-        """Where the log stands, for :meth:`undo_since` (a rewrite that is skipped halfway); every change
-        comes after a mark, so the first one is where :meth:`rollback` returns to."""
-        mark = Mark(len(self.created), len(self.added), dict(graph._graph_namespace._base_count))
-        if self.start is None:
-            self.start = mark
-        return mark
+    def mark(self, graph: torch.fx.Graph) -> tuple[int, int]:
+        """Where the log stands, for :meth:`undo_since` (a rewrite that is skipped halfway).  Every change
+        comes after a mark: the first one also keeps the graph's name counters, for :meth:`rollback`."""
+        if self.name_counters is None:
+            self.name_counters = dict(graph._graph_namespace._base_count)
+        return len(self.created), len(self.added)
 
-    def undo_since(self, mark: Mark, graph: torch.fx.Graph) -> None:
-        """Erase the nodes and attributes made since ``mark``, newest first (nothing outside uses them yet).
-
-        Their names are freed and the graph's name counters wound back: erasing a node keeps its name
-        taken, and the nodes of a later rewrite would be named as if the undone ones still existed.
-        """
-        namespace = graph._graph_namespace
-        for node in reversed(self.created[mark.created:]):
+    def undo_since(self, mark: tuple[int, int], graph: torch.fx.Graph) -> None:
+        """Erase the nodes and attributes made since ``mark``, newest first (nothing outside uses them yet),
+        and free the nodes' names: erasing a node keeps its name taken."""
+        created, added = mark
+        used_names = graph._graph_namespace._used_names
+        for node in reversed(self.created[created:]):
             graph.erase_node(node)
-            namespace._used_names.discard(node.name)
-        namespace._base_count.clear()
-        namespace._base_count.update(mark.name_counters)
-        created, added = mark.created, mark.added
+            used_names.discard(node.name)
         del self.created[created:]
         for name in reversed(self.added[added:]):
             self._delete_attribute(name)
         del self.added[added:]
 
     def rollback(self, graph: torch.fx.Graph) -> None:
-        """Undo everything, newest first: the graph and module are as they were before ``apply``."""
+        """Undo everything, newest first: the graph and module are as they were before ``apply``, down to
+        the names later nodes will get (the name counters are wound back)."""
         for node, args, kwargs in reversed(self.redirected):
             node.args, node.kwargs = args, kwargs
         self.redirected.clear()
         self.retired.clear()
-        if self.start is not None:  # else nothing was done
-            self.undo_since(self.start, graph)
+        self.undo_since((0, 0), graph)
+        if self.name_counters is not None:
+            counters = graph._graph_namespace._base_count
+            counters.clear()
+            counters.update(self.name_counters)
 
     def _delete_attribute(self, name: str) -> None:
         if name in self.gm._modules:
