@@ -616,13 +616,17 @@ def apply(
     module = _check_module(gm)
     ruleset = load_rules(rules, allow)
     helper_table = checked_options(ruleset, helpers, max_passes)
-    if example_inputs is not None:
-        propagate_shapes(module, example_inputs)
-    subgraphs = higher_order_subgraphs(module)
-    if not subgraphs:
-        return _Run(module, ruleset, helper_table, max_passes, explain).execute()
-    return _apply_nested(module, subgraphs,
-                         lambda m, alias_free: _Run(m, ruleset, helper_table, max_passes, explain, alias_free))
+    restore_metadata = propagate_shapes(module, example_inputs) if example_inputs is not None else None
+    try:
+        subgraphs = higher_order_subgraphs(module)
+        if not subgraphs:
+            return _Run(module, ruleset, helper_table, max_passes, explain).execute()
+        return _apply_nested(module, subgraphs,
+                             lambda m, alias_free: _Run(m, ruleset, helper_table, max_passes, explain, alias_free))
+    except BaseException:
+        if restore_metadata is not None:  # all or nothing: the shapes propagated for this apply go too
+            restore_metadata()
+        raise
 
 
 def _apply_nested(gm: torch.fx.GraphModule, subgraphs: list[tuple[str, torch.fx.GraphModule]],
