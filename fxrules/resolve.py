@@ -127,8 +127,11 @@ class ScopeResolver:
                 self.scope.commutative.add(member.target if member.kind is OpKind.FUNCTION else member.key)
 
     def family(self, item: st.FamilyDecl) -> None:
-        if item.name in self.scope.families and self.scope.families[item.name].span.file == item.span.file:
-            self.sink.error(item.span, f"family '{item.name}' is declared twice in this file")
+        declared = self.scope.families.get(item.name)
+        if declared is not None and declared.span.file == item.span.file:
+            # The same declaration seen again is a file included twice (a diamond of includes): it counts once.
+            if declared.span != item.span:
+                self.sink.error(item.span, f"family '{item.name}' is declared twice in this file")
             return
         members = [m for m in (self.member(d) for d in item.members) if m is not None]
         if len(members) == len(item.members):
