@@ -557,6 +557,12 @@ class RuleResolver:
             if isinstance(attribute, st.Constant) and str(attribute.value).startswith("_"):
                 return self.failed_call(expr, func.span,
                                         f"'.{attribute.value}': private and dunder attributes are not allowed")
+            computed = isinstance(attribute, st.Name) and (attribute.id in self.interior
+                                                            or attribute.id in self.replace_env)
+            if attribute is not None and (computed or not isinstance(attribute, st.Constant | st.Name)):
+                # getattr(x, operator.add("__cla", "ss__")) would compute a dunder name at run time
+                return self.failed_call(expr, attribute.span, "getattr takes an attribute name written as a "
+                                                              "string, or a capture")
             return self.operation(OpKind.FUNCTION, SAFE_BUILTINS[name], list(expr.args), expr.keywords, expr.span)
         if name in self.untyped:  # its type was already reported as wrong
             self.used_captures.add(name)

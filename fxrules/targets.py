@@ -45,12 +45,16 @@ SAFE_BUILTINS: Mapping[str, Any] = {"getattr": builtins.getattr}
 #: rewritten model executes the replacement.  Being inside ``torch`` does not make them data.
 SIDE_DOOR_MODULES = (
     "torch.hub", "torch.serialization", "torch.package", "torch.utils.cpp_extension", "torch.utils.model_zoo",
-    "torch.jit._serialization", "torch._classes",
+    "torch.jit._serialization", "torch._classes", "torch.utils.collect_env",
 )
+#: ``attrgetter``, ``methodcaller`` and ``call`` reach any attribute and call any value at run time: with them a
+#: replacement walked from a tensor to ``exec`` (``operator.attrgetter("__class__.__repr__.__globals__")``).
 SIDE_DOOR_FUNCTIONS: frozenset[Any] = frozenset({
     torch._ops._Ops.load_library, torch._ops._Ops.import_module, torch.export.load, torch.export.save,
-    torch.from_file,
+    torch.from_file, operator.attrgetter, operator.methodcaller, *filter(None, [getattr(operator, "call", None)]),
 })
+#: Where a private name is an operator's, not an implementation detail: ``aten._native_batch_norm_legit``.
+OP_NAMESPACES = (torch._ops._Ops, torch._ops._OpNamespace, torch._ops.OpOverloadPacket)
 
 
 class ResolutionError(Exception):
@@ -125,6 +129,9 @@ class Namespace:
         dotted = ".".join(parts[: index + 1])
         if part.startswith("__"):
             raise ResolutionError(f"'{dotted}': dunder names are not allowed in rule files", index)
+        if part.startswith("_") and not isinstance(value, OP_NAMESPACES):  # torch._utils, torch._C, ...
+            raise ResolutionError(f"'{dotted}': private names are not allowed in rule files", index,
+                                  "private names are allowed only for operators: aten._to_copy")
         if isinstance(value, types.ModuleType) and _in_packages(f"{value.__name__}.{part}", SIDE_DOOR_MODULES):
             raise _side_door(dotted, index)  # before getattr, which could import it
         try:
@@ -168,7 +175,7 @@ class Namespace:
 
 
 def _side_door(dotted: str, index: int) -> ResolutionError:
-    return ResolutionError(f"'{dotted}' loads code or touches files, which rule files may not reach", index)
+    return ResolutionError(f"'{dotted}' loads or runs code or touches files, which rule files may not reach", index)
 
 
 def _is_side_door(value: Any) -> bool:
