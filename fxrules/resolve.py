@@ -59,7 +59,7 @@ from fxrules.signatures import (
     module_call_signature,
 )
 from fxrules.syntax_tree import dotted_parts
-from fxrules.targets import SAFE_BUILTINS, UNKNOWN_NAME_HINT, Namespace, ResolutionError, is_value
+from fxrules.targets import SAFE_BUILTINS, UNKNOWN_NAME_HINT, Namespace, ResolutionError, is_side_door, is_value
 
 _aten = torch.ops.aten
 
@@ -600,10 +600,13 @@ class RuleResolver:
             return self.failed_call(expr, receiver.span, f"unknown name '{receiver.id}'", UNKNOWN_NAME_HINT)
         if name.startswith("_"):
             return self.failed_call(expr, func.span, f"'.{name}': private and dunder attributes are not allowed")
+        name_span = attrs.evolve(func.span, column=(func.span.end_column or 1) - len(name), end_line=None)
         if not hasattr(torch.Tensor, name):
-            name_span = attrs.evolve(func.span, column=(func.span.end_column or 1) - len(name), end_line=None)
             return self.failed_call(expr, name_span, f"unknown tensor method '.{name}'",
                                     did_you_mean(name, [n for n in dir(torch.Tensor) if not n.startswith("_")]))
+        if is_side_door(getattr(torch.Tensor, name)):
+            return self.failed_call(expr, name_span, f"'.{name}()' loads or runs code or touches files, which rule "
+                                                     "files may not reach")
         return self.operation(OpKind.METHOD, name, [func.value, *expr.args], expr.keywords, expr.span)
 
     # ---------------------------------------------------------------- operations

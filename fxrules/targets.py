@@ -49,9 +49,12 @@ SIDE_DOOR_MODULES = (
 )
 #: ``attrgetter``, ``methodcaller`` and ``call`` reach any attribute and call any value at run time: with them a
 #: replacement walked from a tensor to ``exec`` (``operator.attrgetter("__class__.__repr__.__globals__")``).
+#: ``.storage()``, ``.untyped_storage()`` and ``.numpy()`` return objects whose methods share tensor methods'
+#: names but not their behaviour: ``x.storage().type("pkg.mod")`` imports ``pkg``.
 SIDE_DOOR_FUNCTIONS: frozenset[Any] = frozenset({
     torch._ops._Ops.load_library, torch._ops._Ops.import_module, torch.export.load, torch.export.save,
     torch.from_file, operator.attrgetter, operator.methodcaller, *filter(None, [getattr(operator, "call", None)]),
+    torch.Tensor.storage, torch.Tensor.untyped_storage, torch.Tensor.numpy,
 })
 #: Where a private name is an operator's, not an implementation detail: ``aten._native_batch_norm_legit``.
 OP_NAMESPACES = (torch._ops._Ops, torch._ops._OpNamespace, torch._ops.OpOverloadPacket)
@@ -148,7 +151,7 @@ class Namespace:
                 f"'{dotted}' is the module '{child.__name__}', which rule files may not reach", index,
                 f"pass allow=['{child.__name__}'] to use it",
             )
-        if _is_side_door(child):
+        if is_side_door(child):
             raise _side_door(dotted, index)
         return child
 
@@ -178,7 +181,7 @@ def _side_door(dotted: str, index: int) -> ResolutionError:
     return ResolutionError(f"'{dotted}' loads or runs code or touches files, which rule files may not reach", index)
 
 
-def _is_side_door(value: Any) -> bool:
+def is_side_door(value: Any) -> bool:
     """True for the objects of :data:`SIDE_DOOR_MODULES` and :data:`SIDE_DOOR_FUNCTIONS` (bound or not)."""
     if isinstance(value, types.ModuleType):
         origin = value.__name__

@@ -61,6 +61,15 @@ def test_a_replacement_cannot_walk_from_a_tensor_to_exec() -> None:
         fxrules.parse(f"rule escape: torch.neg(x) => {escape}\n")
 
 
+@pytest.mark.parametrize("method", ["x.storage().type('tabnanny.check')", "x.untyped_storage().type('tabnanny.x')",
+                                    "x.numpy().sum()"])
+def test_a_replacement_cannot_leave_tensors_through_storage_or_numpy(method: str) -> None:
+    """A method call is checked against torch.Tensor's names, but runs on whatever its receiver is: a storage's
+    ``.type("pkg.mod")`` imports ``pkg`` (verify imported a module outside the allowed ones)."""
+    with pytest.raises(FxrLoadError, match="loads or runs code or touches files"):
+        fxrules.parse(f"rule r: torch.neg(x) => {method}\n")
+
+
 @pytest.mark.parametrize("text", [
     'rule r: torch.neg(x) => getattr(x, operator.add("__cla", "ss__"))\n',
     'rule r:\n    pattern:\n        return torch.neg(x)\n    replace:\n        n = operator.add("__cla", "ss__")\n'
