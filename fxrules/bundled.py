@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from importlib import resources
 from importlib.resources.abc import Traversable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 _CHECKOUT = Path(__file__).resolve().parent.parent
 
@@ -36,7 +36,13 @@ def ruleset_names() -> list[str]:
 
 
 def ruleset(name: str) -> Traversable | None:
-    """A bundled ``.fxr`` file by name, or None."""
+    """A bundled ``.fxr`` file by name, or None.
+
+    Only a plain file name names a bundled ruleset: ``../x.fxr`` or ``/tmp/x.fxr`` would otherwise reach any
+    file on disk through the rulesets folder (``include`` falls back to this lookup).
+    """
+    if not name or name != PurePosixPath(name).name or "\\" in name or name in {".", ".."}:
+        return None
     entry = _folder("rulesets").joinpath(name)
     return entry if entry.is_file() else None
 

@@ -41,10 +41,16 @@ class Diagnostic:
         lines = [f"{self.span}: {self.severity}: {self.message}"]
         if self.source_line is not None:
             lines.append(f"    {self.source_line}")
-            lines.append("    " + " " * max(self.span.column - 1, 0) + "^")
+            lines.append("    " + _caret_indent(self.source_line, self.span.column) + "^")
         if self.hint:
             lines.append(f"  hint: {self.hint}")
         return "\n".join(lines)
+
+
+def _caret_indent(source_line: str, column: int) -> str:
+    """Blanks that bring the caret under ``column``: tabs of the line are kept, so a terminal expands both alike."""
+    before = source_line[: max(column - 1, 0)]
+    return "".join(c if c == "\t" else " " for c in before) + " " * max(column - 1 - len(before), 0)
 
 
 class FxrError(Exception):

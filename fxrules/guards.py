@@ -89,9 +89,32 @@ FUNCTIONS: Mapping[str, Callable[..., Any]] = {
 TENSOR_METHODS = frozenset({"numel", "size", "dim"})
 DTYPE_NAMES = {name for name in dir(torch) if isinstance(getattr(torch, name, None), torch.dtype)}
 
+#: Guards compute with shapes and sizes.  A result beyond these bounds is a guard error, not minutes of
+#: big-integer arithmetic or gigabytes of repeated text in the matcher (``10 ** 10 ** 10``, ``"a" * 10 ** 10``).
+MAX_POWER_BITS = 4096
+MAX_REPEATED_LENGTH = 1 << 16
+
+
+def bounded_pow(base: Any, exponent: Any) -> Any:
+    """``base ** exponent``, refused when the integer result would have more than MAX_POWER_BITS bits."""
+    integers = isinstance(base, int) and isinstance(exponent, int)
+    if integers and (abs(base).bit_length() - 1) * exponent > MAX_POWER_BITS:
+        raise GuardError(f"{base} ** {exponent} is too large for a guard")
+    return operator.pow(base, exponent)
+
+
+def bounded_mul(left: Any, right: Any) -> Any:
+    """``left * right``, refused when it repeats a sequence beyond MAX_REPEATED_LENGTH items."""
+    for sequence, count in ((left, right), (right, left)):
+        repeats = isinstance(sequence, str | list | tuple) and isinstance(count, int)
+        if repeats and len(sequence) * count > MAX_REPEATED_LENGTH:
+            raise GuardError(f"repeating a sequence {count} times is too large for a guard")
+    return operator.mul(left, right)
+
+
 BINARY: Mapping[str, Callable[[Any, Any], Any]] = {
-    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
-    "%": operator.mod, "**": operator.pow,
+    "+": operator.add, "-": operator.sub, "*": bounded_mul, "/": operator.truediv, "//": operator.floordiv,
+    "%": operator.mod, "**": bounded_pow,
 }
 COMPARE: Mapping[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,

@@ -145,7 +145,8 @@ class _Loading:
     def _find_include(path: str, source: SourceFile) -> SourceFile | None:
         if source.directory is not None:
             candidate = source.directory / path
-            if candidate.is_file():
+            # A symlink named x.fxr must lead to a .fxr file too: its text would be shown in diagnostics.
+            if candidate.is_file() and candidate.resolve().suffix == ".fxr":
                 return _read_path(candidate)
         return _read_bundled(path)
 

@@ -59,7 +59,7 @@ from fxrules.signatures import (
     module_call_signature,
 )
 from fxrules.syntax_tree import dotted_parts
-from fxrules.targets import SAFE_BUILTINS, UNKNOWN_NAME_HINT, Namespace, ResolutionError, is_value
+from fxrules.targets import SAFE_BUILTINS, UNKNOWN_NAME_HINT, Namespace, ResolutionError, is_side_door, is_value
 
 _aten = torch.ops.aten
 
@@ -127,8 +127,11 @@ class ScopeResolver:
                 self.scope.commutative.add(member.target if member.kind is OpKind.FUNCTION else member.key)
 
     def family(self, item: st.FamilyDecl) -> None:
-        if item.name in self.scope.families and self.scope.families[item.name].span.file == item.span.file:
-            self.sink.error(item.span, f"family '{item.name}' is declared twice in this file")
+        declared = self.scope.families.get(item.name)
+        if declared is not None and declared.span.file == item.span.file:
+            # The same declaration seen again is a file included twice (a diamond of includes): it counts once.
+            if declared.span != item.span:
+                self.sink.error(item.span, f"family '{item.name}' is declared twice in this file")
             return
         members = [m for m in (self.member(d) for d in item.members) if m is not None]
         if len(members) == len(item.members):
@@ -554,6 +557,12 @@ class RuleResolver:
             if isinstance(attribute, st.Constant) and str(attribute.value).startswith("_"):
                 return self.failed_call(expr, func.span,
                                         f"'.{attribute.value}': private and dunder attributes are not allowed")
+            computed = isinstance(attribute, st.Name) and (attribute.id in self.interior
+                                                            or attribute.id in self.replace_env)
+            if attribute is not None and (computed or not isinstance(attribute, st.Constant | st.Name)):
+                # getattr(x, operator.add("__cla", "ss__")) would compute a dunder name at run time
+                return self.failed_call(expr, attribute.span, "getattr takes an attribute name written as a "
+                                                              "string, or a capture")
             return self.operation(OpKind.FUNCTION, SAFE_BUILTINS[name], list(expr.args), expr.keywords, expr.span)
         if name in self.untyped:  # its type was already reported as wrong
             self.used_captures.add(name)
@@ -591,10 +600,13 @@ class RuleResolver:
             return self.failed_call(expr, receiver.span, f"unknown name '{receiver.id}'", UNKNOWN_NAME_HINT)
         if name.startswith("_"):
             return self.failed_call(expr, func.span, f"'.{name}': private and dunder attributes are not allowed")
+        name_span = attrs.evolve(func.span, column=(func.span.end_column or 1) - len(name), end_line=None)
         if not hasattr(torch.Tensor, name):
-            name_span = attrs.evolve(func.span, column=(func.span.end_column or 1) - len(name), end_line=None)
             return self.failed_call(expr, name_span, f"unknown tensor method '.{name}'",
                                     did_you_mean(name, [n for n in dir(torch.Tensor) if not n.startswith("_")]))
+        if is_side_door(getattr(torch.Tensor, name)):
+            return self.failed_call(expr, name_span, f"'.{name}()' loads or runs code or touches files, which rule "
+                                                     "files may not reach")
         return self.operation(OpKind.METHOD, name, [func.value, *expr.args], expr.keywords, expr.span)
 
     # ---------------------------------------------------------------- operations

@@ -40,6 +40,25 @@ UNKNOWN_NAME_HINT = "add 'use MODULE as NAME' or pass allow=[...]"
 #: Python builtins a pattern may name: FX records ``x.shape`` as ``getattr(x, "shape")``.
 SAFE_BUILTINS: Mapping[str, Any] = {"getattr": builtins.getattr}
 
+#: Parts of ``torch`` that import modules, load native libraries, unpickle, download, compile or write
+#: files.  A pattern or replacement naming them would run them: ``verify`` executes both sides, and the
+#: rewritten model executes the replacement.  Being inside ``torch`` does not make them data.
+SIDE_DOOR_MODULES = (
+    "torch.hub", "torch.serialization", "torch.package", "torch.utils.cpp_extension", "torch.utils.model_zoo",
+    "torch.jit._serialization", "torch._classes", "torch.utils.collect_env",
+)
+#: ``attrgetter``, ``methodcaller`` and ``call`` reach any attribute and call any value at run time: with them a
+#: replacement walked from a tensor to ``exec`` (``operator.attrgetter("__class__.__repr__.__globals__")``).
+#: ``.storage()``, ``.untyped_storage()`` and ``.numpy()`` return objects whose methods share tensor methods'
+#: names but not their behaviour: ``x.storage().type("pkg.mod")`` imports ``pkg``.
+SIDE_DOOR_FUNCTIONS: frozenset[Any] = frozenset({
+    torch._ops._Ops.load_library, torch._ops._Ops.import_module, torch.export.load, torch.export.save,
+    torch.from_file, operator.attrgetter, operator.methodcaller, *filter(None, [getattr(operator, "call", None)]),
+    torch.Tensor.storage, torch.Tensor.untyped_storage, torch.Tensor.numpy,
+})
+#: Where a private name is an operator's, not an implementation detail: ``aten._native_batch_norm_legit``.
+OP_NAMESPACES = (torch._ops._Ops, torch._ops._OpNamespace, torch._ops.OpOverloadPacket)
+
 
 class ResolutionError(Exception):
     """A name did not resolve; ``index`` says which dotted part failed."""
@@ -113,6 +132,11 @@ class Namespace:
         dotted = ".".join(parts[: index + 1])
         if part.startswith("__"):
             raise ResolutionError(f"'{dotted}': dunder names are not allowed in rule files", index)
+        if part.startswith("_") and not isinstance(value, OP_NAMESPACES):  # torch._utils, torch._C, ...
+            raise ResolutionError(f"'{dotted}': private names are not allowed in rule files", index,
+                                  "private names are allowed only for operators: aten._to_copy")
+        if isinstance(value, types.ModuleType) and _in_packages(f"{value.__name__}.{part}", SIDE_DOOR_MODULES):
+            raise _side_door(dotted, index)  # before getattr, which could import it
         try:
             child = getattr(value, part)
         except AttributeError:
@@ -127,6 +151,8 @@ class Namespace:
                 f"'{dotted}' is the module '{child.__name__}', which rule files may not reach", index,
                 f"pass allow=['{child.__name__}'] to use it",
             )
+        if is_side_door(child):
+            raise _side_door(dotted, index)
         return child
 
     def _import_submodule(self, value: Any, part: str) -> Any:
@@ -149,6 +175,24 @@ class Namespace:
                 f"'{'.'.join(parts)}' comes from '{origin}', which rule files may not reach",
                 len(parts) - 1, f"pass allow=['{origin.split('.')[0]}'] to use it",
             )
+
+
+def _side_door(dotted: str, index: int) -> ResolutionError:
+    return ResolutionError(f"'{dotted}' loads or runs code or touches files, which rule files may not reach", index)
+
+
+def is_side_door(value: Any) -> bool:
+    """True for the objects of :data:`SIDE_DOOR_MODULES` and :data:`SIDE_DOOR_FUNCTIONS` (bound or not)."""
+    if isinstance(value, types.ModuleType):
+        origin = value.__name__
+    else:
+        origin = getattr(value, "__module__", None)
+        try:
+            if getattr(value, "__func__", value) in SIDE_DOOR_FUNCTIONS:
+                return True
+        except TypeError:  # unhashable: not one of them
+            pass
+    return isinstance(origin, str) and _in_packages(origin, SIDE_DOOR_MODULES)
 
 
 def _import_allowed(name: str) -> Any:

@@ -53,8 +53,11 @@ from fxrules.matcher import unify_dims
 from fxrules.metadata import MissingMetadata, TensorInfo
 from fxrules.standalone import attribute_names, build_pattern, input_names, replacement_dims
 
-SPECIAL_FLOATS = (math.nan, math.inf, -math.inf, -0.0, 0.0, 1.0, -1.0)
-FINITE_SPECIALS = (-0.0, 0.0, 1.0, -1.0, 100.0)
+#: Halfway values (0.5, -1.5, 2.5) are where rounding rules go wrong (round half to even vs floor(x + 0.5)):
+#: random floats almost never hit them.
+HALFWAY_FLOATS = (0.5, -1.5, 2.5)
+SPECIAL_FLOATS = (math.nan, math.inf, -math.inf, -0.0, 0.0, 1.0, -1.0, *HALFWAY_FLOATS)
+FINITE_SPECIALS = (-0.0, 0.0, 1.0, -1.0, 100.0, *HALFWAY_FLOATS)
 FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
