@@ -14,6 +14,7 @@ import inspect
 import math
 import operator
 import sys
+import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -144,8 +145,8 @@ class ScopeResolver:
             return None
         if isinstance(value, type) and issubclass(value, torch.nn.Module):
             return FamilyMember(OpKind.MODULE, value, module_call_signature(value), dotted.span)
-        if _is_tensor_method(self.scope.namespace, dotted.parts):
-            name = dotted.parts[-1]
+        name = _tensor_method_name(self.scope.namespace, dotted.parts, value)
+        if name is not None:
             return FamilyMember(OpKind.METHOD, name, method_signature(name), dotted.span)
         if callable(value):
             return FamilyMember(OpKind.FUNCTION, value, function_signature(value), dotted.span)
@@ -153,13 +154,16 @@ class ScopeResolver:
         return None
 
 
-def _is_tensor_method(namespace: Namespace, parts: tuple[str, ...]) -> bool:
-    if len(parts) < 2:
-        return False
-    try:
-        return namespace.resolve(parts[:-1]) is torch.Tensor
-    except ResolutionError:
-        return False
+def _tensor_method_name(namespace: Namespace, parts: tuple[str, ...], value: Any) -> str | None:
+    """The method name when ``parts`` names a ``torch.Tensor`` method (``torch.Tensor.relu``, or an alias
+    that ``use torch.Tensor.relu as r`` made): FX records its calls as ``call_method`` nodes."""
+    if len(parts) >= 2:
+        try:
+            return parts[-1] if namespace.resolve(parts[:-1]) is torch.Tensor else None
+        except ResolutionError:
+            return None
+    name = getattr(value, "__name__", None)
+    return name if isinstance(name, str) and getattr(torch.Tensor, name, None) is value else None
 
 
 class RuleResolver:
@@ -428,13 +432,14 @@ class RuleResolver:
                 expr.span, "'_' matches anything in a pattern; a replacement cannot build it")
         if name in CONSTANT_NAMES:
             return Literal(CONSTANT_NAMES[name], expr.span)
+        if self.is_namespace_path((name,)):  # torch, or a short name from 'use torch.float16 as half'
+            return self.namespace_value((name,), expr.span)
         if self.mode == "replace":
             return self.replace_name(expr)
         if name in self.interior:
             return self.interior[name]
-        if self.scope.namespace.is_root(name) or name in self.scope.families:
-            return self.error(expr.span, f"'{name}' names {'a family' if name in self.scope.families else 'a module'}"
-                                         ", not a value")
+        if name in self.scope.families:
+            return self.error(expr.span, f"'{name}' names a family, not a value")
         self.used_captures.add(name)
         declared = self.types.get(name)
         if isinstance(declared, AttrType):
@@ -503,17 +508,23 @@ class RuleResolver:
     def t_Attribute(self, expr: st.Attribute) -> Template:  # noqa: N802
         parts = dotted_parts(expr)
         if parts and self.is_namespace_path(parts):
-            value = ScopeResolver(self.sink, self.scope).resolve_dotted(parts, expr.span)
-            if value is None:
-                return Wildcard(expr.span)
-            if is_value(value):
-                return Literal(value, expr.span)
-            return self.error(expr.span, f"'{'.'.join(parts)}' is an operation: call it")
+            return self.namespace_value(parts, expr.span)
         value = self.template(expr.value)
         if expr.attr.startswith("_"):
             return self.error(expr.span, f"'.{expr.attr}': private and dunder attributes are not allowed")
         return self.finish_operation(OpKind.FUNCTION, getattr, (value, Literal(expr.attr, expr.span)), (), expr.span,
                                      False)
+
+    def namespace_value(self, parts: tuple[str, ...], span: Span) -> Template:
+        """A name of the namespace used as a value: a literal (``torch.float32``), else an error."""
+        value = ScopeResolver(self.sink, self.scope).resolve_dotted(parts, span)
+        if value is None:
+            return Wildcard(span)
+        if is_value(value):
+            return Literal(value, span)
+        if isinstance(value, types.ModuleType):
+            return self.error(span, f"'{'.'.join(parts)}' names a module, not a value")
+        return self.error(span, f"'{'.'.join(parts)}' is an operation: call it")
 
     def is_namespace_path(self, parts: tuple[str, ...]) -> bool:
         bound = self.interior if self.mode == "pattern" else {**self.replace_env, **self.interior}
@@ -573,6 +584,8 @@ class RuleResolver:
             return self.failed_call(expr, func.span,
                                     f"'{name}' is called but is not declared as an nn.Module type in given:",
                                     f"declare it, e.g. '{name}: nn.Conv2d'")
+        if self.is_namespace_path((name,)):  # a short name from 'use torch.relu as r'
+            return self.call_target((name,), expr)
         return self.failed_call(expr, func.span, f"unknown family '{name}'",
                                 did_you_mean(name, self.scope.families) or "declare it with 'family NAME = ...'")
 
@@ -586,8 +599,9 @@ class RuleResolver:
             return self.failed_call(expr, expr.func.span, f"'{'.'.join(parts)}' is a module class, not a call",
                                     f"declare 'm: {'.'.join(parts)}' in given: and write m(x)"
                                     + (f", or use the family '{family}'" if family else ""))
-        if _is_tensor_method(self.scope.namespace, parts):
-            return self.operation(OpKind.METHOD, parts[-1], list(expr.args), expr.keywords, expr.span)
+        method = _tensor_method_name(self.scope.namespace, parts, value)
+        if method is not None:
+            return self.operation(OpKind.METHOD, method, list(expr.args), expr.keywords, expr.span)
         if not callable(value):
             return self.failed_call(expr, expr.func.span, f"'{'.'.join(parts)}' is a value, not a function")
         return self.operation(OpKind.FUNCTION, value, list(expr.args), expr.keywords, expr.span)
