@@ -8,6 +8,8 @@
 ``fxrules demo``             the bundled rulesets on two small models, measured.
 ``fxrules verify FILE... [--examples N] [--seed S] [--json]``
                              check each rule's soundness; exit 1 if one is unsound.
+
+``--allow MODULE`` (check, apply, explain, verify): a module the rules may name, as ``allow=`` does.
 """
 
 from __future__ import annotations
@@ -32,11 +34,11 @@ from fxrules.report import counted
 from fxrules.verification import verify
 
 
-def _check(files: Sequence[str]) -> int:
+def _check(files: Sequence[str], allow: Sequence[str]) -> int:
     failed = False
     for name in files:
         try:
-            ruleset = load(name)
+            ruleset = load(name, allow)
         except FxrLoadError as error:
             print(error, file=sys.stderr)
             print(f"{name}: {counted(len(error.diagnostics), 'error')}")
@@ -85,7 +87,7 @@ def _apply(args: argparse.Namespace, explain: bool) -> int:
     before = gm.code
     inputs = _shapes(args.input_shape) if args.input_shape else None
     try:
-        report = apply(gm, args.rules, example_inputs=inputs, explain=explain)
+        report = apply(gm, args.rules, example_inputs=inputs, allow=args.allow, explain=explain)
     except FxrError as error:
         print(error, file=sys.stderr)
         return 1
@@ -99,7 +101,7 @@ def _apply(args: argparse.Namespace, explain: bool) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     try:
-        report = verify(list(args.files), max_examples=args.examples, seed=args.seed)
+        report = verify(list(args.files), max_examples=args.examples, seed=args.seed, allow=args.allow)
     except FxrError as error:
         print(error, file=sys.stderr)
         return 1
@@ -113,8 +115,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     check = commands.add_parser("check", help="parse and check rule files")
     check.add_argument("files", nargs="+", help=".fxr files or bundled ruleset names")
     commands.add_parser("list", help="list the bundled rulesets and their rules")
+    applying = []
     for name in ("apply", "explain"):
         command = commands.add_parser(name, help=f"{name} rules on a traced model")
+        applying.append(command)
         command.add_argument("rules", help=".fxr file or bundled ruleset name")
         command.add_argument("--model", required=True, help="package.module:factory returning an nn.Module")
         command.add_argument("--input-shape", action="append", default=[], help="e.g. 2,3 (one per input)")
@@ -125,6 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_rules.add_argument("--seed", type=int, default=None, help="hypothesis seed, for reproducible runs")
     check_rules.add_argument("--json", action="store_true", help="print the results as JSON")
     commands.add_parser("demo", help="apply the bundled rulesets to two small models and measure")
+    for command in (check, *applying, check_rules):
+        command.add_argument("--allow", action="append", default=[], metavar="MODULE",
+                             help="a module the rules may name besides torch, operator and math (repeatable)")
     args = parser.parse_args(argv)
     if args.command == "demo":
         run_demo()
@@ -132,7 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "verify":
         return _verify(args)
     if args.command == "check":
-        return _check(args.files)
+        return _check(args.files, args.allow)
     if args.command == "list":
         return _list()
     return _apply(args, explain=args.command == "explain")

@@ -455,7 +455,9 @@ class RuleResolver:
         if name in self.interior or name in self.used_captures or name in self.dim_symbols():
             return Capture(name, expr.span)
         bound = [*self.replace_env, *self.interior, *self.used_captures, *self.dim_symbols()]
-        return self.error(expr.span, f"'{name}' is not bound by the pattern", did_you_mean(name, bound))
+        hint = f"or, for the module '{name}', pass allow=['{name}']" if name in sys.modules else None
+        return self.error(expr.span, f"'{name}' is not bound by the pattern",
+                          " ".join(filter(None, [did_you_mean(name, bound), hint])) or None)
 
     def t_Constant(self, expr: st.Constant) -> Template:  # noqa: N802
         return Literal(expr.value, expr.span)

@@ -29,6 +29,7 @@ from hypothesis.errors import Unsatisfiable
 from fxrules import helpers as bundled_helpers
 from fxrules.engine import RulesArgument, load_rules
 from fxrules.ir import Rule
+from fxrules.report import counted
 from fxrules.standalone import alternative_choices, build_replacement, input_names
 from fxrules.testing import Example, NoGeneratorError, examples
 
@@ -102,7 +103,7 @@ class VerifyReport:
     def __str__(self) -> str:
         counts = {v: sum(r.verdict is v for r in self.results) for v in Verdict}
         summary = ", ".join(f"{n} {v.value}" for v, n in counts.items())
-        return "\n".join([*(str(r) for r in self.results), f"{len(self.results)} rules: {summary}"])
+        return "\n".join([*(str(r) for r in self.results), f"{counted(len(self.results), 'rule')}: {summary}"])
 
     def to_json(self) -> str:
         return json.dumps([r.to_dict() for r in self.results], indent=2)

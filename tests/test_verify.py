@@ -199,7 +199,7 @@ def test_cli_verify_exit_codes_and_json(tmp_path: object, capsys: pytest.Capture
     assert main(["verify", str(bad), "--examples", "20", "--seed", "1"]) == 1
     out = capsys.readouterr().out
     assert "relu_is_abs: unsound: values differ beyond tolerance" in out
-    assert out.strip().endswith("1 rules: 0 sound, 1 unsound, 0 inconclusive")
+    assert out.strip().endswith("1 rule: 0 sound, 1 unsound, 0 inconclusive")
     assert main(["verify", "algebra.fxr", "--examples", "5", "--seed", "1", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert {d["verdict"] for d in data} == {"sound"}
