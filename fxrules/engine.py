@@ -57,7 +57,7 @@ from fxrules.matcher import Match, Matcher, Miss, Nodes, RuleIndex, Skip, in_gra
 from fxrules.metadata import changes_an_argument, propagate_shapes
 from fxrules.report import Report, ReportBuilder, combine
 from fxrules.rewriter import Rewrite, Rewriter, Transaction
-from fxrules.subgraphs import alias_free_subgraphs, higher_order_subgraphs
+from fxrules.subgraphs import alias_free_subgraphs, grad_mode_subgraphs, higher_order_subgraphs
 
 RulesArgument = str | Path | RuleSet | Sequence["str | Path | RuleSet"]
 
@@ -155,9 +155,10 @@ class _Run:
     """One ``apply``: the passes over a working copy, then the commit."""
 
     def __init__(self, gm: torch.fx.GraphModule, ruleset: RuleSet, helpers: Mapping[str, Callable[..., Any]],
-                 max_passes: int, explain: bool, alias_free: bool = False) -> None:
+                 max_passes: int, explain: bool, alias_free: bool = False, grad_enabled: bool | None = None) -> None:
         self.gm = gm
         self.alias_free = alias_free  # a subgraph whose outputs may not alias (a torch.cond branch)
+        self.grad_enabled = grad_enabled  # the grad mode a higher-order operator runs the subgraph in, if it sets one
         self.ruleset = ruleset
         self.helpers = helpers
         self.max_passes = max_passes
@@ -233,7 +234,8 @@ class _Run:
     def _passes(self, graph: torch.fx.Graph, candidates: list[torch.fx.Node], transaction: Transaction) -> bool:
         """Run passes to a fixpoint, starting from ``candidates``; True when any rule fired."""
         started = time.perf_counter()
-        rewriter = Rewriter(self.gm, graph, self.helpers, transaction, alias_free=self.alias_free)
+        rewriter = Rewriter(self.gm, graph, self.helpers, transaction, alias_free=self.alias_free,
+                            grad_enabled=self.grad_enabled)
         settled: set[torch.fx.Node] = set()
         domain: set[torch.fx.Node] | None = None
         try:
@@ -302,9 +304,11 @@ class _Run:
 
     def _skipped(self, rule: Rule, node: torch.fx.Node, skip: Skip, matcher: Matcher) -> None:
         self.report.skipped(rule, node.name, skip.reason, lambda: skip.detail)
-        if self.explain:  # a match that was found but not usable is the nearest of misses
-            self.report.missed(Miss(rule.name, node.name, matcher.misses.furthest + 1, skip.reason, skip.detail,
-                                    rule.span))
+        progress = matcher.misses.furthest + 1
+        # a match that was found but not usable is the nearest of misses; its detail is written only if the
+        # report keeps it (the misses of thousands of nodes would cost their details' writing each)
+        if self.explain and self.report.keeps_miss(rule.name, node.name, progress, skip.reason):
+            self.report.missed(Miss(rule.name, node.name, progress, skip.reason, skip.detail, rule.span))
 
     def _rewrite(self, rule: Rule, node: torch.fx.Node, match: Match, current: _Pass) -> bool:
         started = time.perf_counter()
@@ -622,7 +626,8 @@ def apply(
         if not subgraphs:
             return _Run(module, ruleset, helper_table, max_passes, explain).execute()
         return _apply_nested(module, subgraphs,
-                             lambda m, alias_free: _Run(m, ruleset, helper_table, max_passes, explain, alias_free))
+                             lambda m, alias_free, grad_enabled: _Run(m, ruleset, helper_table, max_passes, explain,
+                                                                      alias_free, grad_enabled))
     except BaseException:
         if restore_metadata is not None:  # all or nothing: the shapes propagated for this apply go too
             restore_metadata()
@@ -630,7 +635,7 @@ def apply(
 
 
 def _apply_nested(gm: torch.fx.GraphModule, subgraphs: list[tuple[str, torch.fx.GraphModule]],
-                  run_for: Callable[[torch.fx.GraphModule, bool], _Run]) -> Report:
+                  run_for: Callable[[torch.fx.GraphModule, bool, bool | None], _Run]) -> Report:
     """Rewrite each subgraph (innermost first) and ``gm``, then commit them all: all or nothing together.
 
     Nothing is committed until every graph has reached its fixpoint, so a failure anywhere undoes every
@@ -639,7 +644,9 @@ def _apply_nested(gm: torch.fx.GraphModule, subgraphs: list[tuple[str, torch.fx.
     """
     started = time.perf_counter()
     alias_free = {id(subgraph) for subgraph in alias_free_subgraphs(gm)}
-    runs = [(path, run_for(sub, id(sub) in alias_free)) for path, sub in subgraphs] + [("", run_for(gm, False))]
+    grad_mode = grad_mode_subgraphs(gm)
+    runs = [(path, run_for(sub, id(sub) in alias_free, grad_mode.get(id(sub)))) for path, sub in subgraphs] \
+        + [("", run_for(gm, False, None))]
     done: list[tuple[str, _Run, _Rewritten]] = []
     try:
         for path, run in runs:

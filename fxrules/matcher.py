@@ -152,6 +152,10 @@ class MissTracker:
             self.best = Miss(self.rule, self.anchor, progress, condition, detail(), span)
 
 
+#: How many of a node's escaping users a skip's detail names.
+ESCAPING_NAMED = 5
+
+
 class Skip(Exception):  # noqa: N818 - a control-flow signal carrying the skip reason
     """The pattern matched but the match cannot be used; ``reason`` says why, ``detail`` how.
 
@@ -506,8 +510,12 @@ class Matcher:
             raise Skip("cycle", "a capture depends on a node of the match; rewriting would create a cycle")
 
     def _escaping_detail(self, node: torch.fx.Node, matched: set[torch.fx.Node]) -> str:
+        """The escaping users by name, the first few only: a node may have thousands (a shared input), and
+        the detail is one line of the report."""
         escaping = [u.name for u in node.users if u not in matched and u not in self.retired]
-        return f"'{node.name}' is also used by {', '.join(escaping)} outside the match"
+        named = ", ".join(escaping[:ESCAPING_NAMED])
+        more = len(escaping) - ESCAPING_NAMED
+        return f"'{node.name}' is also used by {named}{f' and {more} more' if more > 0 else ''} outside the match"
 
     def _escapes(self, node: torch.fx.Node, matched: set[torch.fx.Node]) -> bool:
         """The node has a live user outside the match."""

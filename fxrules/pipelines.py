@@ -37,6 +37,7 @@ from fxrules.diagnostics import FxrError, FxrUsageError
 from fxrules.engine import RulesArgument, apply, checked_options, load_rules
 from fxrules.ir import RuleSet
 from fxrules.report import Report
+from fxrules.subgraphs import higher_order_subgraphs
 
 CompilerFn = Callable[[torch.fx.GraphModule, Sequence[Any]], Callable[..., Any]]
 
@@ -141,15 +142,22 @@ class InductorPass(CustomGraphPass):
         gm = graph.owning_module
         if not isinstance(gm, torch.fx.GraphModule):
             raise FxrUsageError("the Inductor pass got a graph without an owning GraphModule")
-        aten = any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload) for n in graph.nodes)
+        # apply rewrites the subgraphs of higher-order operators (torch.cond branches) too: they are as
+        # decomposed as the graph itself, so they are marked alike, or a replacement there could bring
+        # back an operator Inductor has no lowering for
+        modules = [gm, *(subgraph for _, subgraph in higher_order_subgraphs(gm))]
+        aten = any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+                   for module in modules for n in module.graph.nodes)
         if aten:  # post-grad (or joint): replacements in aten, and not in operators Inductor decomposed
-            gm.meta[ATEN_GRAPH] = _decomposed_operators()
+            for module in modules:
+                module.meta[ATEN_GRAPH] = _decomposed_operators()
         try:
             self.reports.append(apply(gm, self.ruleset, **self.apply_kwargs))
         except FxrError as error:
             raise FxrCompileError(error, inspect.currentframe()) from error
         finally:
-            gm.meta.pop(ATEN_GRAPH, None)
+            for module in modules:
+                module.meta.pop(ATEN_GRAPH, None)
 
     def uuid(self) -> str:
         """Changes when the rules' text, the helpers' code, or fxrules itself changes."""

@@ -32,7 +32,7 @@ class StopReason(enum.Enum):
 class SkippedMatch:
     """A pattern that matched but could not be used, and why."""
 
-    reason: str  # escaping user, impure, cycle, guard false, guard error, missing metadata, overlap, order
+    reason: str  # escaping user, impure, cycle, guard false, guard error, missing metadata, overlap, grad mode...
     node: str
     detail: str
 
@@ -168,10 +168,17 @@ class ReportBuilder:
         if len(stats.skipped) < KEEP_EXAMPLES:
             stats.skipped[key] = SkippedMatch(reason, node, detail())
 
+    def keeps_miss(self, rule: str, anchor: str, progress: int, condition: str) -> bool:
+        """Whether :meth:`missed` would keep such a miss (so its detail need not be written otherwise)."""
+        misses = self.stats[rule].misses if rule in self.stats else []
+        if any(m.anchor == anchor and m.condition == condition for m in misses):
+            return False
+        return len(misses) < KEEP_MISSES or progress > misses[-1].progress
+
     def missed(self, miss: Miss) -> None:
-        misses = self.stats[miss.rule].misses
-        if any(m.anchor == miss.anchor and m.condition == miss.condition for m in misses):
+        if not self.keeps_miss(miss.rule, miss.anchor, miss.progress, miss.condition):
             return
+        misses = self.stats[miss.rule].misses
         misses.append(miss)
         misses.sort(key=lambda m: -m.progress)
         del misses[KEEP_MISSES:]

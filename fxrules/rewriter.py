@@ -30,7 +30,7 @@ from fxrules.ir import Capture, HelperTemplate, Literal, OpKind, OpTemplate, Rul
 from fxrules.matcher import Match, Skip
 from fxrules.memo import per_object
 from fxrules.metadata import changes_an_argument, has_metadata, infer_metadata, tensor_info
-from fxrules.subgraphs import NO_NEW_TENSORS
+from fxrules.subgraphs import NO_NEW_TENSORS, OUTSIDE, grad_modes
 
 #: Metadata a replacement inherits from the output it replaces.
 INHERITED_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
@@ -161,9 +161,10 @@ class Rewriter:
     """Rewrites matches in one graph, calling helpers from ``helpers``."""
 
     def __init__(self, gm: torch.nn.Module, graph: torch.fx.Graph, helpers: Mapping[str, Callable[..., Any]],
-                 transaction: Transaction, alias_free: bool = False) -> None:
+                 transaction: Transaction, alias_free: bool = False, grad_enabled: bool | None = None) -> None:
         self.gm = gm
         self.alias_free = alias_free  # a subgraph whose outputs may not alias (a torch.cond branch)
+        self.grad_enabled = grad_enabled  # the grad mode a higher-order operator runs the subgraph in, if any
         self.graph = graph
         self.helpers = helpers
         self.transaction = transaction
@@ -199,6 +200,8 @@ class Rewriter:
             if len(outputs) > 1:
                 _check_order(anchor, outputs, values, created)
             self._check_receivers(outputs, values)
+            if self.grad_modes is not None:
+                self._check_grad_modes(match, values, created)
             if self.alias_free:
                 self._check_aliases(outputs, values)
         except Skip:
@@ -227,6 +230,33 @@ class Rewriter:
         with self.graph.inserting_before(anchor):
             values = [emitter.emit(t) for t in match.rule.replacement]
         return values, emitter.created
+
+    @functools.cached_property
+    def grad_modes(self) -> dict[torch.fx.Node, bool | str] | None:
+        """The grad mode of each node, where the graph has grad-mode regions (None: it has none)."""
+        return grad_modes(self.graph, self.grad_enabled)
+
+    def _check_grad_modes(self, match: Match, values: list[Any], created: list[torch.fx.Node]) -> None:
+        """Skip a rewrite that would move a computation into another grad mode, or make a value computed
+        without grad one that may require it (``neg(neg(x)) => x`` inside ``torch.no_grad()``): the values
+        are equal, but gradients would flow where they did not (or stop where they flowed).
+
+        New nodes go before the anchor, in its mode, and are recorded in that mode.
+        """
+        modes = self.grad_modes
+        assert modes is not None
+        anchor_mode = modes.get(min(match.outputs, key=lambda n: n._sort_key), OUTSIDE)
+        for node in match.nodes:
+            if modes.get(node, OUTSIDE) not in (OUTSIDE, anchor_mode):
+                raise Skip("grad mode", f"'{node.name}' is computed with grad {_enabled(modes[node])} and the "
+                                        f"replacement would be computed with grad {_enabled(anchor_mode)}")
+        for output, value in zip(match.outputs, values, strict=True):
+            if isinstance(value, torch.fx.Node) and value not in created and modes.get(output) is False \
+                    and modes.get(value, OUTSIDE) is not False:
+                raise Skip("grad mode", f"'{output.name}' is computed with grad disabled, and '{value.name}', "
+                                        "which would replace it, is not: it may require grad")
+        for node in created:
+            modes[node] = anchor_mode
 
     def _check_receivers(self, outputs: tuple[torch.fx.Node, ...], values: list[Any]) -> None:
         """Skip a replacement that would make a value other than a node the receiver of a method call.
@@ -548,3 +578,7 @@ def _printable(template: HelperTemplate, value: Any) -> Any:
 
 #: Literal types FX code generation writes out faithfully.
 PRINTABLE = (bool, int, float, str, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout, slice)
+
+
+def _enabled(mode: bool | str) -> str:
+    return "enabled" if mode is True else "disabled"

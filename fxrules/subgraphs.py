@@ -48,3 +48,63 @@ def alias_free_subgraphs(gm: torch.fx.GraphModule) -> list[torch.fx.GraphModule]
                 found.append(subgraph)
             found += alias_free_subgraphs(subgraph)
     return found
+
+
+#: The grad mode of a value that no computation of the graph makes (an input, an attribute): it may require grad.
+OUTSIDE = "outside"
+
+
+def grad_mode_subgraphs(gm: torch.fx.GraphModule) -> dict[int, bool]:
+    """The subgraphs, at any depth, that ``wrap_with_set_grad_enabled`` runs, by id: the grad mode it sets."""
+    found: dict[int, bool] = {}
+    for node in gm.graph.find_nodes(op="get_attr"):
+        subgraph = operator.attrgetter(str(node.target))(gm)
+        if not isinstance(subgraph, torch.fx.GraphModule):
+            continue
+        for user in node.users:
+            if user.target is torch.ops.higher_order.wrap_with_set_grad_enabled and isinstance(user.args[0], bool):
+                found[id(subgraph)] = user.args[0]
+        found.update(grad_mode_subgraphs(subgraph))
+    return found
+
+
+def grad_modes(graph: torch.fx.Graph, fixed: bool | None) -> dict[torch.fx.Node, bool | str] | None:
+    """The grad mode each node of ``graph`` is computed in (:data:`OUTSIDE` for inputs and attributes), or
+    None when the graph neither switches it nor runs in a ``fixed`` one: a rewrite cannot move a value
+    across grad modes then.
+
+    Dynamo records ``torch.no_grad()`` regions as ``torch._C._set_grad_enabled`` calls, the last of which
+    restores the mode the graph was traced in (Dynamo guards on it): the nodes before the first switch
+    run in that mode.  ``torch.inference_mode()`` regions are ``_enter_inference_mode`` and
+    ``_exit_inference_mode`` calls: no grad inside.  ``torch.export`` puts such regions in subgraphs that
+    run in a ``fixed`` mode.
+    """
+    set_grad = graph.find_nodes(op="call_function", target=torch._C._set_grad_enabled)
+    switches = [*set_grad, *graph.find_nodes(op="call_function", target=_ENTER_INFERENCE)]
+    if fixed is None and not switches:
+        return None
+    mode: bool | None = fixed
+    if mode is None:
+        last = set_grad[-1].args if set_grad else ()
+        mode = last[0] if last and isinstance(last[0], bool) else True
+    entered: list[bool] = []  # the modes inference-mode regions left
+    modes: dict[torch.fx.Node, bool | str] = {}
+    for node in graph.nodes:
+        if node.op in ("placeholder", "get_attr"):
+            modes[node] = OUTSIDE
+            continue
+        modes[node] = mode
+        if node.op != "call_function" or not node.args:
+            continue
+        if node.target is torch._C._set_grad_enabled and isinstance(node.args[0], bool):
+            mode = node.args[0]
+        elif node.target is _ENTER_INFERENCE:
+            entered.append(mode)
+            mode = False if node.args[0] else mode
+        elif node.target is _EXIT_INFERENCE and entered:
+            mode = entered.pop()
+    return modes
+
+
+_ENTER_INFERENCE = torch.autograd.grad_mode._enter_inference_mode
+_EXIT_INFERENCE = torch.autograd.grad_mode._exit_inference_mode
