@@ -238,8 +238,9 @@ class Rewriter:
 
     def _check_grad_modes(self, match: Match, values: list[Any], created: list[torch.fx.Node]) -> None:
         """Skip a rewrite that would move a computation into another grad mode, or make a value computed
-        without grad one that may require it (``neg(neg(x)) => x`` inside ``torch.no_grad()``): the values
-        are equal, but gradients would flow where they did not (or stop where they flowed).
+        without grad one that may require it where it is used outside the region (``neg(neg(x)) => x``
+        inside ``torch.no_grad()``, the result used after it): the values are equal, but gradients would
+        flow where they did not (or stop where they flowed).  Within the region nothing records gradients.
 
         New nodes go before the anchor, in its mode, and are recorded in that mode.
         """
@@ -252,9 +253,11 @@ class Rewriter:
                                         f"replacement would be computed with grad {_enabled(anchor_mode)}")
         for output, value in zip(match.outputs, values, strict=True):
             if isinstance(value, torch.fx.Node) and value not in created and modes.get(output) is False \
-                    and modes.get(value, OUTSIDE) is not False:
+                    and modes.get(value, OUTSIDE) is not False \
+                    and any(modes.get(user, OUTSIDE) is not False for user in output.users if user not in created):
                 raise Skip("grad mode", f"'{output.name}' is computed with grad disabled, and '{value.name}', "
-                                        "which would replace it, is not: it may require grad")
+                                        "which would replace it where grad is not disabled, is not: it may "
+                                        "require grad")
         for node in created:
             modes[node] = anchor_mode
 

@@ -69,7 +69,8 @@ def grad_mode_subgraphs(gm: torch.fx.GraphModule) -> dict[int, bool]:
 
 
 def grad_modes(graph: torch.fx.Graph, fixed: bool | None) -> dict[torch.fx.Node, bool | str] | None:
-    """The grad mode each node of ``graph`` is computed in (:data:`OUTSIDE` for inputs and attributes), or
+    """The grad mode each node of ``graph`` is computed in (:data:`OUTSIDE` for inputs, attributes and the
+    output), or
     None when the graph neither switches it nor runs in a ``fixed`` one: a rewrite cannot move a value
     across grad modes then.
 
@@ -90,7 +91,7 @@ def grad_modes(graph: torch.fx.Graph, fixed: bool | None) -> dict[torch.fx.Node,
     entered: list[bool] = []  # the modes inference-mode regions left
     modes: dict[torch.fx.Node, bool | str] = {}
     for node in graph.nodes:
-        if node.op in ("placeholder", "get_attr"):
+        if node.op in ("placeholder", "get_attr", "output"):  # what the graph returns leaves its modes
             modes[node] = OUTSIDE
             continue
         modes[node] = mode
