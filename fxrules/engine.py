@@ -239,7 +239,8 @@ class _Run:
         settled: set[torch.fx.Node] = set()
         domain: set[torch.fx.Node] | None = None
         try:
-            for number in range(1, self.max_passes + 1):
+            # max_passes passes may rewrite; one more finds whether rules still fire after them
+            for number in range(1, self.max_passes + 2):
                 self.report.passes = number
                 matcher = Matcher(self.gm, explain=self.explain, retired=transaction.retired)
                 current = self._visit(_Pass(matcher, rewriter, set(candidates), domain), candidates, settled)

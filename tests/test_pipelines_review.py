@@ -267,14 +267,20 @@ def test_a_deep_chain_with_explain_has_no_recursion_limit() -> None:
 # ---------------------------------------------------------------- max_passes
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: max_passes=N raises FxrConvergenceError when pass N fired, without "
-                                       "checking that anything would still fire: relu(relu(x)) reaches its "
-                                       "fixpoint in 1 pass, yet max_passes=1 raises 'rules still firing'")
 def test_max_passes_counts_the_passes_that_rewrite() -> None:
-    """docs/language.md: 'If rules still fire after max_passes passes, apply raises'."""
+    """docs/language.md: 'If rules still fire after max_passes passes, apply raises': relu(relu(x)) reaches
+    its fixpoint in one pass that rewrites (and one that finds nothing), so max_passes=1 is enough; three
+    nested relus need two passes that rewrite (used to raise at max_passes=N when pass N fired)."""
     gm = torch.fx.symbolic_trace(lambda x: torch.relu(torch.relu(x)))
     report = fxrules.apply(gm, "algebra.fxr", max_passes=1)
-    assert report.counts() == {"relu_idempotent": 1}
+    assert report.counts() == {"relu_idempotent": 1} and report.passes == 2
+    rules = fxrules.parse("rule relu_twice:\n    torch.relu(torch.relu(x)) => torch.relu(x)\n")
+    deep = torch.fx.symbolic_trace(lambda x: torch.relu(torch.relu(torch.relu(torch.relu(x)))))
+    before = deep.code
+    with pytest.raises(fxrules.FxrConvergenceError, match="after max_passes=1 passes: relu_twice"):
+        fxrules.apply(deep, rules, max_passes=1)
+    assert deep.code == before
+    assert fxrules.apply(deep, rules, max_passes=2).counts() == {"relu_twice": 3}
 
 
 # ---------------------------------------------------------------- autocast regions
