@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import torch
@@ -121,15 +121,26 @@ def mutates_first_argument(node: torch.fx.Node) -> bool:
 
 
 def changes_an_argument(node: torch.fx.Node) -> bool:
-    """Whether a node changes an argument in place (``x.add_(1)``, ``F.relu(x, inplace=True)``), which FX's
-    ``Node.is_impure`` does not see: such a node is not dead when nothing uses its result."""
+    """Whether a node changes its first argument in place (``x.add_(1)``, ``F.relu(x, inplace=True)``, a
+    ``nn.ReLU(inplace=True)`` submodule), which FX's ``Node.is_impure`` does not see: such a node is not
+    dead when nothing uses its result."""
+    if node.op == "call_module":
+        module = node.graph.owning_module
+        submodule = module.get_submodule(str(node.target)) if module is not None else None
+        return getattr(submodule, "inplace", False) is True
     return mutates_first_argument(node) or node.kwargs.get("inplace") is True
+
+
+def written_in_place(node: torch.fx.Node, users: Iterable[torch.fx.Node] | None = None) -> bool:
+    """Whether one of the node's users (of ``users``, when given) changes it in place."""
+    return any(changes_an_argument(user) and user.args and user.args[0] is node
+               for user in (node.users if users is None else users))
 
 
 def guard_view(node: torch.fx.Node, live_users: list[torch.fx.Node]) -> TensorInfo | UnknownTensor:
     """A node as guards see it: its metadata, or an :class:`UnknownTensor` that fails only when read."""
     computed = node.op not in ("placeholder", "get_attr")
-    mutated = any(mutates_first_argument(user) and user.args and user.args[0] is node for user in live_users)
+    mutated = written_in_place(node, live_users)
     try:
         info = tensor_info(node, len(live_users))
     except (MissingMetadata, NotATensor):

@@ -29,7 +29,7 @@ from fxrules.diagnostics import FxrApplyError
 from fxrules.ir import Capture, HelperTemplate, Literal, OpKind, OpTemplate, Rule, SeqTemplate, SliceTemplate, Template
 from fxrules.matcher import Match, Skip
 from fxrules.memo import per_object
-from fxrules.metadata import changes_an_argument, has_metadata, infer_metadata, tensor_info
+from fxrules.metadata import changes_an_argument, has_metadata, infer_metadata, tensor_info, written_in_place
 from fxrules.subgraphs import NO_NEW_TENSORS, OUTSIDE, grad_modes
 
 #: Metadata a replacement inherits from the output it replaces.
@@ -200,6 +200,7 @@ class Rewriter:
             if len(outputs) > 1:
                 _check_order(anchor, outputs, values, created)
             self._check_receivers(outputs, values)
+            _check_in_place_writes(outputs, values, created)
             if self.grad_modes is not None:
                 self._check_grad_modes(match, values, created)
             if self.alias_free:
@@ -542,6 +543,19 @@ def _used_by(created: list[torch.fx.Node], values: list[Any]) -> tuple[torch.fx.
     for node in created:
         used += node.all_input_nodes
     return tuple(node for node in dict.fromkeys(used) if node not in new)
+
+
+def _check_in_place_writes(outputs: tuple[torch.fx.Node, ...], values: list[Any],
+                           created: list[torch.fx.Node]) -> None:
+    """Skip a replacement that makes an output one tensor with a value that exists already (``x * 1 => x``)
+    when either is written in place (``y = x * 1; y.add_(1)``, or ``x.mul_(2)`` after ``y`` was made): the
+    values are equal when the output is computed, but a write into one would then reach the other."""
+    for output, value in zip(outputs, values, strict=True):
+        if isinstance(value, torch.fx.Node) and value is not output and value not in created:
+            written = next((node for node in (output, value) if written_in_place(node)), None)
+            if written is not None:
+                raise Skip("in-place write", f"'{written.name}' is written in place, and the replacement would "
+                                             f"make '{output.name}' and '{value.name}' one tensor")
 
 
 def _check_order(anchor: torch.fx.Node, outputs: tuple[torch.fx.Node, ...], values: list[Any],

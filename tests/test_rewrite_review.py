@@ -140,3 +140,20 @@ def test_a_cond_branch_is_not_made_to_return_its_input() -> None:
     rewritten = result.program.run_decompositions()
     for x in (torch.rand(4), -torch.rand(4)):
         torch.testing.assert_close(rewritten.module()(x), program.module()(x))
+
+
+def test_an_identity_replacement_of_a_tensor_written_in_place_is_skipped_and_reported() -> None:
+    """``x * 1 => x`` would make ``y`` and ``x`` one tensor, and ``y.add_(1)`` would then change ``x``."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 1
+        y.add_(1)
+        return x + y
+
+    gm = torch.fx.symbolic_trace(f)
+    before = gm.code
+    report = fxrules.apply(gm, fxrules.parse("rule mul_one:\n    x * 1 => x\n"))
+    assert report.counts() == {}
+    assert report["mul_one"].skip_counts == {"in-place write": 1}
+    assert report["mul_one"].skipped[0].detail == ("'mul' is written in place, and the replacement would make "
+                                                   "'mul' and 'x' one tensor")
+    assert gm.code == before

@@ -95,12 +95,6 @@ def _cat_single_then_mul_(x: torch.Tensor) -> torch.Tensor:
     return x + y
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: mul_one, add_zero, div_one, double_neg, cat_single "
-                   "(rulesets/algebra.fxr) replace a new tensor by x, making the two one tensor: an in-place write "
-                   "into either (y.add_(1), x.mul_(2)) then changes both.  A `not is_mutated(x) and not "
-                   "is_mutated(y)` guard fixes these cases but turns off settling for every algebra.fxr apply "
-                   "(counts_users), fails with a guard error on lifted parameters in apply_program, and misses "
-                   "inplace=True (test_mul_one_then_inplace_relu): an alias check in the rewriter would fit better")
 @pytest.mark.parametrize("fn", [_mul_one_then_add_, _add_zero_then_x_written, _div_one_then_mul_,
                                 _double_neg_then_add_, _cat_single_then_mul_])
 def test_identity_rules_do_not_merge_a_tensor_written_in_place_with_its_input(fn: Callable[..., Any]) -> None:
@@ -116,9 +110,6 @@ def test_identity_rules_still_fire_without_writes() -> None:
     assert fired == {"mul_one": 1, "add_zero": 1, "sub_zero": 1, "div_one": 1, "double_neg": 1, "cat_single": 1}
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: is_mutated() (fxrules/metadata.py guard_view/mutates_first_argument) "
-                   "does not see F.relu(y, inplace=True) or nn.ReLU(inplace=True) writing into y, so mul_one "
-                   "makes y and x one tensor and the in-place relu clobbers x")
 @pytest.mark.parametrize("module", [False, True])
 def test_mul_one_then_inplace_relu(module: bool) -> None:
     class Model(nn.Module):
@@ -158,9 +149,6 @@ def test_clone_of_a_view_whose_base_is_written_later() -> None:
     assert rewritten(fn, [_seeded(3, 4)], "cleanup.fxr") == {}
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: is_mutated() misses F.relu(c, inplace=True), so clone_single_use "
-                   "(rulesets/cleanup.fxr) drops a clone that is written in place, and the write reaches the "
-                   "input through the view the clone was taken of")
 def test_clone_written_by_an_inplace_relu() -> None:
     def fn(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         c = a.t().clone()
