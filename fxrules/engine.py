@@ -57,7 +57,7 @@ from fxrules.matcher import Match, Matcher, Miss, Nodes, RuleIndex, Skip, in_gra
 from fxrules.metadata import changes_an_argument, propagate_shapes
 from fxrules.report import Report, ReportBuilder, combine
 from fxrules.rewriter import Rewrite, Rewriter, Transaction
-from fxrules.subgraphs import alias_free_subgraphs, grad_mode_subgraphs, higher_order_subgraphs
+from fxrules.subgraphs import TOP_LEVEL, CallContext, higher_order_subgraphs
 
 RulesArgument = str | Path | RuleSet | Sequence["str | Path | RuleSet"]
 
@@ -155,10 +155,9 @@ class _Run:
     """One ``apply``: the passes over a working copy, then the commit."""
 
     def __init__(self, gm: torch.fx.GraphModule, ruleset: RuleSet, helpers: Mapping[str, Callable[..., Any]],
-                 max_passes: int, explain: bool, alias_free: bool = False, grad_enabled: bool | None = None) -> None:
+                 max_passes: int, explain: bool, context: CallContext = TOP_LEVEL) -> None:
         self.gm = gm
-        self.alias_free = alias_free  # a subgraph whose outputs may not alias (a torch.cond branch)
-        self.grad_enabled = grad_enabled  # the grad mode a higher-order operator runs the subgraph in, if it sets one
+        self.context = context  # how higher-order operators run the graph, when it is one of their subgraphs
         self.ruleset = ruleset
         self.helpers = helpers
         self.max_passes = max_passes
@@ -234,8 +233,7 @@ class _Run:
     def _passes(self, graph: torch.fx.Graph, candidates: list[torch.fx.Node], transaction: Transaction) -> bool:
         """Run passes to a fixpoint, starting from ``candidates``; True when any rule fired."""
         started = time.perf_counter()
-        rewriter = Rewriter(self.gm, graph, self.helpers, transaction, alias_free=self.alias_free,
-                            grad_enabled=self.grad_enabled)
+        rewriter = Rewriter(self.gm, graph, self.helpers, transaction, self.context)
         settled: set[torch.fx.Node] = set()
         domain: set[torch.fx.Node] | None = None
         try:
@@ -627,16 +625,15 @@ def apply(
         if not subgraphs:
             return _Run(module, ruleset, helper_table, max_passes, explain).execute()
         return _apply_nested(module, subgraphs,
-                             lambda m, alias_free, grad_enabled: _Run(m, ruleset, helper_table, max_passes, explain,
-                                                                      alias_free, grad_enabled))
+                             lambda m, context: _Run(m, ruleset, helper_table, max_passes, explain, context))
     except BaseException:
         if restore_metadata is not None:  # all or nothing: the shapes propagated for this apply go too
             restore_metadata()
         raise
 
 
-def _apply_nested(gm: torch.fx.GraphModule, subgraphs: list[tuple[str, torch.fx.GraphModule]],
-                  run_for: Callable[[torch.fx.GraphModule, bool, bool | None], _Run]) -> Report:
+def _apply_nested(gm: torch.fx.GraphModule, subgraphs: list[tuple[str, torch.fx.GraphModule, CallContext]],
+                  run_for: Callable[[torch.fx.GraphModule, CallContext], _Run]) -> Report:
     """Rewrite each subgraph (innermost first) and ``gm``, then commit them all: all or nothing together.
 
     Nothing is committed until every graph has reached its fixpoint, so a failure anywhere undoes every
@@ -644,10 +641,7 @@ def _apply_nested(gm: torch.fx.GraphModule, subgraphs: list[tuple[str, torch.fx.
     any is committed, so no commit can fail after another has erased nodes.
     """
     started = time.perf_counter()
-    alias_free = {id(subgraph) for subgraph in alias_free_subgraphs(gm)}
-    grad_mode = grad_mode_subgraphs(gm)
-    runs = [(path, run_for(sub, id(sub) in alias_free, grad_mode.get(id(sub)))) for path, sub in subgraphs] \
-        + [("", run_for(gm, False, None))]
+    runs = [(path, run_for(sub, context)) for path, sub, context in subgraphs] + [("", run_for(gm, TOP_LEVEL))]
     done: list[tuple[str, _Run, _Rewritten]] = []
     try:
         for path, run in runs:

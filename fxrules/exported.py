@@ -63,13 +63,13 @@ def rewrite_program(program: ExportedProgram, run: Callable[[torch.fx.GraphModul
     input_specs = _restore_placeholder_names(gm, program)
     unlifted = _unlift(gm, program, input_specs)
     subgraphs = higher_order_subgraphs(gm)
-    for path, subgraph in subgraphs:
+    for path, subgraph, _ in subgraphs:
         subgraph.meta[NO_NEW_TENSORS] = (f"'{path}' is the subgraph of a higher-order operator, and an exported "
                                          "program takes tensors only as inputs of its root graph")
     try:
         report = run(gm)
     finally:  # the restriction holds while rewriting this program, not for what is made of the result
-        for _, subgraph in subgraphs:
+        for _, subgraph, _ in subgraphs:
             del subgraph.meta[NO_NEW_TENSORS]
     if not report.total_fired:
         return RewrittenProgram(program, report)

@@ -145,7 +145,7 @@ class InductorPass(CustomGraphPass):
         # apply rewrites the subgraphs of higher-order operators (torch.cond branches) too: they are as
         # decomposed as the graph itself, so they are marked alike, or a replacement there could bring
         # back an operator Inductor has no lowering for
-        modules = [gm, *(subgraph for _, subgraph in higher_order_subgraphs(gm))]
+        modules = [gm, *(subgraph for _, subgraph, _ in higher_order_subgraphs(gm))]
         aten = any(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
                    for module in modules for n in module.graph.nodes)
         if aten:  # post-grad (or joint): replacements in aten, and not in operators Inductor decomposed

@@ -30,7 +30,7 @@ from fxrules.ir import Capture, HelperTemplate, Literal, OpKind, OpTemplate, Rul
 from fxrules.matcher import Match, Skip
 from fxrules.memo import per_object
 from fxrules.metadata import changes_an_argument, has_metadata, infer_metadata, tensor_info, written_in_place
-from fxrules.subgraphs import NO_NEW_TENSORS, OUTSIDE, grad_modes
+from fxrules.subgraphs import NO_NEW_TENSORS, OUTSIDE, TOP_LEVEL, CallContext, grad_modes
 
 #: Metadata a replacement inherits from the output it replaces.
 INHERITED_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
@@ -161,10 +161,9 @@ class Rewriter:
     """Rewrites matches in one graph, calling helpers from ``helpers``."""
 
     def __init__(self, gm: torch.nn.Module, graph: torch.fx.Graph, helpers: Mapping[str, Callable[..., Any]],
-                 transaction: Transaction, alias_free: bool = False, grad_enabled: bool | None = None) -> None:
+                 transaction: Transaction, context: CallContext = TOP_LEVEL) -> None:
         self.gm = gm
-        self.alias_free = alias_free  # a subgraph whose outputs may not alias (a torch.cond branch)
-        self.grad_enabled = grad_enabled  # the grad mode a higher-order operator runs the subgraph in, if any
+        self.context = context  # how higher-order operators run the graph, when it is one of their subgraphs
         self.graph = graph
         self.helpers = helpers
         self.transaction = transaction
@@ -203,7 +202,7 @@ class Rewriter:
             _check_in_place_writes(outputs, values, created)
             if self.grad_modes is not None:
                 self._check_grad_modes(match, values, created)
-            if self.alias_free:
+            if self.context.alias_free:
                 self._check_aliases(outputs, values)
         except Skip:
             self.transaction.undo_since(mark, self.graph)
@@ -235,7 +234,7 @@ class Rewriter:
     @functools.cached_property
     def grad_modes(self) -> dict[torch.fx.Node, bool | str] | None:
         """The grad mode of each node, where the graph has grad-mode regions (None: it has none)."""
-        return grad_modes(self.graph, self.grad_enabled)
+        return grad_modes(self.graph, self.context.grad_enabled)
 
     def _check_grad_modes(self, match: Match, values: list[Any], created: list[torch.fx.Node]) -> None:
         """Skip a rewrite that would move a computation into another grad mode, or make a value computed

@@ -1,4 +1,4 @@
-"""Subgraphs of higher-order operators: finding them, and marking those that may not get new tensors.
+"""Subgraphs of higher-order operators: finding them, how they are called, and the grad mode of each node.
 
 ``torch.export`` turns autocast and grad-mode regions into calls of
 higher-order operators (``wrap_with_autocast``, ``wrap_with_set_grad_enabled``)
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import operator
 
+import attrs
 import torch
 import torch.fx
 
@@ -23,49 +24,42 @@ NO_NEW_TENSORS = "fxrules_no_new_tensors"
 ALIAS_FREE = frozenset({"cond", "while_loop", "map_impl", "scan", "associative_scan"})
 
 
-def higher_order_subgraphs(gm: torch.fx.GraphModule, prefix: str = "") -> list[tuple[str, torch.fx.GraphModule]]:
-    """The subgraphs higher-order operators call (autocast and grad-mode regions...), innermost first, by path."""
-    found: dict[str, torch.fx.GraphModule] = {}
-    for node in gm.graph.find_nodes(op="get_attr"):
-        if any(isinstance(user.target, torch._ops.HigherOrderOperator) for user in node.users):
-            subgraph = operator.attrgetter(str(node.target))(gm)
-            path = f"{prefix}{node.target}"
-            if isinstance(subgraph, torch.fx.GraphModule) and path not in found:
-                found.update(higher_order_subgraphs(subgraph, f"{path}."))
-                found[path] = subgraph
-    return list(found.items())
+@attrs.frozen
+class CallContext:
+    """How the higher-order operators that call a subgraph run it, as far as rewriting it must respect."""
+
+    alias_free: bool = False  # an operator of ALIAS_FREE calls it: its outputs may not alias (torch.cond)
+    grad_enabled: bool | None = None  # the grad mode ``wrap_with_set_grad_enabled`` runs it in, if it does
 
 
-def alias_free_subgraphs(gm: torch.fx.GraphModule) -> list[torch.fx.GraphModule]:
-    """The subgraphs, at any depth, that an operator of :data:`ALIAS_FREE` calls (``torch.cond`` branches)."""
-    found: list[torch.fx.GraphModule] = []
+#: The module ``apply`` was given: no operator of the graph calls it.
+TOP_LEVEL = CallContext()
+
+
+def higher_order_subgraphs(gm: torch.fx.GraphModule,
+                           prefix: str = "") -> list[tuple[str, torch.fx.GraphModule, CallContext]]:
+    """The subgraphs higher-order operators call (autocast and grad-mode regions, ``torch.cond`` branches...),
+    innermost first, by path, with how they are called."""
+    found: dict[str, tuple[torch.fx.GraphModule, CallContext]] = {}
     for node in gm.graph.find_nodes(op="get_attr"):
-        operators = {user.target.name() for user in node.users
-                     if isinstance(user.target, torch._ops.HigherOrderOperator)}
-        subgraph = operator.attrgetter(str(node.target))(gm)
-        if operators and isinstance(subgraph, torch.fx.GraphModule):
-            if operators & ALIAS_FREE:
-                found.append(subgraph)
-            found += alias_free_subgraphs(subgraph)
-    return found
+        callers = [user for user in node.users if isinstance(user.target, torch._ops.HigherOrderOperator)]
+        subgraph = operator.attrgetter(str(node.target))(gm) if callers else None
+        path = f"{prefix}{node.target}"
+        if isinstance(subgraph, torch.fx.GraphModule) and path not in found:
+            found.update((p, (m, c)) for p, m, c in higher_order_subgraphs(subgraph, f"{path}."))
+            found[path] = (subgraph, _call_context(callers))
+    return [(path, subgraph, context) for path, (subgraph, context) in found.items()]
+
+
+def _call_context(callers: list[torch.fx.Node]) -> CallContext:
+    grad_modes = [c.args[0] for c in callers if c.target is torch.ops.higher_order.wrap_with_set_grad_enabled
+                  and c.args and isinstance(c.args[0], bool)]
+    return CallContext(alias_free=any(c.target.name() in ALIAS_FREE for c in callers),  # type: ignore[union-attr]
+                       grad_enabled=grad_modes[0] if grad_modes else None)
 
 
 #: The grad mode of a value that no computation of the graph makes (an input, an attribute): it may require grad.
 OUTSIDE = "outside"
-
-
-def grad_mode_subgraphs(gm: torch.fx.GraphModule) -> dict[int, bool]:
-    """The subgraphs, at any depth, that ``wrap_with_set_grad_enabled`` runs, by id: the grad mode it sets."""
-    found: dict[int, bool] = {}
-    for node in gm.graph.find_nodes(op="get_attr"):
-        subgraph = operator.attrgetter(str(node.target))(gm)
-        if not isinstance(subgraph, torch.fx.GraphModule):
-            continue
-        for user in node.users:
-            if user.target is torch.ops.higher_order.wrap_with_set_grad_enabled and isinstance(user.args[0], bool):
-                found[id(subgraph)] = user.args[0]
-        found.update(grad_mode_subgraphs(subgraph))
-    return found
 
 
 def grad_modes(graph: torch.fx.Graph, fixed: bool | None) -> dict[torch.fx.Node, bool | str] | None:
