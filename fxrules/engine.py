@@ -54,7 +54,7 @@ from fxrules.exported import RewrittenProgram, rewrite_program
 from fxrules.ir import Rule, RuleSet
 from fxrules.loader import load
 from fxrules.matcher import Match, Matcher, Miss, Nodes, RuleIndex, Skip, in_graph_order
-from fxrules.metadata import changes_an_argument, propagate_shapes
+from fxrules.metadata import has_side_effects, propagate_shapes
 from fxrules.report import Report, ReportBuilder, combine
 from fxrules.rewriter import Rewrite, Rewriter, Transaction
 from fxrules.subgraphs import TOP_LEVEL, CallContext, higher_order_subgraphs
@@ -540,8 +540,7 @@ def _used_or_impure(retired: Mapping[torch.fx.Node, None]) -> Callable[[torch.fx
         impure_random = torch._inductor.config.fallback_random
 
     def used_or_impure(node: torch.fx.Node) -> bool:
-        return bool(node.users) or (node not in retired
-                                    and (node.is_impure(impure_random) or changes_an_argument(node)))
+        return bool(node.users) or (node not in retired and has_side_effects(node, impure_random))
 
     return used_or_impure
 

@@ -131,6 +131,12 @@ def changes_an_argument(node: torch.fx.Node) -> bool:
     return mutates_first_argument(node) or node.kwargs.get("inplace") is True
 
 
+def has_side_effects(node: torch.fx.Node, impure_random: bool = True) -> bool:
+    """Whether a node must stay even when nothing uses its result: ``Node.is_impure``, or a write into an
+    argument, which ``is_impure`` does not see (``x.add_(1)``)."""
+    return node.is_impure(impure_random) or changes_an_argument(node)
+
+
 def written_in_place(node: torch.fx.Node, users: Iterable[torch.fx.Node] | None = None) -> bool:
     """Whether one of the node's users (of ``users``, when given) changes it in place."""
     return any(changes_an_argument(user) and user.args and user.args[0] is node

@@ -29,7 +29,7 @@ from fxrules.diagnostics import FxrApplyError
 from fxrules.ir import Capture, HelperTemplate, Literal, OpKind, OpTemplate, Rule, SeqTemplate, SliceTemplate, Template
 from fxrules.matcher import Match, Skip
 from fxrules.memo import per_object
-from fxrules.metadata import changes_an_argument, has_metadata, infer_metadata, tensor_info, written_in_place
+from fxrules.metadata import has_metadata, has_side_effects, infer_metadata, tensor_info, written_in_place
 from fxrules.subgraphs import NO_NEW_TENSORS, OUTSIDE, TOP_LEVEL, CallContext, grad_modes
 
 #: Metadata a replacement inherits from the output it replaces.
@@ -335,7 +335,7 @@ class Rewriter:
             node = lost_user.pop()
             if node in retired:
                 continue
-            if _has_live_user(node, retired) or node.is_impure() or changes_an_argument(node):
+            if _has_live_user(node, retired) or has_side_effects(node):
                 touched.append(node)
             else:
                 lost_user += node.all_input_nodes
