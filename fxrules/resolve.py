@@ -54,6 +54,7 @@ from fxrules.ir import (
 )
 from fxrules.signatures import (
     CallSignature,
+    Mismatch,
     constructor_defaults,
     function_signature,
     method_signature,
@@ -636,21 +637,20 @@ class RuleResolver:
             args = args[:-1]
         arg_templates = tuple(self.template(a) for a in args)
         kwarg_templates = tuple((k.name, self.template(k.value)) for k in keywords)
-        return self.finish_operation(kind, target, arg_templates, kwarg_templates, span, rest, binds)
+        return self.finish_operation(kind, target, arg_templates, kwarg_templates, span, rest, binds,
+                                     {k.name: k.span for k in keywords})
 
     def finish_operation(self, kind: OpKind, target: Any, args: tuple[Template, ...],
                          kwargs: tuple[tuple[str, Template], ...], span: Span, rest: bool,
-                         binds: str | None = None) -> Template:
+                         binds: str | None = None, keyword_spans: Mapping[str, Span] | None = None) -> Template:
         signature = _signature(kind, target)
         bound = None
         if signature is not None:
             call = signature.bind(args, dict(kwargs), partial=rest)
             if call is None:
-                cannot_bind = signature.bind(args, dict(kwargs), partial=True) is None or (
-                    not rest and self._misses_required(signature, args, kwargs))
-                if cannot_bind and signature.exact:
-                    return self.error(span, f"{describe_target(kind, target)}() does not take these arguments",
-                                      f"its parameters are ({', '.join(signature.parameters)})")
+                mismatch = signature.mismatch(len(args), [name for name, _ in kwargs], partial=rest)
+                if mismatch is not None:
+                    return self.call_error(kind, target, signature, mismatch, (args, span, keyword_spans or {}))
                 self.notes.append(f"arguments of {describe_target(kind, target)} are compared as written "
                                   "(no overload binds them unambiguously)")
             else:  # sizes given loose (x.view(a, b)) were packed into a tuple: a sequence template
@@ -662,10 +662,31 @@ class RuleResolver:
         return OpTemplate(kind, target, args, kwargs, span, rest=rest, binds=binds, signature=signature,
                           bound=bound, commutative=commutative)
 
-    @staticmethod
-    def _misses_required(signature: CallSignature, args: tuple[Template, ...],
-                         kwargs: tuple[tuple[str, Template], ...]) -> bool:
-        return all(overload_misses(o, len(args), {k for k, _ in kwargs}) for o in signature.overloads)
+    def call_error(self, kind: OpKind, target: Any, signature: CallSignature, mismatch: Mismatch,
+                   where: tuple[tuple[Template, ...], Span, Mapping[str, Span]]) -> Wildcard:
+        """A call its target cannot take, with the caret on the argument at fault (on the call when one is
+        missing): an unknown keyword, a positional argument too many, a required argument left out."""
+        args, span, keyword_spans = where
+        name = target.name if kind is OpKind.FAMILY else describe_target(kind, target)
+        parameters = signature.parameters
+        listed = f"its parameters are ({', '.join(parameters)})"
+        if mismatch.keyword is not None:
+            return self.error(keyword_spans.get(mismatch.keyword, span),
+                              f"{name}() has no parameter '{mismatch.keyword}'",
+                              did_you_mean(mismatch.keyword, parameters) or listed)
+        receiver = 1 if kind is OpKind.METHOD else 0  # x.sum(...) counts the tensor it is called on
+        if mismatch.extra is not None:
+            most = mismatch.extra - receiver
+            takes = "takes" if len(signature.overloads) == 1 else "takes at most"
+            return self.error(args[mismatch.extra].span,
+                              f"{name}() {takes} {most} positional argument{'' if most == 1 else 's'} but "
+                              f"{len(args) - receiver} {'was' if len(args) - receiver == 1 else 'were'} given",
+                              listed)
+        if mismatch.missing:
+            quoted = [f"'{m}'" for m in mismatch.missing]
+            what = f"argument {quoted[0]}" if len(quoted) == 1 else f"arguments {', '.join(quoted)}"
+            return self.error(span, f"{name}() is missing the required {what}", listed)
+        return self.error(span, f"{name}() does not take these arguments", listed)
 
     def is_commutative(self, kind: OpKind, target: Any) -> bool:
         if kind is OpKind.FAMILY:
@@ -689,16 +710,6 @@ class RuleResolver:
         bound = set(self.used_captures) | set(self.interior) | self.dim_symbols()
         builder = GuardBuilder(self.sink, bound, ScopeResolver(self.sink, self.scope))
         return builder.build(conditions)
-
-
-def overload_misses(overload: Any, positional: int, keywords: set[str]) -> bool:
-    """True when a call with these arguments leaves out a required parameter of ``overload``."""
-    for index, (name, parameter) in enumerate(overload.parameters.items()):
-        required = parameter.default is parameter.empty
-        given = (index < positional and parameter.kind is not parameter.KEYWORD_ONLY) or name in keywords
-        if required and not given:
-            return True
-    return False
 
 
 def _signature(kind: OpKind, target: Any) -> CallSignature | None:
