@@ -441,6 +441,11 @@ class RuleResolver:
             return self.interior[name]
         if name in self.scope.families:
             return self.error(expr.span, f"'{name}' names a family, not a value")
+        constant = _misspelt_constant(name) if name not in self.types else None
+        if constant is not None:  # `inplace=Ture` would silently be a capture that matches anything
+            self.used_captures.add(name)  # bound all the same: a replacement using it is not a second error
+            return self.error(expr.span, f"'{name}' would be a capture matching anything; did you mean {constant}?",
+                              f"declare '{name}' in given: if a capture is meant")
         self.used_captures.add(name)
         declared = self.types.get(name)
         if isinstance(declared, AttrType):
@@ -457,8 +462,10 @@ class RuleResolver:
             return Capture(name, expr.span)
         bound = [*self.replace_env, *self.interior, *self.used_captures, *self.dim_symbols()]
         hint = f"or, for the module '{name}', pass allow=['{name}']" if name in sys.modules else None
+        constant = _misspelt_constant(name)
+        suggestion = f"did you mean {constant}?" if constant else did_you_mean(name, bound)
         return self.error(expr.span, f"'{name}' is not bound by the pattern",
-                          " ".join(filter(None, [did_you_mean(name, bound), hint])) or None)
+                          " ".join(filter(None, [suggestion, hint])) or None)
 
     def t_Constant(self, expr: st.Constant) -> Template:  # noqa: N802
         return Literal(expr.value, expr.span)
@@ -746,6 +753,25 @@ def _with_attributes(forward: inspect.Signature, names: list[str], defaults: Map
     attributes = [inspect.Parameter(n, kind, default=defaults.get(n)) for n in names]
     var_keyword = [p for p in own if p.kind is inspect.Parameter.VAR_KEYWORD]
     return forward.replace(parameters=[*(p for p in own if p not in var_keyword), *attributes, *var_keyword])
+
+
+def _misspelt_constant(name: str) -> str | None:
+    """``True``, ``False`` or ``None`` when ``name`` is one edit (a letter added, dropped, changed, or two
+    swapped) away from it; names shorter than four letters (``one``) are taken as meant."""
+    if len(name) < 4:
+        return None
+    return next((c for c in ("True", "False", "None") if _one_edit(name, c)), None)
+
+
+def _one_edit(a: str, b: str) -> bool:
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        differ = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(differ) == 1 or (len(differ) == 2 and differ[1] == differ[0] + 1
+                                    and a[differ[0]] == b[differ[1]] and a[differ[1]] == b[differ[0]])
+    short, long = sorted((a, b), key=len)
+    return any(long[:i] + long[i + 1:] == short for i in range(len(long)))
 
 
 def _is_operation(template: Template) -> bool:
