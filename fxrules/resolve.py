@@ -674,7 +674,7 @@ class RuleResolver:
         """A call its target cannot take, with the caret on the argument at fault (on the call when one is
         missing): an unknown keyword, a positional argument too many, a required argument left out."""
         args, span, keyword_spans = where
-        name = target.name if kind is OpKind.FAMILY else describe_target(kind, target)
+        name = _call_name(kind, target)
         parameters = signature.parameters
         listed = f"its parameters are ({', '.join(parameters)})"
         if mismatch.keyword is not None:
@@ -753,6 +753,17 @@ def _with_attributes(forward: inspect.Signature, names: list[str], defaults: Map
     attributes = [inspect.Parameter(n, kind, default=defaults.get(n)) for n in names]
     var_keyword = [p for p in own if p.kind is inspect.Parameter.VAR_KEYWORD]
     return forward.replace(parameters=[*(p for p in own if p not in var_keyword), *attributes, *var_keyword])
+
+
+def _call_name(kind: OpKind, target: Any) -> str:
+    """The target as a rule names it: ``F.gelu`` rather than the ``torch._C._nn.gelu`` it is defined as."""
+    if kind is OpKind.FAMILY:
+        return str(target.name)
+    name = getattr(target, "__name__", None)
+    for prefix, namespace in (("torch", torch), ("F", torch.nn.functional), ("nn", torch.nn)):
+        if kind is not OpKind.METHOD and isinstance(name, str) and getattr(namespace, name, None) is target:
+            return f"{prefix}.{name}"
+    return describe_target(kind, target)
 
 
 def _misspelt_constant(name: str) -> str | None:
