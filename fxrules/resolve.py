@@ -4,7 +4,8 @@ Each rule is checked when it is built, not when it fires (as egg's
 ``Rewrite::new`` does): unknown targets and families, names the replacement
 uses but the pattern does not bind, unused ``given`` declarations, names
 assigned twice, output counts that differ, unknown types, guards over unbound
-names.  Problems are collected in a :class:`DiagnosticSink` so one load
+names, calls their target does not take (checked against its signature), and
+captures spelt like ``True``/``False``/``None``.  Problems are collected in a :class:`DiagnosticSink` so one load
 reports all of them.
 """
 

@@ -7,6 +7,9 @@ aten overloads) or ``inspect.signature`` (Python functions, module
 ``forward``s).  A target with several overloads normalizes when every
 overload that accepts the arguments assigns them to the same parameter
 names; otherwise the call is compared as written and the caller records it.
+A call that no overload accepts at all is a :class:`Mismatch`, which says why
+(an unknown keyword, a positional argument too many, required ones left out)
+for the load error.
 """
 
 from __future__ import annotations
@@ -59,7 +62,6 @@ class CallSignature:
 
     overloads: tuple[inspect.Signature, ...]
     pack_from: int | None = None  # sizes given as *args from this position on: x.view(2, 3), torch.ones(2, 3)
-    exact: bool = False  # a Python signature: a call it cannot bind is certainly wrong
     wrapper: inspect.Signature | None = None  # a Python function's own, beside its op's schema (torch.einsum)
 
     @property
@@ -313,7 +315,7 @@ def function_signature(target: Any) -> CallSignature | None:
         return CallSignature(tuple(overloads), pack_from=0 if _takes_sizes_first(overloads) else None,
                              wrapper=_wrapper_signature(target))
     python = _python_signature(target)
-    return CallSignature(tuple(python), exact=True) if python else None
+    return CallSignature(tuple(python)) if python else None
 
 
 def _wrapper_signature(target: Any) -> inspect.Signature | None:
@@ -342,7 +344,7 @@ def method_signature(name: str) -> CallSignature | None:
 def module_call_signature(cls: type) -> CallSignature | None:
     """The signature of calling an instance of an ``nn.Module`` subclass (its ``forward``)."""
     overloads = _python_signature(cls.forward, drop_first=True)
-    return CallSignature(tuple(overloads), exact=True) if overloads else None
+    return CallSignature(tuple(overloads)) if overloads else None
 
 
 @functools.cache
