@@ -131,7 +131,7 @@ class CallSignature:
         if unknown and not self._any_kind(inspect.Parameter.VAR_KEYWORD):
             return Mismatch(keyword=unknown[0])
         most = max(map(_positional_count, self.overloads))
-        if positional > most:
+        if positional > most and all(_loose_sizes_from(o) is None for o in self.overloads):
             return Mismatch(extra=most)
         if not partial:
             fitting = [o for o in self.overloads if _positional_count(o) >= positional
@@ -142,12 +142,13 @@ class CallSignature:
         return Mismatch()
 
     def _accepts(self, positional: int, keywords: Sequence[str], partial: bool) -> bool:
-        counts = [positional]
-        if self.pack_from is not None and positional > self.pack_from:
-            counts.append(self.pack_from + 1)  # x.view(2, 3) is x.view((2, 3))
         signatures = (*self.overloads, *([self.wrapper] if self.wrapper is not None else []))
         for signature in signatures:
             binder = signature.bind_partial if partial else signature.bind
+            counts = [positional]
+            loose = _loose_sizes_from(signature) if self.pack_from is None else self.pack_from
+            if loose is not None and positional > loose:
+                counts.append(loose + 1)  # x.view(2, 3) is x.view((2, 3))
             for count in counts:
                 try:
                     binder(*([None] * count), **dict.fromkeys(keywords))
@@ -221,6 +222,21 @@ class Mismatch:
     keyword: str | None = None
     extra: int | None = None
     missing: tuple[str, ...] = ()
+
+
+def _loose_sizes_from(signature: inspect.Signature) -> int | None:
+    """Where loose sizes start when torch's argument parser takes them for the overload's one positional
+    int list (after the tensor a method is called on): ``x.resize_(2, 3)``, ``x.squeeze(0, 1)``."""
+    positional = [p for p in signature.parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if positional and positional[0].annotation is torch.Tensor:
+        positional = positional[1:]
+        start = 1
+    else:
+        start = 0
+    if len(positional) == 1 and "List[int]" in str(positional[0].annotation):
+        return start
+    return None
 
 
 def _positional_count(signature: inspect.Signature) -> float:
