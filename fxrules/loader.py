@@ -195,7 +195,7 @@ class _Loading:
             sink.error(item.path_span, f"cannot read included file '{_shortened(item.path)}': {_reason(error)}")
             return []
         if included is None:
-            sink.error(item.span, f"included file '{item.path}' not found",
+            sink.error(item.span, f"included file '{_shortened(item.path)}' not found",
                        f"looked next to {source.name} and among the bundled rulesets: {bundled.ruleset_names()}")
             return []
         if included.identity in self.chain:
@@ -251,8 +251,9 @@ def _reason(error: OSError | ValueError) -> str:
 
 
 def _shortened(name: str, limit: int = 80) -> str:
-    """A name as a message shows it: an over-long one cut in the middle."""
-    return name if len(name) <= limit else f"{name[:limit // 2]}...{name[-limit // 2:]} ({len(name)} characters)"
+    """A name as a message shows it: control characters escaped, an over-long one cut in the middle."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
+    return shown if len(shown) <= limit else f"{shown[:limit // 2]}...{shown[-limit // 2:]} ({len(name)} characters)"
 
 
 def _load_source(source: SourceFile, allow: Iterable[str]) -> RuleSet:

@@ -161,7 +161,8 @@ GOOD_CALLS = [
     # NumPy spellings torch's argument parser accepts
     "x.sum(axis=1)", "x.sum(-1, keepdims=True)",
     # methods, with sizes loose or packed, and overloads chosen by the arguments
-    "x.view(2, 3)", "x.view(-1)", "x.squeeze(0, 1)", "x.resize_(2, 3)", "x.flip(0, 1)", "x.reshape(2, -1)", "x.permute(0, 2, 1)", "x.to(torch.float16)",
+    "x.view(2, 3)", "x.view(-1)", "x.squeeze(0, 1)", "x.resize_(2, 3)", "x.flip(0, 1)",
+    "x.reshape(2, -1)", "x.permute(0, 2, 1)", "x.to(torch.float16)",
     "x.to(device='cpu')", "x.size(1)", "x.max(dim=1)", "x.max()", "x.transpose(-1, -2)",
     "x.softmax(dim=-1)", "x.contiguous(memory_format=torch.channels_last)",
     # aten overloads and packets, operators, families, Python functions

@@ -115,6 +115,15 @@ def test_an_included_directory_is_an_error_at_the_quoted_name(tmp_path: Path) ->
         "            ^")
 
 
+def test_an_include_name_no_file_can_have_is_not_found_and_shown_escaped(tmp_path: Path) -> None:
+    """A NUL (written as the escape \\0) names no file; the message shows it escaped."""
+    (tmp_path / "top.fxr").write_text('include "a\\0.fxr"\n')
+    with pytest.raises(FxrLoadError) as info:
+        fxrules.load(tmp_path / "top.fxr")
+    assert [(str(d.span), d.message) for d in info.value.diagnostics] == [
+        (f"{tmp_path / 'top.fxr'}:1:1", "included file 'a\\x00.fxr' not found")]
+
+
 @pytest.mark.parametrize(("make", "reason"), [
     (lambda root: root / ("b" * 300 + ".fxr"), "File name too long"),
     (lambda root: (root / "rules.fxr").mkdir() or root / "rules.fxr", "Is a directory"),
