@@ -3,14 +3,23 @@
 ``load`` resolves a path, or the name of a bundled ruleset, parses it, follows
 its ``include``s (relative to the including file, then among the bundled
 rulesets; ``.fxr`` files only; cycles are errors naming the cycle), and
-returns a :class:`RuleSet`.  Results are cached by the content of every file
-involved, so calling ``apply(gm, "fusions.fxr")`` in a loop parses once.
+returns a :class:`RuleSet`.  Each file is read, parsed and resolved once per
+load however often it is included (a second include of it adds nothing new:
+its rules and declarations are in already).  Results are cached by the
+content of every file involved, so calling ``apply(gm, "fusions.fxr")`` in a
+loop parses once.
+
+Rule files are UTF-8.  Bytes that are not, a lone surrogate in text given to
+``parse``, and an included file that cannot be read (a name too long, no
+permission) are load errors at the offending byte or at the include's quoted
+path, never raw ``UnicodeError`` or ``OSError``.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -19,7 +28,15 @@ import attrs
 
 from fxrules import bundled
 from fxrules import syntax_tree as st
-from fxrules.diagnostics import DiagnosticSink, FxrLoadError, FxrLoopWarning, FxrSyntaxError, FxrUsageError, Span
+from fxrules.diagnostics import (
+    Diagnostic,
+    DiagnosticSink,
+    FxrLoadError,
+    FxrLoopWarning,
+    FxrSyntaxError,
+    FxrUsageError,
+    Span,
+)
 from fxrules.ir import Rule, RuleSet
 from fxrules.loops import loop_warnings
 from fxrules.parser import parse_partial
@@ -40,23 +57,62 @@ class SourceFile:
         return str(self.directory / Path(self.name).name) if self.directory else self.name
 
     def current_text(self) -> str | None:
-        """The file's text as it is now (None if it is gone)."""
+        """The file's text as it is now (None if it is gone, or unreadable: loading it again says why)."""
         if self.directory is None:
             fresh = _read_bundled(Path(self.name).name)
             return fresh.text if fresh else None
         path = self.directory / Path(self.name).name
-        return path.read_text(encoding="utf-8") if path.is_file() else None
+        try:
+            return _read_path(path).text
+        except (OSError, ValueError, FxrLoadError):
+            return None
 
 
 def _read_bundled(name: str) -> SourceFile | None:
-    entry = bundled.ruleset(name)
+    try:
+        entry = bundled.ruleset(name)
+    except (OSError, ValueError):  # a name no file can have (too long, a NUL): not a bundled ruleset
+        return None
     if entry is None:
         return None
     return SourceFile(f"rulesets/{name}", entry.read_text(encoding="utf-8"), None)
 
 
 def _read_path(path: Path) -> SourceFile:
-    return SourceFile(str(path), path.read_text(encoding="utf-8"), path.resolve().parent)
+    """The file as UTF-8 text; FxrLoadError at its first byte that is not UTF-8, OSError if it cannot be read."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise FxrLoadError([_undecodable(str(path), data, error)]) from None
+    return SourceFile(str(path), text, path.resolve().parent)
+
+
+def _undecodable(name: str, data: bytes, error: UnicodeDecodeError) -> Diagnostic:
+    """Where the first byte that is not UTF-8 stands (its line, and its column in characters)."""
+    start = data.rfind(b"\n", 0, error.start) + 1
+    end = data.find(b"\n", error.start)
+    line = data[start:end if end >= 0 else len(data)].decode("utf-8", errors="replace").rstrip("\r")
+    column = len(data[start:error.start].decode("utf-8", errors="replace")) + 1
+    span = Span(name, data.count(b"\n", 0, error.start) + 1, column)
+    return Diagnostic(span, f"byte 0x{data[error.start]:02x} is not UTF-8 ({error.reason}): rule files must be "
+                            "UTF-8", line, "save the file as UTF-8")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _check_characters(source: SourceFile) -> None:
+    """Text given to ``parse`` may hold lone surrogates, which are no characters (no file can hold them)."""
+    found = _SURROGATE.search(source.text)
+    if found is None:
+        return
+    start = source.text.rfind("\n", 0, found.start()) + 1
+    end = source.text.find("\n", found.start())
+    line = _SURROGATE.sub("\ufffd", source.text[start:end if end >= 0 else len(source.text)])
+    span = Span(source.name, source.text.count("\n", 0, found.start()) + 1, found.start() - start + 1)
+    raise FxrLoadError([Diagnostic(span, f"lone surrogate U+{ord(found.group()):04X} is not a character: rule "
+                                         "text must be valid Unicode", line)])
 
 
 @functools.cache
@@ -76,18 +132,22 @@ class _Loading:
     allow: tuple[str, ...]
     chain: list[str] = attrs.Factory(list)
     files: dict[str, SourceFile] = attrs.Factory(dict)
+    resolved: dict[str, list[Rule]] = attrs.Factory(dict)  # by identity: each file is resolved once per load
 
     def resolve(self, source: SourceFile, scope: Scope) -> list[Rule]:
         """Resolve one file's items into rules, updating ``scope`` with its declarations."""
         self.files[source.identity] = source
         self.chain.append(source.identity)
+        self.resolved[source.identity] = []  # a file whose errors were reported once adds nothing the next time
         try:
+            _check_characters(source)
             syntax, syntax_errors = parse_partial(source.text, source.name)
             sink = DiagnosticSink(source.text, source.name)
             sink.extend(syntax_errors)  # and go on: the well-formed items may have errors of their own
             rules = self._items(syntax, source, scope, sink)
             rules = _without_overridden(rules, source, sink)
             sink.raise_if_any(FxrSyntaxError if syntax_errors else FxrLoadError)
+            self.resolved[source.identity] = rules
             return rules
         finally:
             self.chain.pop()
@@ -126,29 +186,40 @@ class _Loading:
         if not item.path.endswith(".fxr"):
             sink.error(item.span, f"include must name a .fxr file, not '{item.path}'")
             return []
-        included = self._find_include(item.path, source)
+        try:
+            included = self._find_include(item.path, source)
+        except FxrLoadError as error:  # not UTF-8: shown where the bad byte is
+            sink.extend(error.diagnostics)
+            return []
+        except (OSError, ValueError) as error:
+            sink.error(item.path_span, f"cannot read included file '{_shortened(item.path)}': {_reason(error)}")
+            return []
         if included is None:
-            sink.error(item.span, f"included file '{item.path}' not found",
+            sink.error(item.span, f"included file '{_shortened(item.path)}' not found",
                        f"looked next to {source.name} and among the bundled rulesets: {bundled.ruleset_names()}")
             return []
         if included.identity in self.chain:
             cycle = [*self.chain[self.chain.index(included.identity):], included.identity]
             sink.error(item.span, "include cycle: " + " -> ".join(Path(c).name for c in cycle))
             return []
+        if included.identity in self.resolved:  # its rules and declarations are in already
+            return self.resolved[included.identity]
         try:
             return self.resolve(included, scope)
         except FxrLoadError as error:
             sink.extend(error.diagnostics)
             return []
 
-    @staticmethod
-    def _find_include(path: str, source: SourceFile) -> SourceFile | None:
+    def _find_include(self, path: str, source: SourceFile) -> SourceFile | None:
+        """The included file, read once per load; OSError or ValueError when it exists but cannot be read."""
         if source.directory is not None:
             candidate = source.directory / path
             # A symlink named x.fxr must lead to a .fxr file too: its text would be shown in diagnostics.
-            if candidate.is_file() and candidate.resolve().suffix == ".fxr":
-                return _read_path(candidate)
-        return _read_bundled(path)
+            if candidate.exists() and candidate.resolve().suffix == ".fxr":  # a directory fails when read
+                read = self.files.get(str(candidate.resolve().parent / candidate.name))
+                return read or _read_path(candidate)
+        bundled_name = f"rulesets/{path}"
+        return self.files.get(bundled_name) or _read_bundled(path)
 
 
 def _without_overridden(rules: list[Rule], source: SourceFile, sink: DiagnosticSink) -> list[Rule]:
@@ -172,7 +243,17 @@ _cache: dict[tuple[str, tuple[str, ...]], tuple[list[tuple[SourceFile, str]], Ru
 
 
 def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+    return hashlib.sha256(text.encode(errors="surrogatepass")).hexdigest()  # parse() text may hold any str
+
+
+def _reason(error: OSError | ValueError) -> str:
+    return error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+
+
+def _shortened(name: str, limit: int = 80) -> str:
+    """A name as a message shows it: control characters escaped, an over-long one cut in the middle."""
+    shown = "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
+    return shown if len(shown) <= limit else f"{shown[:limit // 2]}...{shown[-limit // 2:]} ({len(name)} characters)"
 
 
 def _load_source(source: SourceFile, allow: Iterable[str]) -> RuleSet:
@@ -210,8 +291,12 @@ def parse(text: str, filename: str = "<string>", allow: Iterable[str] = ()) -> R
 def load(path_or_name: str | Path, allow: Iterable[str] = ()) -> RuleSet:
     """Load a rule file by path, or a bundled ruleset by name (``"algebra.fxr"``)."""
     path = Path(path_or_name)
-    if path.is_file():
-        return _load_source(_read_path(path), allow)
+    try:
+        read = _read_path(path) if path.exists() else None  # a directory fails when read
+    except (OSError, ValueError) as error:  # a name too long, no permission, a NUL in the name
+        raise FxrUsageError(f"cannot read rule file '{_shortened(str(path_or_name))}': {_reason(error)}") from None
+    if read is not None:
+        return _load_source(read, allow)
     source = _read_bundled(str(path_or_name))
     if source is None and path.parent.name == "rulesets":  # how reports and diagnostics name bundled files
         source = _read_bundled(path.name)

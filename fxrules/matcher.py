@@ -181,9 +181,9 @@ class Skip(Exception):  # noqa: N818 - a control-flow signal carrying the skip r
 class Matcher:
     """Matches rules at nodes of one graph module."""
 
-    def __init__(self, gm: torch.fx.GraphModule, explain: bool = False,
+    def __init__(self, gm: torch.nn.Module, explain: bool = False,
                  retired: Mapping[torch.fx.Node, None] | None = None) -> None:
-        self.gm = gm
+        self.gm = gm  # the module owning the graph: the submodules and attributes its nodes name
         self.misses = MissTracker(explain)
         self.retired = retired if retired is not None else {}  # rewritten away: no longer users of anything
         self._bound_cache: dict[tuple[int, int], BoundCall | None] = {}
@@ -614,27 +614,30 @@ class RuleIndex:
             return self._lookup(node)
 
     def _lookup(self, node: torch.fx.Node) -> tuple[Rule, ...]:
-        keys: list[AnchorKey] = []
-        if node.op == "call_function":
-            keys.append(("call_function", node.target))
-            packet = getattr(node.target, "overloadpacket", None)
-            if packet is not None:
-                keys.append(("call_function", packet))
-        elif node.op == "call_method":
-            keys.append(("call_method", node.target))
-        elif node.op == "call_module":
-            try:
-                module = self.gm.get_submodule(str(node.target))
-            except AttributeError:  # a dangling call_module: no rule can anchor there
-                return ()
-            keys += [("call_module", cls) for cls in type(module).__mro__]
-        elif node.op == "get_attr":
-            keys.append(("get_attr", None))
-        found = {rule.name: rule for key in keys for rule in self.by_anchor.get(key, ())}
+        found = {rule.name: rule for key in node_keys(self.gm, node) for rule in self.by_anchor.get(key, ())}
         if len(found) < 2:
             return tuple(found.values())
         order = _file_order(self.ruleset)
         return tuple(sorted(found.values(), key=lambda rule: order[rule.name]))
+
+
+def node_keys(gm: torch.nn.Module, node: torch.fx.Node) -> list[AnchorKey]:
+    """The anchor keys a rule's pattern output may have to stand at ``node`` (of a graph of ``gm``): its
+    target and the target's overload packet, or each class of the module it calls."""
+    if node.op == "call_function":
+        packet = getattr(node.target, "overloadpacket", None)
+        return [("call_function", node.target)] + ([("call_function", packet)] if packet is not None else [])
+    if node.op == "call_method":
+        return [("call_method", node.target)]
+    if node.op == "call_module":
+        try:
+            module = gm.get_submodule(str(node.target))
+        except AttributeError:  # a dangling call_module: no rule can anchor there
+            return []
+        return [("call_module", cls) for cls in type(module).__mro__]
+    if node.op == "get_attr":
+        return [("get_attr", None)]
+    return []
 
 
 @per_object

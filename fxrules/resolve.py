@@ -4,7 +4,8 @@ Each rule is checked when it is built, not when it fires (as egg's
 ``Rewrite::new`` does): unknown targets and families, names the replacement
 uses but the pattern does not bind, unused ``given`` declarations, names
 assigned twice, output counts that differ, unknown types, guards over unbound
-names.  Problems are collected in a :class:`DiagnosticSink` so one load
+names, calls their target does not take (checked against its signature), and
+captures spelt like ``True``/``False``/``None``.  Problems are collected in a :class:`DiagnosticSink` so one load
 reports all of them.
 """
 
@@ -54,6 +55,7 @@ from fxrules.ir import (
 )
 from fxrules.signatures import (
     CallSignature,
+    Mismatch,
     constructor_defaults,
     function_signature,
     method_signature,
@@ -440,6 +442,11 @@ class RuleResolver:
             return self.interior[name]
         if name in self.scope.families:
             return self.error(expr.span, f"'{name}' names a family, not a value")
+        constant = _misspelt_constant(name) if name not in self.types else None
+        if constant is not None:  # `inplace=Ture` would silently be a capture that matches anything
+            self.used_captures.add(name)  # bound all the same: a replacement using it is not a second error
+            return self.error(expr.span, f"'{name}' would be a capture matching anything; did you mean {constant}?",
+                              f"declare '{name}' in given: if a capture is meant")
         self.used_captures.add(name)
         declared = self.types.get(name)
         if isinstance(declared, AttrType):
@@ -456,8 +463,10 @@ class RuleResolver:
             return Capture(name, expr.span)
         bound = [*self.replace_env, *self.interior, *self.used_captures, *self.dim_symbols()]
         hint = f"or, for the module '{name}', pass allow=['{name}']" if name in sys.modules else None
+        constant = _misspelt_constant(name)
+        suggestion = f"did you mean {constant}?" if constant else did_you_mean(name, bound)
         return self.error(expr.span, f"'{name}' is not bound by the pattern",
-                          " ".join(filter(None, [did_you_mean(name, bound), hint])) or None)
+                          " ".join(filter(None, [suggestion, hint])) or None)
 
     def t_Constant(self, expr: st.Constant) -> Template:  # noqa: N802
         return Literal(expr.value, expr.span)
@@ -636,21 +645,20 @@ class RuleResolver:
             args = args[:-1]
         arg_templates = tuple(self.template(a) for a in args)
         kwarg_templates = tuple((k.name, self.template(k.value)) for k in keywords)
-        return self.finish_operation(kind, target, arg_templates, kwarg_templates, span, rest, binds)
+        return self.finish_operation(kind, target, arg_templates, kwarg_templates, span, rest, binds,
+                                     {k.name: k.span for k in keywords})
 
     def finish_operation(self, kind: OpKind, target: Any, args: tuple[Template, ...],
                          kwargs: tuple[tuple[str, Template], ...], span: Span, rest: bool,
-                         binds: str | None = None) -> Template:
+                         binds: str | None = None, keyword_spans: Mapping[str, Span] | None = None) -> Template:
         signature = _signature(kind, target)
         bound = None
         if signature is not None:
             call = signature.bind(args, dict(kwargs), partial=rest)
             if call is None:
-                cannot_bind = signature.bind(args, dict(kwargs), partial=True) is None or (
-                    not rest and self._misses_required(signature, args, kwargs))
-                if cannot_bind and signature.exact:
-                    return self.error(span, f"{describe_target(kind, target)}() does not take these arguments",
-                                      f"its parameters are ({', '.join(signature.parameters)})")
+                mismatch = signature.mismatch(len(args), [name for name, _ in kwargs], partial=rest)
+                if mismatch is not None:
+                    return self.call_error(kind, target, signature, mismatch, (args, span, keyword_spans or {}))
                 self.notes.append(f"arguments of {describe_target(kind, target)} are compared as written "
                                   "(no overload binds them unambiguously)")
             else:  # sizes given loose (x.view(a, b)) were packed into a tuple: a sequence template
@@ -662,10 +670,31 @@ class RuleResolver:
         return OpTemplate(kind, target, args, kwargs, span, rest=rest, binds=binds, signature=signature,
                           bound=bound, commutative=commutative)
 
-    @staticmethod
-    def _misses_required(signature: CallSignature, args: tuple[Template, ...],
-                         kwargs: tuple[tuple[str, Template], ...]) -> bool:
-        return all(overload_misses(o, len(args), {k for k, _ in kwargs}) for o in signature.overloads)
+    def call_error(self, kind: OpKind, target: Any, signature: CallSignature, mismatch: Mismatch,
+                   where: tuple[tuple[Template, ...], Span, Mapping[str, Span]]) -> Wildcard:
+        """A call its target cannot take, with the caret on the argument at fault (on the call when one is
+        missing): an unknown keyword, a positional argument too many, a required argument left out."""
+        args, span, keyword_spans = where
+        name = _call_name(kind, target)
+        parameters = signature.parameters
+        listed = f"its parameters are ({', '.join(parameters)})"
+        if mismatch.keyword is not None:
+            return self.error(keyword_spans.get(mismatch.keyword, span),
+                              f"{name}() has no parameter '{mismatch.keyword}'",
+                              did_you_mean(mismatch.keyword, parameters) or listed)
+        receiver = 1 if kind is OpKind.METHOD else 0  # x.sum(...) counts the tensor it is called on
+        if mismatch.extra is not None:
+            most = mismatch.extra - receiver
+            takes = "takes" if len(signature.overloads) == 1 else "takes at most"
+            return self.error(args[mismatch.extra].span,
+                              f"{name}() {takes} {most} positional argument{'' if most == 1 else 's'} but "
+                              f"{len(args) - receiver} {'was' if len(args) - receiver == 1 else 'were'} given",
+                              listed)
+        if mismatch.missing:
+            quoted = [f"'{m}'" for m in mismatch.missing]
+            what = f"argument {quoted[0]}" if len(quoted) == 1 else f"arguments {', '.join(quoted)}"
+            return self.error(span, f"{name}() is missing the required {what}", listed)
+        return self.error(span, f"{name}() does not take these arguments", listed)
 
     def is_commutative(self, kind: OpKind, target: Any) -> bool:
         if kind is OpKind.FAMILY:
@@ -689,16 +718,6 @@ class RuleResolver:
         bound = set(self.used_captures) | set(self.interior) | self.dim_symbols()
         builder = GuardBuilder(self.sink, bound, ScopeResolver(self.sink, self.scope))
         return builder.build(conditions)
-
-
-def overload_misses(overload: Any, positional: int, keywords: set[str]) -> bool:
-    """True when a call with these arguments leaves out a required parameter of ``overload``."""
-    for index, (name, parameter) in enumerate(overload.parameters.items()):
-        required = parameter.default is parameter.empty
-        given = (index < positional and parameter.kind is not parameter.KEYWORD_ONLY) or name in keywords
-        if required and not given:
-            return True
-    return False
 
 
 def _signature(kind: OpKind, target: Any) -> CallSignature | None:
@@ -735,6 +754,36 @@ def _with_attributes(forward: inspect.Signature, names: list[str], defaults: Map
     attributes = [inspect.Parameter(n, kind, default=defaults.get(n)) for n in names]
     var_keyword = [p for p in own if p.kind is inspect.Parameter.VAR_KEYWORD]
     return forward.replace(parameters=[*(p for p in own if p not in var_keyword), *attributes, *var_keyword])
+
+
+def _call_name(kind: OpKind, target: Any) -> str:
+    """The target as a rule names it: ``F.gelu`` rather than the ``torch._C._nn.gelu`` it is defined as."""
+    if kind is OpKind.FAMILY:
+        return str(target.name)
+    name = getattr(target, "__name__", None)
+    for prefix, namespace in (("torch", torch), ("F", torch.nn.functional), ("nn", torch.nn)):
+        if kind is not OpKind.METHOD and isinstance(name, str) and getattr(namespace, name, None) is target:
+            return f"{prefix}.{name}"
+    return describe_target(kind, target)
+
+
+def _misspelt_constant(name: str) -> str | None:
+    """``True``, ``False`` or ``None`` when ``name`` is one edit (a letter added, dropped, changed, or two
+    swapped) away from it; names shorter than four letters (``one``) are taken as meant."""
+    if len(name) < 4:
+        return None
+    return next((c for c in ("True", "False", "None") if _one_edit(name, c)), None)
+
+
+def _one_edit(a: str, b: str) -> bool:
+    if a == b or abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        differ = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(differ) == 1 or (len(differ) == 2 and differ[1] == differ[0] + 1
+                                    and a[differ[0]] == b[differ[1]] and a[differ[1]] == b[differ[0]])
+    short, long = sorted((a, b), key=len)
+    return any(long[:i] + long[i + 1:] == short for i in range(len(long)))
 
 
 def _is_operation(template: Template) -> bool:

@@ -7,6 +7,9 @@ aten overloads) or ``inspect.signature`` (Python functions, module
 ``forward``s).  A target with several overloads normalizes when every
 overload that accepts the arguments assigns them to the same parameter
 names; otherwise the call is compared as written and the caller records it.
+A call that no overload accepts at all is a :class:`Mismatch`, which says why
+(an unknown keyword, a positional argument too many, required ones left out)
+for the load error.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ class CallSignature:
 
     overloads: tuple[inspect.Signature, ...]
     pack_from: int | None = None  # sizes given as *args from this position on: x.view(2, 3), torch.ones(2, 3)
-    exact: bool = False  # a Python signature: a call it cannot bind is certainly wrong
+    wrapper: inspect.Signature | None = None  # a Python function's own, beside its op's schema (torch.einsum)
 
     @property
     def parameters(self) -> tuple[str, ...]:
@@ -116,6 +119,47 @@ class CallSignature:
                 self._plans_by_counts[counts] = plan
         return plan  # type: ignore[return-value]
 
+    def mismatch(self, positional: int, keywords: Sequence[str], partial: bool = False) -> Mismatch | None:
+        """Why no overload accepts a call with ``positional`` arguments and these keywords (None when one
+        does, or when torch's argument parser may accept what its schemas do not: ``axis=`` for ``dim=``)."""
+        if self._accepts(positional, keywords, partial):
+            return None
+        names = {name for overload in self.overloads for name in overload.parameters}
+        if any(ALIASES.get(keyword) in names for keyword in keywords):
+            return None
+        unknown = [k for k in keywords if k not in names]
+        if unknown and not self._any_kind(inspect.Parameter.VAR_KEYWORD):
+            return Mismatch(keyword=unknown[0])
+        most = max(map(_positional_count, self.overloads))
+        if positional > most and all(_loose_sizes_from(o) is None for o in self.overloads):
+            return Mismatch(extra=most)
+        if not partial:
+            fitting = [o for o in self.overloads if _positional_count(o) >= positional
+                       and all(k in o.parameters for k in keywords)]
+            missing = min((_missing(o, positional, keywords) for o in fitting), key=len, default=())
+            if missing:
+                return Mismatch(missing=missing)
+        return Mismatch()
+
+    def _accepts(self, positional: int, keywords: Sequence[str], partial: bool) -> bool:
+        signatures = (*self.overloads, *([self.wrapper] if self.wrapper is not None else []))
+        for signature in signatures:
+            binder = signature.bind_partial if partial else signature.bind
+            counts = [positional]
+            loose = _loose_sizes_from(signature) if self.pack_from is None else self.pack_from
+            if loose is not None and positional > loose:
+                counts.append(loose + 1)  # x.view(2, 3) is x.view((2, 3))
+            for count in counts:
+                try:
+                    binder(*([None] * count), **dict.fromkeys(keywords))
+                except TypeError:
+                    continue
+                return True
+        return False
+
+    def _any_kind(self, kind: Any) -> bool:
+        return any(p.kind is kind for o in self.overloads for p in o.parameters.values())
+
     @functools.cached_property
     def _plans(self) -> dict[tuple[Any, ...], BindingPlan | None]:
         return {}
@@ -164,6 +208,54 @@ class CallSignature:
                 return _AMBIGUOUS, True
             return (bindings[0][0], names, _agreed_defaults([sig for sig, _ in bindings])), True
         return (bindings[0][0], names, _agreed_defaults([sig for sig, _ in bindings])), False
+
+
+#: Keywords torch's argument parser takes for a parameter of another name (its NumPy spellings).
+ALIASES = {"axis": "dim", "keepdims": "keepdim", "x1": "input", "x2": "other", "a": "input", "x": "input"}
+
+
+@attrs.frozen
+class Mismatch:
+    """Why a call binds to no overload: an unknown keyword, a first positional argument too many (its
+    index), required parameters left out, or (none of these) a combination no overload takes."""
+
+    keyword: str | None = None
+    extra: int | None = None
+    missing: tuple[str, ...] = ()
+
+
+def _loose_sizes_from(signature: inspect.Signature) -> int | None:
+    """Where loose sizes start when torch's argument parser takes them for the overload's one positional
+    int list (after the tensor a method is called on): ``x.resize_(2, 3)``, ``x.squeeze(0, 1)``."""
+    positional = [p for p in signature.parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if positional and positional[0].annotation is torch.Tensor:
+        positional = positional[1:]
+        start = 1
+    else:
+        start = 0
+    if len(positional) == 1 and "List[int]" in str(positional[0].annotation):
+        return start
+    return None
+
+
+def _positional_count(signature: inspect.Signature) -> float:
+    kinds = [p.kind for p in signature.parameters.values()]
+    if inspect.Parameter.VAR_POSITIONAL in kinds:
+        return math.inf
+    return sum(kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) for kind in kinds)
+
+
+def _missing(signature: inspect.Signature, positional: int, keywords: Sequence[str]) -> tuple[str, ...]:
+    """The required parameters of ``signature`` a call with these arguments leaves out."""
+    missing = []
+    for index, (name, parameter) in enumerate(signature.parameters.items()):
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD) or parameter.default is not _NO_DEFAULT:
+            continue
+        by_position = index < positional and parameter.kind is not parameter.KEYWORD_ONLY
+        if not by_position and name not in keywords:
+            missing.append(name)
+    return tuple(missing)
 
 
 def _agreed_defaults(overloads: list[inspect.Signature]) -> dict[str, Any]:
@@ -236,9 +328,20 @@ def function_signature(target: Any) -> CallSignature | None:
     """The signature of a ``call_function`` target (torch op, aten overload, Python function)."""
     overloads = _torch_overloads(target)
     if overloads:
-        return CallSignature(tuple(overloads), pack_from=0 if _takes_sizes_first(overloads) else None)
+        return CallSignature(tuple(overloads), pack_from=0 if _takes_sizes_first(overloads) else None,
+                             wrapper=_wrapper_signature(target))
     python = _python_signature(target)
-    return CallSignature(tuple(python), exact=True) if python else None
+    return CallSignature(tuple(python)) if python else None
+
+
+def _wrapper_signature(target: Any) -> inspect.Signature | None:
+    """The signature of a Python function that calls an op (torch.einsum(equation, *operands)), if any."""
+    if not inspect.isfunction(target):
+        return None
+    try:
+        return inspect.signature(target)
+    except (TypeError, ValueError):
+        return None
 
 
 @functools.cache
@@ -257,7 +360,7 @@ def method_signature(name: str) -> CallSignature | None:
 def module_call_signature(cls: type) -> CallSignature | None:
     """The signature of calling an instance of an ``nn.Module`` subclass (its ``forward``)."""
     overloads = _python_signature(cls.forward, drop_first=True)
-    return CallSignature(tuple(overloads), exact=True) if overloads else None
+    return CallSignature(tuple(overloads)) if overloads else None
 
 
 @functools.cache

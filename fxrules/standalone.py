@@ -143,8 +143,17 @@ def build_replacement(rule: Rule, constants: Mapping[str, torch.nn.Module | torc
                       helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int] | None = None,
                       inputs: Mapping[str, Any] | None = None) -> torch.fx.GraphModule:
     """The replacement graph; ``inputs`` (example values) give its placeholders metadata for helpers to read."""
+    root, graph = replacement_graph(rule, constants, helpers, choice, inputs)
+    return torch.fx.GraphModule(root, graph)
+
+
+def replacement_graph(rule: Rule, constants: Mapping[str, torch.nn.Module | torch.Tensor],
+                      helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int] | None = None,
+                      inputs: Mapping[str, Any] | None = None) -> tuple[torch.nn.Module, torch.fx.Graph]:
+    """The replacement's graph and the root module it calls, without generating its code (the load-time
+    loop check only matches rules against its nodes)."""
     root = _root(constants)
-    graph = torch.fx.Graph()
+    graph = torch.fx.Graph(owning_module=root)  # type: ignore[arg-type]  # what dead-code removal asks about modules
     # The replacement may reuse interior pattern nodes: compute them again in its graph, then emit it.
     _, pattern_match = _emit_pattern(rule, root, graph, helpers, choice or {})
     for name, value in (inputs or {}).items():
@@ -157,10 +166,8 @@ def build_replacement(rule: Rule, constants: Mapping[str, torch.nn.Module | torc
             pattern_match.bindings[name] = value  # a literal, as apply binds it: helpers see the value
     emitter = Emitter(Rewriter(root, graph, helpers, Transaction(root)), pattern_match)
     graph.output(_pack([emitter.emit(t) for t in rule.replacement]))
-    replacement = torch.fx.GraphModule(root, graph)
-    replacement.graph.eliminate_dead_code()  # the interior nodes the replacement did not reuse
-    replacement.recompile()
-    return replacement
+    graph.eliminate_dead_code()  # the interior nodes the replacement did not reuse
+    return root, graph
 
 
 def build(rule: Rule, constants: Mapping[str, torch.nn.Module | torch.Tensor],

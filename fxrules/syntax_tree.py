@@ -237,6 +237,7 @@ class Use:
 class Include:
     path: str
     span: Span
+    path_span: Span  # the quoted path: where a problem with the included file is shown
 
 
 @attrs.frozen
@@ -318,7 +319,7 @@ class ToSyntaxTree(Transformer[Token, File]):
         return Use(module, str(alias) if alias else None, self._span(meta))
 
     def include_item(self, meta: Any, path: Token) -> Include:
-        return Include(_string_value(path), self._span(meta))
+        return Include(_string_value(path), self._span(meta), self._token_span(path))
 
     def family_item(self, meta: Any, name: Token, *members: Dotted) -> FamilyDecl:
         return FamilyDecl(str(name), members, self._span(meta))

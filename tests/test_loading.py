@@ -1,0 +1,185 @@
+"""Loading rule files: includes read once per load, unreadable files as located errors, and a load-time
+loop check whose cost grows linearly with the number of rules."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+import fxrules
+from fxrules import FxrLoadError, FxrUsageError
+from fxrules.cli import main
+
+
+def _diamonds(root: Path, levels: int) -> Path:
+    """``levels`` stacked diamonds: each level includes four files, each of which includes the next level,
+    so the last file is reached along 4**levels include paths."""
+    (root / f"d{levels}.fxr").write_text("family twice = torch.neg\nrule leaf: twice(twice(x)) => x\n")
+    for level in range(levels - 1, -1, -1):
+        for side in "pqrs":
+            (root / f"{side}{level}.fxr").write_text(f'include "d{level + 1}.fxr"\n')
+        (root / f"d{level}.fxr").write_text("".join(f'include "{side}{level}.fxr"\n' for side in "pqrs"))
+    return root / "d0.fxr"
+
+
+def test_a_file_reached_along_a_million_include_paths_is_loaded_once(tmp_path: Path) -> None:
+    """Ten stacked include diamonds (4**10 paths to the last file) load at once: each file is read,
+    parsed and resolved once, its rule and family counted once."""
+    top = _diamonds(tmp_path, 10)
+    started = time.perf_counter()
+    ruleset = fxrules.load(top)
+    assert time.perf_counter() - started < 2.0
+    assert [rule.name for rule in ruleset] == ["leaf"]
+
+
+def test_an_error_in_a_file_included_twice_is_reported_once(tmp_path: Path) -> None:
+    """A diamond whose shared file has an error shows that error once, not once per include path."""
+    (tmp_path / "shared.fxr").write_text("rule bad: torch.reluu(x) => x\n")
+    (tmp_path / "left.fxr").write_text('include "shared.fxr"\n')
+    (tmp_path / "right.fxr").write_text('include "shared.fxr"\n')
+    (tmp_path / "top.fxr").write_text('include "left.fxr"\ninclude "right.fxr"\n')
+    with pytest.raises(FxrLoadError) as info:
+        fxrules.load(tmp_path / "top.fxr")
+    assert [(str(d.span), d.message) for d in info.value.diagnostics] == [
+        (f"{tmp_path / 'shared.fxr'}:1:17", "unknown target 'torch.reluu'")]
+
+
+NOT_UTF8 = b"rule a: torch.relu(x) => x\n# caf\xe9 au lait\n"
+
+
+def test_a_file_that_is_not_utf8_is_an_error_at_its_first_bad_byte(tmp_path: Path) -> None:
+    """Latin-1 text: the error names the byte, says UTF-8 is expected, and points at the byte's column."""
+    path = tmp_path / "latin1.fxr"
+    path.write_bytes(NOT_UTF8)
+    with pytest.raises(FxrLoadError) as info:
+        fxrules.load(path)
+    assert str(info.value) == (
+        f"{path}:2:6: error: byte 0xe9 is not UTF-8 (invalid continuation byte): rule files must be UTF-8\n"
+        "    # caf\ufffd au lait\n"
+        "         ^\n"
+        "  hint: save the file as UTF-8")
+
+
+def test_an_included_file_that_is_not_utf8_is_an_error_in_that_file(tmp_path: Path) -> None:
+    (tmp_path / "latin1.fxr").write_bytes(NOT_UTF8)
+    (tmp_path / "top.fxr").write_text('rule b: torch.neg(x) => x\ninclude "latin1.fxr"\n')
+    with pytest.raises(FxrLoadError) as info:
+        fxrules.load(tmp_path / "top.fxr")
+    assert [(str(d.span), d.message) for d in info.value.diagnostics] == [
+        (f"{tmp_path / 'latin1.fxr'}:2:6",
+         "byte 0xe9 is not UTF-8 (invalid continuation byte): rule files must be UTF-8")]
+
+
+def test_fxrules_check_reports_a_file_that_is_not_utf8_without_a_traceback(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "latin1.fxr"
+    path.write_bytes(NOT_UTF8)
+    assert main(["check", str(path)]) == 1
+    captured = capsys.readouterr()
+    assert f"{path}:2:6: error: byte 0xe9 is not UTF-8" in captured.err
+    assert "Traceback" not in captured.err
+    assert captured.out == f"{path}: 1 error\n"
+
+
+def test_a_lone_surrogate_in_parsed_text_is_an_error_at_its_place() -> None:
+    """A str may hold a lone surrogate, which is no character: shown as U+FFFD, the caret under it."""
+    with pytest.raises(FxrLoadError) as info:
+        fxrules.parse("rule a: torch.relu(x) => x\nrule b: x + 0 => x  # \ud800 here\n", "s.fxr")
+    assert str(info.value) == (
+        "s.fxr:2:23: error: lone surrogate U+D800 is not a character: rule text must be valid Unicode\n"
+        "    rule b: x + 0 => x  # \ufffd here\n"
+        "                          ^")
+
+
+def test_an_include_name_too_long_for_the_file_system_is_an_error_at_the_quoted_name(tmp_path: Path) -> None:
+    name = "a" * 300 + ".fxr"
+    (tmp_path / "top.fxr").write_text(f'rule r: torch.neg(x) => x\ninclude "{name}"\n')
+    with pytest.raises(FxrLoadError) as info:
+        fxrules.load(tmp_path / "top.fxr")
+    assert [(str(d.span), d.message) for d in info.value.diagnostics] == [
+        (f"{tmp_path / 'top.fxr'}:2:9",
+         f"cannot read included file '{'a' * 40}...{'a' * 36}.fxr (304 characters)': File name too long")]
+
+
+def test_an_included_directory_is_an_error_at_the_quoted_name(tmp_path: Path) -> None:
+    (tmp_path / "rules.fxr").mkdir()
+    (tmp_path / "top.fxr").write_text('include "rules.fxr"\n')
+    with pytest.raises(FxrLoadError) as info:
+        fxrules.load(tmp_path / "top.fxr")
+    assert str(info.value) == (
+        f"{tmp_path / 'top.fxr'}:1:9: error: cannot read included file 'rules.fxr': Is a directory\n"
+        '    include "rules.fxr"\n'
+        "            ^")
+
+
+def test_an_include_name_no_file_can_have_is_not_found_and_shown_escaped(tmp_path: Path) -> None:
+    """A NUL (written as the escape \\0) names no file; the message shows it escaped."""
+    (tmp_path / "top.fxr").write_text('include "a\\0.fxr"\n')
+    with pytest.raises(FxrLoadError) as info:
+        fxrules.load(tmp_path / "top.fxr")
+    assert [(str(d.span), d.message) for d in info.value.diagnostics] == [
+        (f"{tmp_path / 'top.fxr'}:1:1", "included file 'a\\x00.fxr' not found")]
+
+
+@pytest.mark.parametrize(("make", "reason"), [
+    (lambda root: root / ("b" * 300 + ".fxr"), "File name too long"),
+    (lambda root: (root / "rules.fxr").mkdir() or root / "rules.fxr", "Is a directory"),
+])
+def test_loading_a_path_that_cannot_be_read_is_a_usage_error(tmp_path: Path, make, reason: str) -> None:
+    path = make(tmp_path)
+    with pytest.raises(FxrUsageError, match=f"^cannot read rule file '.*': {reason}$"):
+        fxrules.load(path)
+
+
+def _parse_seconds(text: str) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        started = time.perf_counter()
+        fxrules.parse(text, "many.fxr")
+        return time.perf_counter() - started
+
+
+def _chain(count: int, offset: int) -> str:
+    """Rules that all anchor at ``*``, each replacement a ``*`` another rule's pattern nearly matches."""
+    return "".join(f"rule r{i}: torch.relu(x) * {i + offset} => torch.relu(x) * {i + offset + 1}\n"
+                   for i in range(count))
+
+
+def test_the_loop_check_grows_linearly_with_the_rules() -> None:
+    """2,000 rules sharing one anchor cost about four times 500 (a check of every rule against every
+    replacement cost sixteen times as much)."""
+    _parse_seconds(_chain(50, 10**6))  # imports and caches warm
+    small = min(_parse_seconds(_chain(500, 10**5 * k)) for k in (1, 2))
+    large = _parse_seconds(_chain(2000, 0))
+    assert large / small < 8, (small, large)
+
+
+def test_loop_warnings_on_a_small_set() -> None:
+    """Self-matching rules and pairs that undo each other, through families, overload packets, alternatives
+    and commutative operands; rules whose replacement nothing anchors at, or whose literal differs, do not
+    warn."""
+    text = (
+        "rule grow: x * 2 => (x * 2) * 1\n"
+        "rule to_sigmoid: torch.relu(x) => torch.sigmoid(x)\n"
+        "rule to_relu: torch.sigmoid(x) => torch.relu(x)\n"
+        "rule spell: relu(x) => F.relu(x)\n"
+        "rule swap: torch.add(x, y) => torch.add(y, x)\n"
+        "rule to_aten: torch.neg(x) => aten.neg.default(x)\n"
+        "rule from_aten: aten.neg(x) => torch.neg(x)\n"
+        "rule either: torch.exp(x) | torch.tanh(x) => torch.tanh(x)\n"
+        "rule other_literal: x - 3 => x - 4\n"
+        "rule inert: torch.abs(x) => x.abs()\n"
+    )
+    with pytest.warns(fxrules.FxrLoopWarning):
+        ruleset = fxrules.parse(text, "loops.fxr")
+    assert [d.message for d in ruleset.warnings] == [
+        "rule grow: its pattern matches its own replacement, so it may fire forever",
+        "rules to_relu and to_sigmoid undo each other, so they may fire forever",
+        "rule spell: its pattern matches its own replacement, so it may fire forever",
+        "rule swap: its pattern matches its own replacement, so it may fire forever",
+        "rules from_aten and to_aten undo each other, so they may fire forever",
+        "rule either: its pattern matches its own replacement, so it may fire forever",
+    ]
