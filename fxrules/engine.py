@@ -212,11 +212,18 @@ class _Run:
         lint, erase the retired nodes and other dead code, recompile, delete what is no longer used."""
         if not rewritten.fired:
             return
-        gm, graph, transaction = self.gm, self.gm.graph, rewritten.transaction
+        graph, transaction = self.gm.graph, rewritten.transaction
         try:
             graph.lint()
         except Exception as error:
             raise _LintError(graph, f"{path}: {error}" if path else str(error)) from error
+        try:
+            self._erase_and_recompile(transaction)
+        except Exception as error:  # code generation, recompiling, deleting: nothing a rule could check
+            raise FxrApplyError(_commit_failure(graph, path, error)) from error
+
+    def _erase_and_recompile(self, transaction: Transaction) -> None:
+        gm, graph = self.gm, self.gm.graph
         referenced_before = {str(n.target) for n in graph.find_nodes(op="call_module")}
         transaction.erase_dead(graph, _removable(transaction.retired))
         transaction.recompile(gm)
@@ -509,6 +516,18 @@ def _check_lint(graph: torch.fx.Graph) -> None:
     except Exception as error:
         raise FxrUsageError(f"the graph fails lint() as it was given, so fxrules leaves it as it was: {error}") \
             from error
+
+
+def _commit_failure(graph: torch.fx.Graph, path: str, error: Exception) -> str:
+    """What to say when committing a rewritten graph failed; for code Python cannot compile, the rule that
+    made the offending line (its node's ``meta["fxrules"]``), when one did."""
+    where = f"{path}: " if path else ""
+    if isinstance(error, SyntaxError) and error.text:
+        assigned = error.text.strip().partition(" = ")[0]
+        made_by = next((n.meta["fxrules"] for n in graph.nodes if n.name == assigned and "fxrules" in n.meta), None)
+        if made_by is not None:
+            where = f"{where}{made_by['file']}:{made_by['line']}: rule {made_by['rule']} made '{error.text.strip()}', "
+    return f"{where}the rewritten graph could not be committed, so nothing was changed: {type(error).__name__}: {error}"
 
 
 def _removable(retired: Mapping[torch.fx.Node, None]) -> Callable[[torch.fx.Node], bool]:

@@ -86,7 +86,7 @@ class Transaction:
     users: dict[torch.fx.Node, list[torch.fx.Node]] = attrs.Factory(dict)
     names: _Names | None = None  # taken at the first mark
     erased: list[_Erased] = attrs.Factory(list)
-    # the order of the graph's find_nodes buckets before the commit erased from them (it appends what it puts back)
+    # the order of the graph's find_nodes buckets before the first change to one of their nodes
     buckets: dict[Any, list[torch.fx.Node]] = attrs.Factory(dict)
     code: list[tuple[torch.fx.GraphModule, dict[str, Any], dict[str, Any]]] | None = None
     deleted: list[_Deleted] = attrs.Factory(list)
@@ -135,6 +135,7 @@ class Transaction:
         self.keep_users(old)
         if isinstance(new, torch.fx.Node):
             self.keep_users(new)
+        self._keep_bucket(user)
         self.redirected.append((user, user.args, user.kwargs))
         user.replace_input_with(old, new)
 
@@ -142,6 +143,14 @@ class Transaction:
         if node not in self.users:
             self.users[node] = list(node.users)
         return node
+
+    def _keep_bucket(self, node: torch.fx.Node) -> None:
+        """Keep the order of the ``find_nodes`` bucket of a node whose attributes are about to be set: FX
+        moves a node to the end of its bucket whenever one is (``Node.__setattr__``)."""
+        table = node.graph._find_nodes_lookup_table
+        key = table._key(node)
+        if key not in self.buckets:
+            self.buckets[key] = list(table.table[key])
 
     def undo_since(self, mark: tuple[int, int], graph: torch.fx.Graph) -> None:
         """Erase the nodes and attributes made since ``mark``, newest first (nothing outside uses them yet),
@@ -161,13 +170,10 @@ class Transaction:
     def erase_dead(self, graph: torch.fx.Graph, removable: Callable[[torch.fx.Node], bool]) -> None:
         """Erase, last to first, every node nothing uses that ``removable`` allows, as
         ``Graph.eliminate_dead_code`` does, logging each before it goes."""
-        table = graph._find_nodes_lookup_table
         for node in reversed(graph.nodes):
             if node.users or not removable(node):
                 continue
-            key = table._key(node)
-            if key not in self.buckets:
-                self.buckets[key] = list(table.table[key])
+            self._keep_bucket(node)
             for used in node.all_input_nodes:
                 self.keep_users(used)
             self.erased.append(_Erased(node, node._prev, node.args, node.kwargs, node._sort_key))
@@ -211,8 +217,14 @@ class Transaction:
             node.args, node.kwargs = args, kwargs
         self._discard_created(graph)
         for node, users in self.users.items():
+            if node._erased:  # made by the rewrite, discarded
+                continue
             node.users.clear()
             node.users.update(dict.fromkeys(users))
+        table = graph._find_nodes_lookup_table.table
+        for key, order in self.buckets.items():  # what was in a bucket when it was kept, but the nodes made since
+            table[key].clear()
+            table[key].update((node, None) for node in order if not node._erased)
         self._restore_names(graph)
         graph._len = sum(1 for _ in graph.nodes)
         for name in reversed(self.added):
@@ -222,6 +234,7 @@ class Transaction:
         self.redirected.clear()
         self.retired.clear()
         self.users.clear()
+        self.buckets.clear()
 
     def _restore_deleted(self) -> None:
         for deleted in reversed(self.deleted):
@@ -263,12 +276,7 @@ class Transaction:
             node._erased = False
             node._sort_key = erased.sort_key
             node.args, node.kwargs = erased.args, erased.kwargs
-        for key, order in self.buckets.items():
-            bucket = table.table[key]
-            bucket.clear()
-            bucket.update(dict.fromkeys(order))
         self.erased.clear()
-        self.buckets.clear()
 
     def _discard_created(self, graph: torch.fx.Graph) -> None:
         """Take out every node made since the first mark, newest first, however far its making got: those
