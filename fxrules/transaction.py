@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 import torch
@@ -49,8 +49,7 @@ class _Names:
     associated: int  # how many objects had names: FX appends each new node's name at the end
 
 
-@attrs.frozen
-class _Erased:
+class _Erased(NamedTuple):  # a tuple: one is made for every node the commit erases
     """A node the commit erased, and where and how it was, to put it back."""
 
     node: torch.fx.Node
@@ -201,6 +200,8 @@ class Transaction:
 
     def _keep_deleted(self, owner: torch.nn.Module, table: str, name: str) -> None:
         entries = getattr(owner, table)
+        if name not in entries:  # not a submodule: deleting it changes nothing
+            return
         position = list(entries).index(name)
         self.deleted.append(_Deleted(owner, table, name, entries[name], position,
                                      name not in owner._non_persistent_buffers_set))
