@@ -2,7 +2,7 @@
 
 1. Check the inputs; load the rules; check every helper a rule calls exists.
 2. Run passes on the graph itself, every change logged in a
-   :class:`~fxrules.rewriter.Transaction`.  A pass visits its candidate
+   :class:`~fxrules.transaction.Transaction`.  A pass visits its candidate
    nodes in graph order; at each node the rules indexed under its key are
    tried in file order and the first match is rewritten at once.  Nodes a
    rewrite creates are not matched again in the same pass.  Pass 1 visits the

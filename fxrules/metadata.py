@@ -327,12 +327,11 @@ def _attribute_metadata(node: torch.fx.Node) -> None:
 
 
 def _run(node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
-    if node.op == "call_function":
-        return node.target(*args, **kwargs)
+    """A ``call_function`` or ``call_method`` node's operation (:func:`_is_tensor_operation` said which)."""
     if node.op == "call_method":
         receiver, *rest = args
         return getattr(receiver, node.target)(*rest, **kwargs)
-    return None  # a call_module's output metadata would need the module run on fake weights
+    return node.target(*args, **kwargs)
 
 
 def _fake_mode(args: Any, kwargs: Any) -> Any:

@@ -185,8 +185,8 @@ class Rewriter:
     def _check_receivers(self, outputs: tuple[torch.fx.Node, ...], values: list[Any]) -> None:
         """Skip a replacement that would make a value other than a node the receiver of a method call.
 
-        The generated code would not compile (``1.contiguous()``), and it is generated after dead-code
-        elimination, when nothing can be undone any more; refused now, the rewrite is still undoable.
+        The generated code would not compile (``1.contiguous()``), and it is generated at the commit, whose
+        failure undoes the whole ``apply``; refused now, only this rewrite is skipped.
         """
         retired = self.transaction.retired
         for output, value in zip(outputs, values, strict=True):
