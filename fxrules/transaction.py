@@ -85,9 +85,10 @@ class Transaction:
     users: dict[torch.fx.Node, list[torch.fx.Node]] = attrs.Factory(dict)
     names: _Names | None = None  # taken at the first mark
     erased: list[_Erased] = attrs.Factory(list)
-    # the order of the graph's find_nodes buckets before the first change to one of their nodes
-    buckets: dict[Any, list[torch.fx.Node]] = attrs.Factory(dict)
+    # the order of find_nodes buckets (by table and key) before the first change to one of their nodes
+    buckets: dict[tuple[Any, Any], list[torch.fx.Node]] = attrs.Factory(dict)
     code: list[tuple[torch.fx.GraphModule, dict[str, Any], dict[str, Any]]] | None = None
+    reprs: list[tuple[torch.fx.Node, Any]] = attrs.Factory(list)  # each node's _repr_fn, which code generation sets
     deleted: list[_Deleted] = attrs.Factory(list)
 
     # ------------------------------------------------------------------ the rewrite's changes
@@ -147,9 +148,9 @@ class Transaction:
         """Keep the order of the ``find_nodes`` bucket of a node whose attributes are about to be set: FX
         moves a node to the end of its bucket whenever one is (``Node.__setattr__``)."""
         table = node.graph._find_nodes_lookup_table
-        key = table._key(node)
+        key = (table, table._key(node))
         if key not in self.buckets:
-            self.buckets[key] = list(table.table[key])
+            self.buckets[key] = list(table.table[key[1]])
 
     def undo_since(self, mark: tuple[int, int], graph: torch.fx.Graph) -> None:
         """Erase the nodes and attributes made since ``mark``, newest first (nothing outside uses them yet),
@@ -180,11 +181,21 @@ class Transaction:
         self.retired.clear()  # erased: each retired node's users are retired, and come after it
 
     def recompile(self, gm: torch.fx.GraphModule) -> None:
-        """``gm.recompile()``; the generated code of every GraphModule under ``gm`` is kept first (the first time)."""
-        if self.code is None:
-            self.code = [(module, {key: module.__dict__.get(key, _ABSENT) for key in _CODE_ATTRIBUTES},
-                          {key: vars(type(module)).get(key, _ABSENT) for key in _CODE_CLASS_ATTRIBUTES})
-                         for module in gm.modules() if isinstance(module, torch.fx.GraphModule)]
+        """``gm.recompile()``, which recompiles every GraphModule under ``gm``; their generated code is kept
+        first (the first time), and so is what code generation sets on each node of their graphs (its repr
+        function, through ``Node.__setattr__``, which moves the node in its ``find_nodes`` bucket)."""
+        if self.code is not None:
+            gm.recompile()
+            return
+        modules = [module for module in gm.modules() if isinstance(module, torch.fx.GraphModule)]
+        self.code = [(module, {key: module.__dict__.get(key, _ABSENT) for key in _CODE_ATTRIBUTES},
+                      {key: vars(type(module)).get(key, _ABSENT) for key in _CODE_CLASS_ATTRIBUTES})
+                     for module in modules]
+        for module in modules:
+            table = module.graph._find_nodes_lookup_table
+            for key, bucket in table.table.items():
+                self.buckets.setdefault((table, key), list(bucket))
+            self.reprs += [(node, node._repr_fn) for node in module.graph.nodes]
         gm.recompile()
 
     def delete_submodule(self, gm: torch.fx.GraphModule, target: str) -> None:
@@ -222,10 +233,9 @@ class Transaction:
                 continue
             node.users.clear()
             node.users.update(dict.fromkeys(users))
-        table = graph._find_nodes_lookup_table.table
-        for key, order in self.buckets.items():  # what was in a bucket when it was kept, but the nodes made since
-            table[key].clear()
-            table[key].update((node, None) for node in order if not node._erased)
+        for (table, key), order in self.buckets.items():  # as when it was kept, but the nodes made since
+            table.table[key].clear()
+            table.table[key].update((node, None) for node in order if not node._erased)
         self._restore_names(graph)
         graph._len = sum(1 for _ in graph.nodes)
         for name in reversed(self.added):
@@ -263,7 +273,11 @@ class Transaction:
                     setattr(cls, key, value)
                 elif key in vars(cls):
                     delattr(cls, key)
+        for node, repr_function in self.reprs:
+            if node._repr_fn is not repr_function:
+                node._repr_fn = repr_function
         self.code = None
+        self.reprs.clear()
 
     def _restore_erased(self, graph: torch.fx.Graph) -> None:
         """Put the erased nodes back, last erased first, from wherever their erasure stopped."""

@@ -407,7 +407,7 @@ def _calls(model: str) -> int:
     return count[0]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(model=st.sampled_from(["traced", "nested"]), data=st.data())
 def test_an_interrupt_at_any_call_in_apply_leaves_the_module_as_it_was(model: str, data: st.DataObject) -> None:
     """A KeyboardInterrupt as any function of fxrules or torch.fx is entered during ``apply`` (of a module
