@@ -80,8 +80,8 @@ def assert_unchanged(before: dict[str, Any], gm: torch.nn.Module) -> None:
 
 
 class Traced(torch.nn.Module):
-    """Rewrites that fold a conv and a batch norm into a new conv (two submodules left unused), and add and
-    then drop a helper's buffer (left unused)."""
+    """Rewrites that fold a conv and a batch norm into a new conv (two submodules left unused), add and then
+    drop a helper's buffer (left unused), and one skipped halfway (a node made, then taken back)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -91,7 +91,7 @@ class Traced(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = self.bn(self.conv(x))
-        return torch.neg(torch.neg(y)) * self.scale + torch.relu(torch.relu(y))
+        return torch.neg(torch.neg(y)) * self.scale + torch.relu(torch.relu(y)) + torch.sigmoid(y)
 
 
 TRACED_RULES = fxrules.parse("""
@@ -121,8 +121,11 @@ rule add_zero_attribute:
 
 rule relu_twice:
     torch.relu(torch.relu(x)) => torch.relu(x)
+
+rule skipped_halfway:
+    torch.sigmoid(x) => torch.relu(x) * @value_of(x)
 """, filename="traced.fxr")
-TRACED_HELPERS = {"zero": lambda: torch.zeros(())}
+TRACED_HELPERS = {"zero": lambda: torch.zeros(()), "value_of": lambda x: x.value}
 
 
 def traced() -> torch.fx.GraphModule:
@@ -182,7 +185,9 @@ def test_the_models_rewrite_to_what_they_computed() -> None:
     and compute what they did."""
     gm, x = traced(), torch.randn(2, 3, 6, 6)
     expected = gm(x)
-    assert _traced_apply(gm).counts() == TRACED_FIRED
+    report = _traced_apply(gm)
+    assert report.counts() == TRACED_FIRED
+    assert report["skipped_halfway"].skip_counts == {"value unknown": 1}
     assert not hasattr(gm, "conv") and not hasattr(gm, "bn") and not hasattr(gm, "zero")
     torch.testing.assert_close(gm(x), expected)
     gm = nested()
