@@ -85,7 +85,7 @@ class Transaction:
     users: dict[torch.fx.Node, list[torch.fx.Node]] = attrs.Factory(dict)
     names: _Names | None = None  # taken at the first mark
     erased: list[_Erased] = attrs.Factory(list)
-    # the order of find_nodes buckets (by table and key) before the first change to one of their nodes
+    # the order of find_nodes buckets (by table and key) before the first change to the graph
     buckets: dict[tuple[Any, Any], list[torch.fx.Node]] = attrs.Factory(dict)
     code: list[tuple[torch.fx.GraphModule, dict[str, Any], dict[str, Any]]] | None = None
     reprs: list[tuple[torch.fx.Node, Any]] = attrs.Factory(list)  # each node's _repr_fn, which code generation sets
@@ -113,6 +113,7 @@ class Transaction:
         """Where the log stands, for :meth:`undo_since` (a rewrite that is skipped halfway).  Every change
         comes after a mark: the first one also keeps the graph's namespace, for :meth:`rollback`."""
         if self.names is None:
+            self._keep_buckets(graph)
             namespace = graph._graph_namespace
             self.names = _Names(dict(namespace._base_count), set(namespace._used_names), len(namespace._obj_to_name))
         return len(self.created), len(self.added)
@@ -135,7 +136,6 @@ class Transaction:
         self.keep_users(old)
         if isinstance(new, torch.fx.Node):
             self.keep_users(new)
-        self._keep_bucket(user)
         self.redirected.append((user, user.args, user.kwargs))
         user.replace_input_with(old, new)
 
@@ -144,13 +144,12 @@ class Transaction:
             self.users[node] = list(node.users)
         return node
 
-    def _keep_bucket(self, node: torch.fx.Node) -> None:
-        """Keep the order of the ``find_nodes`` bucket of a node whose attributes are about to be set: FX
-        moves a node to the end of its bucket whenever one is (``Node.__setattr__``)."""
-        table = node.graph._find_nodes_lookup_table
-        key = (table, table._key(node))
-        if key not in self.buckets:
-            self.buckets[key] = list(table.table[key[1]])
+    def _keep_buckets(self, graph: torch.fx.Graph) -> None:
+        """Keep the order of every ``find_nodes`` bucket of ``graph`` (the first time): FX moves a node to the
+        end of its bucket whenever one of its attributes is set (``Node.__setattr__``), its arguments too."""
+        table = graph._find_nodes_lookup_table
+        for key, bucket in table.table.items():
+            self.buckets.setdefault((table, key), list(bucket))
 
     def undo_since(self, mark: tuple[int, int], graph: torch.fx.Graph) -> None:
         """Erase the nodes and attributes made since ``mark``, newest first (nothing outside uses them yet),
@@ -170,10 +169,10 @@ class Transaction:
     def erase_dead(self, graph: torch.fx.Graph, removable: Callable[[torch.fx.Node], bool]) -> None:
         """Erase, last to first, every node nothing uses that ``removable`` allows, as
         ``Graph.eliminate_dead_code`` does, logging each before it goes."""
+        self._keep_buckets(graph)
         for node in reversed(graph.nodes):
             if node.users or not removable(node):
                 continue
-            self._keep_bucket(node)
             for used in node.all_input_nodes:
                 self.keep_users(used)
             self.erased.append(_Erased(node, node._prev, node.args, node.kwargs, node._sort_key))
@@ -192,9 +191,7 @@ class Transaction:
                       {key: vars(type(module)).get(key, _ABSENT) for key in _CODE_CLASS_ATTRIBUTES})
                      for module in modules]
         for module in modules:
-            table = module.graph._find_nodes_lookup_table
-            for key, bucket in table.table.items():
-                self.buckets.setdefault((table, key), list(bucket))
+            self._keep_buckets(module.graph)
             self.reprs += [(node, node._repr_fn) for node in module.graph.nodes]
         gm.recompile()
 
@@ -236,6 +233,10 @@ class Transaction:
         for (table, key), order in self.buckets.items():  # as when it was kept, but the nodes made since
             table.table[key].clear()
             table.table[key].update((node, None) for node in order if not node._erased)
+        own = graph._find_nodes_lookup_table
+        if self.buckets:  # a bucket the rewrite opened for a new kind of node goes too
+            for key in [key for key, bucket in own.table.items() if not bucket and (own, key) not in self.buckets]:
+                del own.table[key]
         self._restore_names(graph)
         graph._len = sum(1 for _ in graph.nodes)
         for name in reversed(self.added):
