@@ -2,7 +2,7 @@
 
 1. Check the inputs; load the rules; check every helper a rule calls exists.
 2. Run passes on the graph itself, every change logged in a
-   :class:`~fxrules.rewriter.Transaction`.  A pass visits its candidate
+   :class:`~fxrules.transaction.Transaction`.  A pass visits its candidate
    nodes in graph order; at each node the rules indexed under its key are
    tried in file order and the first match is rewritten at once.  Nodes a
    rewrite creates are not matched again in the same pass.  Pass 1 visits the
@@ -21,11 +21,15 @@
    (:mod:`fxrules.compiled`) where they have one, which reject most
    candidates before binding any argument.  If nothing fires, the graph is
    left exactly as it was (and is not even linted).
-3. At a fixpoint, lint, erase the retired nodes and other dead code,
-   recompile, and delete the submodules the rewrite left unreferenced.  Any
-   failure before that undoes the log: the graph, its nodes and the module's
-   attributes are as they were.  A graph that fails lint is reported as
-   broken before fxrules touched it when, undone, it still fails.
+3. At a fixpoint, commit: lint, erase the retired nodes and other dead code,
+   recompile, and delete the submodules and buffers the rewrite left
+   unreferenced; each step logged in the same undo log.  Any failure, at any
+   point (a ``KeyboardInterrupt`` too), undoes the log from wherever it
+   stopped: the graph, its nodes (their users in order), the generated code
+   and the module's attributes are as they were.  A graph that fails lint is
+   reported as broken before fxrules touched it when, undone, it still fails.
+   The subgraphs of higher-order operators are rewritten and committed the
+   same way, innermost first, all or nothing with the module.
 
 Cost: one index lookup per visited node, plus the matching of the rules
 filed under that node's key: ``O(candidates x pattern size)``; no copy of
@@ -177,27 +181,20 @@ class _Run:
         self.counts_users = compiled.counts_users
         self.settles = not (explain or compiled.multi_output or compiled.counts_users)
 
-    def execute(self) -> Report:
-        """Rewrite to a fixpoint and commit: all or nothing."""
-        return self.commit(self.rewrite())
+    def begin(self) -> _Rewritten:
+        """The undo log of this run, made before anything changes (the caller keeps it to undo what follows)."""
+        return _Rewritten(Transaction(self.gm), False, len(self.gm.graph.nodes), time.perf_counter())
 
-    def rewrite(self) -> _Rewritten:
-        """The passes, every change logged and none committed yet; a failure undoes them all and raises."""
-        started = time.perf_counter()
+    def rewrite(self, rewritten: _Rewritten) -> None:
+        """The passes, every change logged in ``rewritten`` and none committed yet."""
         graph = self.gm.graph
-        rewritten = _Rewritten(Transaction(self.gm), False, len(graph.nodes), started)
         found = Candidates(graph)
         candidates = self.index.candidates(found, self._narrowing(found))
         if not candidates:  # no node any rule can anchor at: one pass that finds nothing, and nothing to undo
             self.report.passes = 1
-            self.report.match_seconds = time.perf_counter() - started
-            return rewritten
-        try:
-            rewritten.fired = self._passes(graph, candidates, rewritten.transaction)
-        except BaseException:
-            rewritten.transaction.rollback(graph)
-            raise
-        return rewritten
+            self.report.match_seconds = time.perf_counter() - rewritten.started
+            return
+        rewritten.fired = self._passes(graph, candidates, rewritten.transaction)
 
     def _narrowing(self, found: Candidates,
                    among: set[torch.fx.Node] | None = None) -> Callable[[Rule], Nodes | None]:
@@ -210,25 +207,44 @@ class _Run:
 
         return narrowed
 
-    def commit(self, rewritten: _Rewritten) -> Report:
-        """Commit what :meth:`rewrite` did (nothing, if nothing fired); a failure undoes it all and raises."""
+    def commit(self, rewritten: _Rewritten, path: str) -> None:
+        """Commit what :meth:`rewrite` did (nothing, if nothing fired), every step logged for :meth:`undo`:
+        lint, erase the retired nodes and other dead code, recompile, delete what is no longer used."""
+        if not rewritten.fired:
+            return
         graph, transaction = self.gm.graph, rewritten.transaction
-        if rewritten.fired:
-            try:
-                self._commit(graph, transaction)
-            except _LintError as failure:
-                transaction.rollback(graph)
-                _check_lint(graph)  # the graph was broken before fxrules touched it: say so
-                raise FxrApplyError(f"the rewritten graph is invalid, so nothing was changed: {failure}") \
-                    from failure
-            except BaseException:
-                transaction.rollback(graph)
-                raise
-        return self.report.build(rewritten.nodes_before, len(graph.nodes), time.perf_counter() - rewritten.started)
+        try:
+            graph.lint()
+        except Exception as error:
+            raise _LintError(graph, f"{path}: {error}" if path else str(error)) from error
+        try:
+            self._erase_and_recompile(transaction)
+        except Exception as error:  # code generation, recompiling, deleting: nothing a rule could check
+            raise FxrApplyError(_commit_failure(graph, path, error)) from error
+
+    def _erase_and_recompile(self, transaction: Transaction) -> None:
+        gm, graph = self.gm, self.gm.graph
+        referenced_before = {str(n.target) for n in graph.find_nodes(op="call_module")}
+        transaction.erase_dead(graph, _removable(transaction.retired))
+        transaction.recompile(gm)
+        referenced_after = {str(n.target) for n in graph.find_nodes(op="call_module")}
+        unreferenced = referenced_before - referenced_after
+        added_buffers = [name for name in transaction.added if name in gm._buffers]
+        if unreferenced or added_buffers:
+            still_used = _used_attribute_paths(gm, graph)
+            for name in sorted(unreferenced - still_used):
+                transaction.delete_submodule(gm, name)
+            for name in added_buffers:  # a helper's tensor that a later rewrite of this apply left unread
+                if name not in still_used:
+                    transaction.delete_buffer(name)
 
     def undo(self, rewritten: _Rewritten) -> None:
-        """Undo what :meth:`rewrite` did, when another graph of the same ``apply`` failed."""
+        """Undo what :meth:`rewrite` and :meth:`commit` did, from wherever they stopped."""
         rewritten.transaction.rollback(self.gm.graph)
+
+    def report_of(self, rewritten: _Rewritten) -> Report:
+        return self.report.build(rewritten.nodes_before, len(self.gm.graph.nodes),
+                                 time.perf_counter() - rewritten.started)
 
     def _passes(self, graph: torch.fx.Graph, candidates: list[torch.fx.Node], transaction: Transaction) -> bool:
         """Run passes to a fixpoint, starting from ``candidates``; True when any rule fired."""
@@ -469,32 +485,6 @@ class _Run:
         return {node for node in candidates if node in visited and node not in done.overlapped
                 and not _changed_since(node, visited[node], changed, reach)}
 
-    def _commit(self, graph: torch.fx.Graph, transaction: Transaction) -> None:
-        """Lint while the log can still undo; then erase what is dead, recompile, drop unused submodules.
-
-        What could make the code generation fail afterwards was checked when it entered the graph
-        (see ``rewriter._printable``).
-        """
-        gm = self.gm
-        referenced_before = {str(n.target) for n in graph.find_nodes(op="call_module")}
-        try:
-            # It lints before it erases anything: a failing lint leaves the log able to undo everything.
-            graph.eliminate_dead_code(is_impure_node=_used_or_impure(transaction.retired))
-        except Exception as error:
-            raise _LintError(str(error)) from error
-        transaction.retired.clear()  # all erased: each retired node's users are retired, and come after it
-        gm.recompile()
-        referenced_after = {str(n.target) for n in graph.find_nodes(op="call_module")}
-        unreferenced = referenced_before - referenced_after
-        added_buffers = [name for name in transaction.added if name in gm._buffers]
-        if unreferenced or added_buffers:
-            still_used = _used_attribute_paths(gm, graph)
-            for name in sorted(unreferenced - still_used):
-                gm.delete_submodule(name)
-            for name in added_buffers:  # a helper's tensor that a later rewrite of this apply left unread
-                if name not in still_used:
-                    del gm._buffers[name]
-
 
 def _used_attribute_paths(gm: torch.fx.GraphModule, graph: torch.fx.Graph) -> set[str]:
     """The qualified names the graph still needs: every ``call_module`` and ``get_attr`` target, the modules
@@ -515,6 +505,10 @@ def _used_attribute_paths(gm: torch.fx.GraphModule, graph: torch.fx.Graph) -> se
 class _LintError(Exception):
     """The rewritten graph fails lint (the original graph may already have failed it)."""
 
+    def __init__(self, graph: torch.fx.Graph, message: str) -> None:
+        super().__init__(message)
+        self.graph = graph
+
 
 def _check_lint(graph: torch.fx.Graph) -> None:
     try:
@@ -524,25 +518,34 @@ def _check_lint(graph: torch.fx.Graph) -> None:
             from error
 
 
-def _used_or_impure(retired: Mapping[torch.fx.Node, None]) -> Callable[[torch.fx.Node], bool]:
-    """``eliminate_dead_code``'s test of what it keeps, asking the purity question only of unused nodes.
+def _commit_failure(graph: torch.fx.Graph, path: str, error: Exception) -> str:
+    """What to say when committing a rewritten graph failed; for code Python cannot compile, the rule that
+    made the offending line (its node's ``meta["fxrules"]``), when one did."""
+    where = f"{path}: " if path else ""
+    if isinstance(error, SyntaxError) and error.text:
+        assigned = error.text.strip().partition(" = ")[0]
+        made_by = next((n.meta["fxrules"] for n in graph.nodes if n.name == assigned and "fxrules" in n.meta), None)
+        if made_by is not None:
+            where = f"{where}{made_by['file']}:{made_by['line']}: rule {made_by['rule']} made '{error.text.strip()}', "
+    return f"{where}the rewritten graph could not be committed, so nothing was changed: {type(error).__name__}: {error}"
 
-    It erases a node that is pure and unused, but asks ``Node.is_impure`` first, of every node, and
-    that costs more than the rest of the cleanup; used nodes are kept anyway, so they are reported
-    impure without asking.  Retired nodes are erased without asking: a rewrite replaced them (an
-    impure one only where the pattern named its target).  ``impure_random`` is the value
-    ``eliminate_dead_code`` passes by default.  FX deems an in-place call such as ``x.add_(1)``
-    pure, so an unused one would be erased and every later reader of ``x`` see another value: a
-    node that changes an argument in place is kept, as an impure one is.
+
+def _removable(retired: Mapping[torch.fx.Node, None]) -> Callable[[torch.fx.Node], bool]:
+    """Whether the commit may erase an unused node: a retired one (a rewrite replaced it; an impure one
+    only where the pattern named its target), or one without side effects.
+
+    ``impure_random`` is the value ``Graph.eliminate_dead_code`` passes by default.  FX deems an in-place
+    call such as ``x.add_(1)`` pure, so an unused one would be erased and every later reader of ``x`` see
+    another value: a node that changes an argument in place is kept, as an impure one is.
     """
     impure_random = True
     if torch._guards.TracingContext.try_get():
         impure_random = torch._inductor.config.fallback_random
 
-    def used_or_impure(node: torch.fx.Node) -> bool:
-        return bool(node.users) or (node not in retired and has_side_effects(node, impure_random))
+    def removable(node: torch.fx.Node) -> bool:
+        return node in retired or not has_side_effects(node, impure_random)
 
-    return used_or_impure
+    return removable
 
 
 def _merged(listed: list[torch.fx.Node], woken: list[tuple[Any, int, torch.fx.Node]]) -> Iterator[torch.fx.Node]:
@@ -620,45 +623,44 @@ def apply(
     helper_table = checked_options(ruleset, helpers, max_passes)
     restore_metadata = propagate_shapes(module, example_inputs) if example_inputs is not None else None
     try:
-        subgraphs = higher_order_subgraphs(module)
-        if not subgraphs:
-            return _Run(module, ruleset, helper_table, max_passes, explain).execute()
-        return _apply_nested(module, subgraphs,
-                             lambda m, context: _Run(m, ruleset, helper_table, max_passes, explain, context))
+        runs = [(path, _Run(sub, ruleset, helper_table, max_passes, explain, context))
+                for path, sub, context in higher_order_subgraphs(module)]
+        runs.append(("", _Run(module, ruleset, helper_table, max_passes, explain)))
+        return _rewrite_all(runs)
     except BaseException:
         if restore_metadata is not None:  # all or nothing: the shapes propagated for this apply go too
             restore_metadata()
         raise
 
 
-def _apply_nested(gm: torch.fx.GraphModule, subgraphs: list[tuple[str, torch.fx.GraphModule, CallContext]],
-                  run_for: Callable[[torch.fx.GraphModule, CallContext], _Run]) -> Report:
-    """Rewrite each subgraph (innermost first) and ``gm``, then commit them all: all or nothing together.
+def _rewrite_all(runs: list[tuple[str, _Run]]) -> Report:
+    """Rewrite each graph (subgraphs innermost first, the module last) to its fixpoint, then commit them all,
+    and report: all or nothing together.
 
-    Nothing is committed until every graph has reached its fixpoint, so a failure anywhere undoes every
-    graph's log, and each is as it was, its own nodes included.  Every rewritten graph is linted before
-    any is committed, so no commit can fail after another has erased nodes.
+    Each graph's undo log exists before its first change, and every step of the rewrite and of the commit
+    is logged, so a failure anywhere (a ``KeyboardInterrupt`` too) undoes every graph from wherever it
+    stopped, committed or not, and each is as it was, its own nodes included.  The report is built before
+    the last step that could fail is left behind: once this returns, nothing of the ``apply`` remains to run.
     """
     started = time.perf_counter()
-    runs = [(path, run_for(sub, context)) for path, sub, context in subgraphs] + [("", run_for(gm, TOP_LEVEL))]
     done: list[tuple[str, _Run, _Rewritten]] = []
     try:
         for path, run in runs:
-            done.append((path, run, run.rewrite()))
+            rewritten = run.begin()
+            done.append((path, run, rewritten))
+            run.rewrite(rewritten)
         for path, run, rewritten in done:
-            if rewritten.fired:
-                try:
-                    run.gm.graph.lint()
-                except Exception as error:
-                    raise _LintError(f"{path or 'the graph'}: {error}") from error
+            run.commit(rewritten, path)
+        reports = [(path, run.report_of(rewritten)) for path, run, rewritten in done]
+        return reports[0][1] if len(reports) == 1 else combine(reports[-1][1], reports[:-1],
+                                                               time.perf_counter() - started)
     except BaseException as failure:
         for _, run, rewritten in reversed(done):
             run.undo(rewritten)
         if isinstance(failure, _LintError):
+            _check_lint(failure.graph)  # the graph was broken before fxrules touched it: say so
             raise FxrApplyError(f"the rewritten graph is invalid, so nothing was changed: {failure}") from failure
         raise
-    reports = [(path, run.commit(rewritten)) for path, run, rewritten in done]
-    return combine(reports[-1][1], reports[:-1], time.perf_counter() - started)
 
 
 def apply_program(program: ExportedProgram, rules: RulesArgument, *, allow: Iterable[str] = (),

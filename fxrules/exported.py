@@ -43,8 +43,8 @@ from torch.export.graph_signature import (
 
 from fxrules.diagnostics import FxrApplyError
 from fxrules.report import Report
-from fxrules.rewriter import first_free
 from fxrules.subgraphs import NO_NEW_TENSORS, higher_order_subgraphs
+from fxrules.transaction import first_free
 
 _LIFTED = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
 

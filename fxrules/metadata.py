@@ -11,12 +11,15 @@ raises :class:`MissingMetadata`, which makes the rule skip with a reason.
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
-from collections.abc import Callable, Iterable, Sequence
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
 import torch.fx
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata, _extract_tensor_metadata
 
 
@@ -217,28 +220,99 @@ def fake_value(value: Any) -> Any:
 
 
 def infer_metadata(node: torch.fx.Node) -> None:
-    """Give a new node metadata by running its operation on its inputs' metadata (best effort).
+    """Give a new node metadata by running its operation on fake tensors (best effort), never on real values.
 
-    Inputs that carry FakeTensors run under their fake mode; ``tensor_meta``
-    inputs run on the meta device.  Where that is impossible the node simply
-    gets no metadata, as a node of a graph without metadata would.
+    It runs under the fake mode of its inputs' FakeTensors (or of the graph's inputs), recording ``val``;
+    in a graph with ``tensor_meta`` only, under a fake mode of its own on FakeTensors made from that
+    metadata, recording ``tensor_meta``.  Only a tensor operation runs (:func:`_is_tensor_operation`);
+    kernels without a fake implementation are refused, not run on real data.  Where any of that is
+    impossible the node simply gets no metadata, as a node of a graph without metadata would.
     """
     if node.op == "get_attr":  # a helper's new tensor: its metadata is its own
         _attribute_metadata(node)
         return
     try:
-        args = torch.fx.node.map_aggregate(node.args, fake_value)
-        kwargs = torch.fx.node.map_aggregate(node.kwargs, fake_value)
-        fake_mode = _fake_mode(args, kwargs)
-        with fake_mode if fake_mode is not None else contextlib.nullcontext():
+        mode, records_value = _mode_for(node)
+        args = torch.fx.node.map_aggregate(node.args, lambda value: _fake_input(value, mode))
+        kwargs = torch.fx.node.map_aggregate(node.kwargs, lambda value: _fake_input(value, mode))
+        if not _is_tensor_operation(node, args, kwargs):
+            return
+        with _without_fallback_kernels(mode), mode:
             result = _run(node, args, kwargs)
     except Exception:
         return
     if isinstance(result, torch.Tensor):
-        if fake_mode is not None:
+        if records_value:
             node.meta["val"] = result
         else:
             node.meta["tensor_meta"] = _extract_tensor_metadata(result)
+
+
+def _mode_for(node: torch.fx.Node) -> tuple[FakeTensorMode, bool]:
+    """The fake mode to run a new node under, and whether its result is recorded as ``val`` (the mode is the
+    graph's own) or as ``tensor_meta`` (a mode made for the graph, whose FakeTensors nothing else shares)."""
+    inputs = [_value(n.meta) for n in node.all_input_nodes]
+    mode = _fake_mode(inputs, {}) or _fake_mode([_value(n.meta) for n in node.graph.find_nodes(op="placeholder")], {})
+    if mode is not None:
+        return mode, True
+    own = _MODES.get(node.graph)
+    if own is None:
+        own = _MODES[node.graph] = FakeTensorMode(allow_fallback_kernels=False)
+    return own, False
+
+
+#: The fake mode made for each graph that carries ``tensor_meta`` only.
+_MODES: weakref.WeakKeyDictionary[torch.fx.Graph, FakeTensorMode] = weakref.WeakKeyDictionary()
+
+
+def _fake_input(value: Any, mode: FakeTensorMode) -> Any:
+    """An argument as the fake run sees it: a node becomes its FakeTensor (made from ``tensor_meta`` if need be)."""
+    if not isinstance(value, torch.fx.Node):
+        if isinstance(value, torch.Tensor) and not isinstance(value, FakeTensor):
+            return mode.from_tensor(value, static_shapes=True)
+        return value
+    recorded = _value(value.meta)
+    if recorded is not None:
+        return _fake_input(recorded, mode)
+    tensor_meta = value.meta.get("tensor_meta")
+    if isinstance(tensor_meta, TensorMetadata):
+        with mode:
+            return torch.empty_strided(tensor_meta.shape, tensor_meta.stride, dtype=tensor_meta.dtype)
+    raise MissingMetadata(f"node '{value.name}' has no shape metadata")
+
+
+def _is_tensor_operation(node: torch.fx.Node, args: Any, kwargs: Any) -> bool:
+    """Whether a node's operation only computes on tensors, so running it on fake ones runs nothing else: an
+    operator of ``torch.ops``, a native torch function (``torch.ones``), a function or ``Tensor`` method that
+    torch dispatches for tensor arguments (``torch.overrides``), or an ``operator`` function given a tensor.
+    A Python function a rule names through ``allow=`` is none of these, nor is arithmetic on literals."""
+    target = node.target
+    if node.op == "call_method":
+        return bool(args) and isinstance(args[0], torch.Tensor) \
+            and getattr(torch.Tensor, str(target), None) in _tensor_functions()
+    if node.op != "call_function":
+        return False
+    if isinstance(target, torch._ops.OpOverload | torch._ops.OpOverloadPacket):
+        return True
+    if getattr(target, "__module__", None) == "_operator":
+        return any(isinstance(leaf, torch.Tensor) for leaf in torch.utils._pytree.tree_leaves((args, kwargs)))
+    native = getattr(torch._C._VariableFunctions, getattr(target, "__name__", ""), None)
+    return native is target or target in _tensor_functions()
+
+
+@functools.cache
+def _tensor_functions() -> frozenset[Any]:
+    return frozenset(f for functions in torch.overrides.get_overridable_functions().values() for f in functions)
+
+
+@contextlib.contextmanager
+def _without_fallback_kernels(mode: FakeTensorMode) -> Iterator[None]:
+    """A fake mode runs an operator that has no fake implementation on real zeros by default; not here."""
+    allowed, mode.allow_fallback_kernels = mode.allow_fallback_kernels, False
+    try:
+        yield
+    finally:
+        mode.allow_fallback_kernels = allowed
 
 
 def _attribute_metadata(node: torch.fx.Node) -> None:
@@ -253,12 +327,11 @@ def _attribute_metadata(node: torch.fx.Node) -> None:
 
 
 def _run(node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
-    if node.op == "call_function":
-        return node.target(*args, **kwargs)
+    """A ``call_function`` or ``call_method`` node's operation (:func:`_is_tensor_operation` said which)."""
     if node.op == "call_method":
         receiver, *rest = args
         return getattr(receiver, node.target)(*rest, **kwargs)
-    return None  # a call_module's output metadata would need the module run on fake weights
+    return node.target(*args, **kwargs)
 
 
 def _fake_mode(args: Any, kwargs: Any) -> Any:

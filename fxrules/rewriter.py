@@ -31,89 +31,11 @@ from fxrules.matcher import Match, Skip
 from fxrules.memo import per_object
 from fxrules.metadata import has_metadata, has_side_effects, infer_metadata, tensor_info, written_in_place
 from fxrules.subgraphs import NO_NEW_TENSORS, OUTSIDE, TOP_LEVEL, CallContext, grad_modes
+from fxrules.transaction import Transaction
 
 #: Metadata a replacement inherits from the output it replaces.
 INHERITED_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
 SHAPE_META = ("val", "example_value", "tensor_meta")
-
-
-def first_free(name: str, taken: set[str] | Callable[[str], bool]) -> str:
-    """``name``, or ``name_1``, ``name_2``... : the first that is not taken."""
-    is_taken = taken.__contains__ if isinstance(taken, set) else taken
-    candidate, number = name, 0
-    while is_taken(candidate):
-        number += 1
-        candidate = f"{name}_{number}"
-    return candidate
-
-
-@attrs.define
-class Transaction:
-    """The undo log of one ``apply``: nodes created and retired, uses redirected, attributes added."""
-
-    gm: torch.nn.Module
-    added: list[str] = attrs.Factory(list)
-    created: list[torch.fx.Node] = attrs.Factory(list)
-    # (user, args, kwargs) before a rewrite redirected it: FX replaces args and kwargs, never mutates them
-    redirected: list[tuple[torch.fx.Node, tuple[Any, ...], Mapping[str, Any]]] = attrs.Factory(list)
-    retired: dict[torch.fx.Node, None] = attrs.Factory(dict)  # ordered: nodes rewrites left dead, erased at commit
-    # the graph's name counters (``_Namespace._base_count``) before the first change, copied at the first mark
-    name_counters: dict[str, int] | None = None
-
-    def fresh_name(self, base: str) -> str:
-        stem = "".join(c if c.isalnum() or c == "_" else "_" for c in base).strip("_") or "fxrules"
-        return first_free(stem, lambda name: hasattr(self.gm, name) or name in self.added)
-
-    def add_module(self, base: str, module: torch.nn.Module) -> str:
-        name = self.fresh_name(base)
-        self.gm.add_module(name, module)
-        self.added.append(name)
-        return name
-
-    def add_buffer(self, base: str, tensor: torch.Tensor) -> str:
-        name = self.fresh_name(base)
-        self.gm.register_buffer(name, tensor)
-        self.added.append(name)
-        return name
-
-    def mark(self, graph: torch.fx.Graph) -> tuple[int, int]:
-        """Where the log stands, for :meth:`undo_since` (a rewrite that is skipped halfway).  Every change
-        comes after a mark: the first one also keeps the graph's name counters, for :meth:`rollback`."""
-        if self.name_counters is None:
-            self.name_counters = dict(graph._graph_namespace._base_count)
-        return len(self.created), len(self.added)
-
-    def undo_since(self, mark: tuple[int, int], graph: torch.fx.Graph) -> None:
-        """Erase the nodes and attributes made since ``mark``, newest first (nothing outside uses them yet),
-        and free the nodes' names: erasing a node keeps its name taken."""
-        created, added = mark
-        used_names = graph._graph_namespace._used_names
-        for node in reversed(self.created[created:]):
-            graph.erase_node(node)
-            used_names.discard(node.name)
-        del self.created[created:]
-        for name in reversed(self.added[added:]):
-            self._delete_attribute(name)
-        del self.added[added:]
-
-    def rollback(self, graph: torch.fx.Graph) -> None:
-        """Undo everything, newest first: the graph and module are as they were before ``apply``, down to
-        the names later nodes will get (the name counters are wound back)."""
-        for node, args, kwargs in reversed(self.redirected):
-            node.args, node.kwargs = args, kwargs
-        self.redirected.clear()
-        self.retired.clear()
-        self.undo_since((0, 0), graph)
-        if self.name_counters is not None:
-            counters = graph._graph_namespace._base_count
-            counters.clear()
-            counters.update(self.name_counters)
-
-    def _delete_attribute(self, name: str) -> None:
-        if name in self.gm._modules:
-            del self.gm._modules[name]
-        elif name in self.gm._buffers:
-            del self.gm._buffers[name]
 
 
 class HelperTensor:
@@ -222,9 +144,8 @@ class Rewriter:
         if shape.values is not None:  # x * 1 => x: no node to insert
             return [bindings[key] if is_capture else key for is_capture, key in shape.values], []
         if shape.call is not None and not self.aten_level:
-            node = shape.call.emit(self.graph, bindings, anchor)
+            node = shape.call.emit(self.graph, self.transaction, bindings, anchor)
             if node is not None:
-                self.transaction.created.append(node)
                 return [node], [node]
         emitter = Emitter(self, match)
         with self.graph.inserting_before(anchor):
@@ -264,8 +185,8 @@ class Rewriter:
     def _check_receivers(self, outputs: tuple[torch.fx.Node, ...], values: list[Any]) -> None:
         """Skip a replacement that would make a value other than a node the receiver of a method call.
 
-        The generated code would not compile (``1.contiguous()``), and it is generated after dead-code
-        elimination, when nothing can be undone any more; refused now, the rewrite is still undoable.
+        The generated code would not compile (``1.contiguous()``), and it is generated at the commit, whose
+        failure undoes the whole ``apply``; refused now, only this rewrite is skipped.
         """
         retired = self.transaction.retired
         for output, value in zip(outputs, values, strict=True):
@@ -311,9 +232,8 @@ class Rewriter:
         """Make the live users of ``output`` (but the replacement's own nodes) use ``value``; those users."""
         retired = self.transaction.retired
         users = [user for user in output.users if user not in retired and user not in created]
-        self.transaction.redirected += [(user, user.args, user.kwargs) for user in users]
         for user in users:
-            user.replace_input_with(output, value)
+            self.transaction.replace_input(user, output, value)
         return users
 
     def _retire_dead(self, match: Match) -> list[torch.fx.Node]:
@@ -392,17 +312,11 @@ class Emitter:
             raise Skip("decomposed operator", f"{template.span}: the compiler decomposes {target} before this pass; "
                                               "the replacement must use what it decomposes to")
         if kind is OpKind.MODULE:
-            qualname = self._module_name(template)
-            node = self.graph.call_module(qualname, args, kwargs)
-        elif kind is OpKind.METHOD:
-            node = self.graph.call_method(target, args, kwargs)
+            op, target = "call_module", self._module_name(template)
         else:
-            node = self.graph.call_function(target, args, kwargs)
-        return self._created(node)
-
-    def _created(self, node: torch.fx.Node) -> torch.fx.Node:
+            op = "call_method" if kind is OpKind.METHOD else "call_function"
+        node = self.rewriter.transaction.create_node(self.graph, op, target, args, kwargs)
         self.created.append(node)
-        self.rewriter.transaction.created.append(node)  # logged at once: a later failure must remove it
         return node
 
     def _module_name(self, template: OpTemplate) -> str:
@@ -427,7 +341,9 @@ class Emitter:
             if refused:
                 raise Skip("no new tensors", f"helper '@{template.name}' returned a tensor, but {refused}")
             name = self.rewriter.transaction.add_buffer(template.name, result.detach())
-            return self._created(self.graph.get_attr(name))
+            node = self.rewriter.transaction.get_attr(self.graph, name)
+            self.created.append(node)
+            return node
         return _printable(template, result)
 
     def _call_helper(self, template: HelperTemplate) -> Any:
@@ -488,7 +404,8 @@ class _DirectCall:
     kwargs: tuple[tuple[str, bool, Any], ...]
     foldable: bool  # an ``operator`` function: the Emitter folds it when every argument is a number
 
-    def emit(self, graph: torch.fx.Graph, bindings: Mapping[str, Any], before: torch.fx.Node) -> torch.fx.Node | None:
+    def emit(self, graph: torch.fx.Graph, transaction: Transaction, bindings: Mapping[str, Any],
+             before: torch.fx.Node) -> torch.fx.Node | None:
         """The new node, inserted before ``before``; None when the :class:`Emitter` must do it (module value,
         numbers to fold)."""
         args = tuple(bindings[key] if is_capture else key for is_capture, key in self.args)
@@ -499,7 +416,7 @@ class _DirectCall:
             if isinstance(value, torch.nn.Module):  # the Emitter says why that cannot be
                 return None
         with graph.inserting_before(before):
-            return graph.create_node(self.op, self.target, args, kwargs)
+            return transaction.create_node(graph, self.op, self.target, args, kwargs)
 
 
 @per_object

@@ -1,0 +1,333 @@
+"""The undo log of one ``apply`` on one graph: every change to the graph and its module, undone in place.
+
+``apply`` rewrites the graph itself, not a copy, so that a failure anywhere (an
+exception, a ``KeyboardInterrupt`` between any two steps) can put it back: every
+change goes through a :class:`Transaction`, which records what it needs to undo
+the change *before* making it.  That covers the rewrite (nodes created, uses
+redirected, attributes a helper added) and the commit (nodes erased as dead code,
+the generated code of every ``GraphModule``, submodules and buffers deleted).
+
+Undoing is written to work from any state a change can be interrupted in: a node
+half created or half erased is recognised by what FX did to it so far (its place
+in the node list, the graph's ``find_nodes`` table, the names the graph's
+namespace handed out), not by what the log says was done.  FX keeps those in
+private attributes, which only this module touches.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+import attrs
+import torch
+import torch.fx
+
+#: Attributes ``GraphModule.recompile`` sets on the module and on its own class (each GraphModule has one).
+_CODE_ATTRIBUTES = ("_code", "_lineno_map", "_prologue_start", "_in_spec", "_out_spec")
+_CODE_CLASS_ATTRIBUTES = ("forward", "__call__", "_wrapped_call")
+_ABSENT = object()
+
+
+def first_free(name: str, taken: set[str] | Callable[[str], bool]) -> str:
+    """``name``, or ``name_1``, ``name_2``... : the first that is not taken."""
+    is_taken = taken.__contains__ if isinstance(taken, set) else taken
+    candidate, number = name, 0
+    while is_taken(candidate):
+        number += 1
+        candidate = f"{name}_{number}"
+    return candidate
+
+
+@attrs.frozen
+class _Names:
+    """The graph's namespace before the first change: the names later nodes will get depend on it."""
+
+    counters: dict[str, int]
+    used: set[str]
+    associated: int  # how many objects had names: FX appends each new node's name at the end
+
+
+class _Erased(NamedTuple):  # a tuple: one is made for every node the commit erases
+    """A node the commit erased, and where and how it was, to put it back."""
+
+    node: torch.fx.Node
+    previous: torch.fx.Node
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    sort_key: Any
+
+
+@attrs.frozen
+class _Deleted:
+    """A submodule or buffer the commit deleted: its owner, name, value and place among its siblings."""
+
+    owner: torch.nn.Module
+    table: str  # "_modules" or "_buffers"
+    name: str
+    value: Any
+    position: int
+    persistent: bool
+
+
+@attrs.define
+class Transaction:
+    """The undo log of one ``apply`` on one graph module."""
+
+    gm: torch.nn.Module
+    added: list[str] = attrs.Factory(list)
+    created: list[torch.fx.Node] = attrs.Factory(list)
+    # (user, args, kwargs) before a rewrite redirected it: FX replaces args and kwargs, never mutates them
+    redirected: list[tuple[torch.fx.Node, tuple[Any, ...], Mapping[str, Any]]] = attrs.Factory(list)
+    retired: dict[torch.fx.Node, None] = attrs.Factory(dict)  # ordered: nodes rewrites left dead, erased at commit
+    # existing nodes' users, in order, before the first change to them (FX appends a user it gains back)
+    users: dict[torch.fx.Node, list[torch.fx.Node]] = attrs.Factory(dict)
+    names: _Names | None = None  # taken at the first mark
+    erased: list[_Erased] = attrs.Factory(list)
+    # the order of find_nodes buckets (by table and key) before the first change to the graph
+    buckets: dict[tuple[Any, Any], list[torch.fx.Node]] = attrs.Factory(dict)
+    code: list[tuple[torch.fx.GraphModule, dict[str, Any], dict[str, Any]]] | None = None
+    reprs: list[tuple[torch.fx.Node, Any]] = attrs.Factory(list)  # each node's _repr_fn, which code generation sets
+    deleted: list[_Deleted] = attrs.Factory(list)
+
+    # ------------------------------------------------------------------ the rewrite's changes
+
+    def fresh_name(self, base: str) -> str:
+        stem = "".join(c if c.isalnum() or c == "_" else "_" for c in base).strip("_") or "fxrules"
+        return first_free(stem, lambda name: hasattr(self.gm, name) or name in self.added)
+
+    def add_module(self, base: str, module: torch.nn.Module) -> str:
+        name = self.fresh_name(base)
+        self.added.append(name)  # first: the name is free, so deleting it undoes a half-done add
+        self.gm.add_module(name, module)
+        return name
+
+    def add_buffer(self, base: str, tensor: torch.Tensor) -> str:
+        name = self.fresh_name(base)
+        self.added.append(name)
+        self.gm.register_buffer(name, tensor)
+        return name
+
+    def mark(self, graph: torch.fx.Graph) -> tuple[int, int]:
+        """Where the log stands, for :meth:`undo_since` (a rewrite that is skipped halfway).  Every change
+        comes after a mark: the first one also keeps the graph's namespace, for :meth:`rollback`."""
+        if self.names is None:
+            self._keep_buckets(graph)
+            namespace = graph._graph_namespace
+            self.names = _Names(dict(namespace._base_count), set(namespace._used_names), len(namespace._obj_to_name))
+        return len(self.created), len(self.added)
+
+    def create_node(self, graph: torch.fx.Graph, op: str, target: Any, args: tuple[Any, ...],
+                    kwargs: dict[str, Any]) -> torch.fx.Node:
+        """``graph.create_node`` at the insertion point, logged; the users of its inputs are kept first."""
+        torch.fx.node.map_arg((args, kwargs), self.keep_users)
+        node = graph.create_node(op, target, args, kwargs)
+        self.created.append(node)
+        return node
+
+    def get_attr(self, graph: torch.fx.Graph, name: str) -> torch.fx.Node:
+        node = graph.get_attr(name)
+        self.created.append(node)
+        return node
+
+    def replace_input(self, user: torch.fx.Node, old: torch.fx.Node, new: Any) -> None:
+        """``user.replace_input_with(old, new)``, logged."""
+        self.keep_users(old)
+        if isinstance(new, torch.fx.Node):
+            self.keep_users(new)
+        self.redirected.append((user, user.args, user.kwargs))
+        user.replace_input_with(old, new)
+
+    def keep_users(self, node: torch.fx.Node) -> torch.fx.Node:
+        if node not in self.users:
+            self.users[node] = list(node.users)
+        return node
+
+    def _keep_buckets(self, graph: torch.fx.Graph) -> None:
+        """Keep the order of every ``find_nodes`` bucket of ``graph`` (the first time): FX moves a node to the
+        end of its bucket whenever one of its attributes is set (``Node.__setattr__``), its arguments too."""
+        table = graph._find_nodes_lookup_table
+        for key, bucket in table.table.items():
+            self.buckets.setdefault((table, key), list(bucket))
+
+    def undo_since(self, mark: tuple[int, int], graph: torch.fx.Graph) -> None:
+        """Erase the nodes and attributes made since ``mark``, newest first (nothing outside uses them yet),
+        and free the nodes' names: erasing a node keeps its name taken."""
+        created, added = mark
+        used_names = graph._graph_namespace._used_names
+        for node in reversed(self.created[created:]):
+            graph.erase_node(node)
+            used_names.discard(node.name)
+        del self.created[created:]
+        for name in reversed(self.added[added:]):
+            _delete_attribute(self.gm, name)
+        del self.added[added:]
+
+    # ------------------------------------------------------------------ the commit's changes
+
+    def erase_dead(self, graph: torch.fx.Graph, removable: Callable[[torch.fx.Node], bool]) -> None:
+        """Erase, last to first, every node nothing uses that ``removable`` allows, as
+        ``Graph.eliminate_dead_code`` does, logging each before it goes."""
+        self._keep_buckets(graph)
+        for node in reversed(graph.nodes):
+            if node.users or not removable(node):
+                continue
+            for used in node.all_input_nodes:
+                self.keep_users(used)
+            self.erased.append(_Erased(node, node._prev, node.args, node.kwargs, node._sort_key))
+            graph.erase_node(node)
+        self.retired.clear()  # erased: each retired node's users are retired, and come after it
+
+    def recompile(self, gm: torch.fx.GraphModule) -> None:
+        """``gm.recompile()``, which recompiles every GraphModule under ``gm``; their generated code is kept
+        first (the first time), and so is what code generation sets on each node of their graphs (its repr
+        function, through ``Node.__setattr__``, which moves the node in its ``find_nodes`` bucket)."""
+        if self.code is not None:
+            gm.recompile()
+            return
+        modules = [module for module in gm.modules() if isinstance(module, torch.fx.GraphModule)]
+        self.code = [(module, {key: module.__dict__.get(key, _ABSENT) for key in _CODE_ATTRIBUTES},
+                      {key: vars(type(module)).get(key, _ABSENT) for key in _CODE_CLASS_ATTRIBUTES})
+                     for module in modules]
+        for module in modules:
+            self._keep_buckets(module.graph)
+            self.reprs += [(node, node._repr_fn) for node in module.graph.nodes]
+        gm.recompile()
+
+    def delete_submodule(self, gm: torch.fx.GraphModule, target: str) -> None:
+        """``gm.delete_submodule(target)``, logged."""
+        owner_path, _, name = target.rpartition(".")
+        self._keep_deleted(gm.get_submodule(owner_path), "_modules", name)
+        gm.delete_submodule(target)
+
+    def delete_buffer(self, name: str) -> None:
+        """Delete a buffer of the module itself, logged."""
+        self._keep_deleted(self.gm, "_buffers", name)
+        delattr(self.gm, name)
+
+    def _keep_deleted(self, owner: torch.nn.Module, table: str, name: str) -> None:
+        entries = getattr(owner, table)
+        if name not in entries:  # not a submodule: deleting it changes nothing
+            return
+        position = list(entries).index(name)
+        self.deleted.append(_Deleted(owner, table, name, entries[name], position,
+                                     name not in owner._non_persistent_buffers_set))
+
+    # ------------------------------------------------------------------ undoing
+
+    def rollback(self, graph: torch.fx.Graph) -> None:
+        """Undo everything, newest first: the graph, its nodes (their users in order), the module's code,
+        submodules and buffers are as they were before ``apply``, down to the names later nodes will get."""
+        self._restore_deleted()
+        self._restore_code()
+        self._restore_erased(graph)
+        for node, args, kwargs in reversed(self.redirected):
+            node.args, node.kwargs = args, kwargs
+        self._discard_created(graph)
+        for node, users in self.users.items():
+            if node._erased:  # made by the rewrite, discarded
+                continue
+            node.users.clear()
+            node.users.update(dict.fromkeys(users))
+        for (table, key), order in self.buckets.items():  # as when it was kept, but the nodes made since
+            table.table[key].clear()
+            table.table[key].update((node, None) for node in order if not node._erased)
+        own = graph._find_nodes_lookup_table
+        if self.buckets:  # a bucket the rewrite opened for a new kind of node goes too
+            for key in [key for key, bucket in own.table.items() if not bucket and (own, key) not in self.buckets]:
+                del own.table[key]
+        self._restore_names(graph)
+        graph._len = sum(1 for _ in graph.nodes)
+        for name in reversed(self.added):
+            _delete_attribute(self.gm, name)
+        self.added.clear()
+        self.created.clear()
+        self.redirected.clear()
+        self.retired.clear()
+        self.users.clear()
+        self.buckets.clear()
+
+    def _restore_deleted(self) -> None:
+        for deleted in reversed(self.deleted):
+            entries = getattr(deleted.owner, deleted.table)
+            if deleted.name in entries:  # interrupted before it went
+                continue
+            items = list(entries.items())
+            items.insert(deleted.position, (deleted.name, deleted.value))
+            entries.clear()
+            entries.update(items)
+            if deleted.table == "_buffers" and not deleted.persistent:
+                deleted.owner._non_persistent_buffers_set.add(deleted.name)
+        self.deleted.clear()
+
+    def _restore_code(self) -> None:
+        for module, attributes, class_attributes in reversed(self.code or ()):
+            for key, value in attributes.items():
+                if value is _ABSENT:
+                    module.__dict__.pop(key, None)
+                else:
+                    module.__dict__[key] = value
+            cls = type(module)
+            for key, value in class_attributes.items():
+                if value is not _ABSENT:
+                    setattr(cls, key, value)
+                elif key in vars(cls):
+                    delattr(cls, key)
+        for node, repr_function in self.reprs:
+            if node._repr_fn is not repr_function:
+                node._repr_fn = repr_function
+        self.code = None
+        self.reprs.clear()
+
+    def _restore_erased(self, graph: torch.fx.Graph) -> None:
+        """Put the erased nodes back, last erased first, from wherever their erasure stopped."""
+        table = graph._find_nodes_lookup_table
+        for erased in reversed(self.erased):
+            node = erased.node
+            if node not in table:
+                table.insert(node)
+            if erased.previous._next is not node:
+                erased.previous.append(node)  # its stale links still name its neighbours: unlinking them is a no-op
+            node._erased = False
+            node._sort_key = erased.sort_key
+            node.args, node.kwargs = erased.args, erased.kwargs
+        self.erased.clear()
+
+    def _discard_created(self, graph: torch.fx.Graph) -> None:
+        """Take out every node made since the first mark, newest first, however far its making got: those
+        the log names, and those the namespace has named since (made but not logged yet)."""
+        created = dict.fromkeys(self.created)
+        if self.names is not None:
+            named = itertools.islice(graph._graph_namespace._obj_to_name, self.names.associated, None)
+            created.update((n, None) for n in named if isinstance(n, torch.fx.Node) and n.graph is graph)
+        table = graph._find_nodes_lookup_table
+        for node in reversed(created):
+            if node._erased:
+                continue
+            if node in table:
+                table.remove(node)
+            if node._prev is not node and node._prev._next is node:
+                node._remove_from_list()
+            node._erased = True
+            node.args, node.kwargs = (), {}  # its inputs lose it as a user (their order is restored after)
+
+    def _restore_names(self, graph: torch.fx.Graph) -> None:
+        if self.names is None:
+            return
+        namespace = graph._graph_namespace
+        namespace._base_count.clear()
+        namespace._base_count.update(self.names.counters)
+        namespace._used_names.clear()
+        namespace._used_names.update(self.names.used)
+        associated = namespace._obj_to_name
+        for obj in list(itertools.islice(associated, self.names.associated, None)):
+            del associated[obj]
+        self.names = None
+
+
+def _delete_attribute(gm: torch.nn.Module, name: str) -> None:
+    if name in gm._modules:
+        del gm._modules[name]
+    elif name in gm._buffers:
+        del gm._buffers[name]
