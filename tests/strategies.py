@@ -30,7 +30,7 @@ import torch.fx
 import torch.nn.functional as F  # noqa: N812 - the spelling the rules use
 from hypothesis import strategies as st
 
-from fxrules.metadata import propagate_shapes
+from fxrules.shape_propagation import propagate_shapes
 
 SHAPE = (3, 3)
 Node = torch.fx.Node

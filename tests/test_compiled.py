@@ -24,7 +24,7 @@ import fxrules
 from fxrules.compiled import Candidates, compile_rule, compile_ruleset
 from fxrules.ir import Rule, RuleSet
 from fxrules.matcher import Match, Matcher, Skip
-from fxrules.metadata import propagate_shapes
+from fxrules.shape_propagation import propagate_shapes
 from tests.conftest import slow_examples, trace
 from tests.strategies import GeneratedGraph, graphs, with_metadata
 from tests.test_differential import RULES as DIFFERENTIAL_RULES

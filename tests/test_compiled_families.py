@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 import fxrules
 from fxrules.compiled import CompiledRuleSet, compile_rule, compile_ruleset
 from fxrules.matcher import Match, Skip
-from fxrules.metadata import propagate_shapes
+from fxrules.shape_propagation import propagate_shapes
 from tests.conftest import trace
 from tests.models import MODELS
 from tests.strategies import GeneratedGraph, graphs
