@@ -22,6 +22,7 @@ generator are never touched.
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -69,7 +70,8 @@ def propagate_shapes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
 
     fake_mode = FakeTensorMode(shape_env=ShapeEnv(specialize_zero_one=False, duck_shape=False))
     try:
-        with FakeCopyMode(fake_mode):
+        with FakeCopyMode(fake_mode), warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch's deprecations met copying a pytree codegen
             fake_module = copy.deepcopy(gm)  # parameters and buffers as FakeTensors of the same (static) sizes
         inputs = tree_map_only(torch.Tensor, lambda t: _fake_input(fake_mode, t, static_shapes), example_inputs)
         _Propagation(fake_module, gm.graph, fake_mode, _described(gm, example_inputs)).propagate(inputs)
