@@ -57,6 +57,12 @@ class Training(torch.nn.Module):
         return self.drop(self.bn(x)).sum(0) / x.shape[0]
 
 
+@torch.fx.wrap
+def interrupted(x: torch.Tensor) -> torch.Tensor:
+    """Stands for a user pressing Ctrl-C while shapes are propagated."""
+    raise KeyboardInterrupt
+
+
 def skips(report: fxrules.Report) -> dict[str, dict[str, int]]:
     return {rule.name: dict(rule.skip_counts) for rule in report.rules if rule.skip_counts}
 
@@ -214,6 +220,13 @@ def test_metadata_is_taken_back_when_apply_fails() -> None:
 
     with pytest.raises(fxrules.FxrApplyError):
         fxrules.apply(gm, rules, example_inputs=[torch.randn(4, 3)], helpers={"boom": boom})
+    assert not any("val" in node.meta for node in gm.graph.nodes)
+
+
+def test_an_interrupted_propagation_leaves_no_metadata() -> None:
+    gm = trace(lambda x: interrupted(torch.relu(x)))
+    with pytest.raises(KeyboardInterrupt):
+        fxrules.apply(gm, ALL, example_inputs=[torch.randn(4, 3)])
     assert not any("val" in node.meta for node in gm.graph.nodes)
 
 
