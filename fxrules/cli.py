@@ -5,6 +5,7 @@
 ``fxrules apply RULES --model module:factory [--input-shape 2,3 ...] [--output F.py]``
                              trace the model, apply, print the report and a diff of the code.
 ``fxrules explain RULES --model module:factory``  the same, with near misses.
+``--static-shapes`` (apply, explain): rules may specialize the graph to the ``--input-shape`` sizes.
 ``fxrules demo``             the bundled rulesets on two small models, measured.
 ``fxrules verify FILE... [--examples N] [--seed S] [--json]``
                              check each rule's soundness; exit 1 if one is unsound.
@@ -87,7 +88,8 @@ def _apply(args: argparse.Namespace, explain: bool) -> int:
     before = gm.code
     inputs = _shapes(args.input_shape) if args.input_shape else None
     try:
-        report = apply(gm, args.rules, example_inputs=inputs, allow=args.allow, explain=explain)
+        report = apply(gm, args.rules, example_inputs=inputs, allow=args.allow, explain=explain,
+                       static_shapes=args.static_shapes)
     except FxrError as error:
         print(error, file=sys.stderr)
         return 1
@@ -123,6 +125,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         command.add_argument("--model", required=True, help="package.module:factory returning an nn.Module")
         command.add_argument("--input-shape", action="append", default=[], help="e.g. 2,3 (one per input)")
         command.add_argument("--output", help="write the rewritten code to this file")
+        command.add_argument("--static-shapes", action="store_true",
+                             help="let rules specialize the graph to the --input-shape sizes (static_shapes=True)")
     check_rules = commands.add_parser("verify", help="check that rules are sound on generated inputs")
     check_rules.add_argument("files", nargs="+", help=".fxr files or bundled ruleset names")
     check_rules.add_argument("--examples", type=int, default=100, help="hypothesis examples per rule")

@@ -58,9 +58,11 @@ from fxrules.exported import RewrittenProgram, rewrite_program
 from fxrules.ir import Rule, RuleSet
 from fxrules.loader import load
 from fxrules.matcher import Match, Matcher, Miss, Nodes, RuleIndex, Skip, in_graph_order
-from fxrules.metadata import has_side_effects, propagate_shapes
+from fxrules.metadata import has_side_effects
 from fxrules.report import Report, ReportBuilder, combine
 from fxrules.rewriter import Rewrite, Rewriter, Transaction
+from fxrules.shape_propagation import check_example_inputs, propagate_shapes
+from fxrules.sizes import fixed
 from fxrules.subgraphs import TOP_LEVEL, CallContext, higher_order_subgraphs
 
 RulesArgument = str | Path | RuleSet | Sequence["str | Path | RuleSet"]
@@ -159,8 +161,9 @@ class _Run:
     """One ``apply``: the passes over a working copy, then the commit."""
 
     def __init__(self, gm: torch.fx.GraphModule, ruleset: RuleSet, helpers: Mapping[str, Callable[..., Any]],
-                 max_passes: int, explain: bool, context: CallContext = TOP_LEVEL) -> None:
+                 max_passes: int, explain: bool, context: CallContext = TOP_LEVEL, static_shapes: bool = False) -> None:
         self.gm = gm
+        self.static_shapes = static_shapes  # a rule may specialize the graph to its metadata's example sizes
         self.context = context  # how higher-order operators run the graph, when it is one of their subgraphs
         self.ruleset = ruleset
         self.helpers = helpers
@@ -194,7 +197,8 @@ class _Run:
             self.report.passes = 1
             self.report.match_seconds = time.perf_counter() - rewritten.started
             return
-        rewritten.fired = self._passes(graph, candidates, rewritten.transaction)
+        with fixed(self.gm, self.static_shapes):
+            rewritten.fired = self._passes(graph, candidates, rewritten.transaction)
 
     def _narrowing(self, found: Candidates,
                    among: set[torch.fx.Node] | None = None) -> Callable[[Rule], Nodes | None]:
@@ -584,13 +588,13 @@ def _neighbourhood(seeds: set[torch.fx.Node], depth: int,
 @overload
 def apply(gm: torch.fx.GraphModule, rules: RulesArgument, *, example_inputs: Sequence[Any] | None = None,
           allow: Iterable[str] = (), helpers: Mapping[str, Callable[..., Any]] | None = None,
-          max_passes: int = 100, explain: bool = False) -> Report: ...
+          max_passes: int = 100, explain: bool = False, static_shapes: bool = False) -> Report: ...
 
 
 @overload
 def apply(gm: ExportedProgram, rules: RulesArgument, *, example_inputs: Sequence[Any] | None = None,
           allow: Iterable[str] = (), helpers: Mapping[str, Callable[..., Any]] | None = None,
-          max_passes: int = 100, explain: bool = False) -> ExportedProgram: ...
+          max_passes: int = 100, explain: bool = False, static_shapes: bool = False) -> ExportedProgram: ...
 
 
 def apply(
@@ -602,13 +606,18 @@ def apply(
     helpers: Mapping[str, Callable[..., Any]] | None = None,
     max_passes: int = 100,
     explain: bool = False,
+    static_shapes: bool = False,
 ) -> Report | ExportedProgram:
     """Rewrite ``gm`` in place with ``rules`` until no rule fires, and report what happened.
 
     ``rules`` is a path, a bundled ruleset name (``"algebra.fxr"``), a
-    ``RuleSet``, or a list of them.  With ``example_inputs``, shape metadata
-    is propagated first so typed captures and guards can use it.  If anything
-    fails, ``gm`` is left exactly as it was and an ``FxrError`` is raised.
+    ``RuleSet``, or a list of them.  With ``example_inputs`` (a list or tuple,
+    one value per graph input), shape metadata is propagated first so typed
+    captures and guards can use it; its sizes are symbols, not the examples'
+    (:mod:`fxrules.shape_propagation`).  A rule that would specialize the graph
+    to a size the graph leaves symbolic is skipped (``dynamic size``) unless
+    ``static_shapes=True``.  If anything fails, ``gm`` is left exactly as it
+    was and an ``FxrError`` is raised.
 
     Given a ``torch.export`` ``ExportedProgram``, it returns a new program
     (the input is not changed); :func:`apply_program` returns its report too.
@@ -617,15 +626,19 @@ def apply(
         if example_inputs is not None:
             raise FxrUsageError("an ExportedProgram carries its own shape metadata: give apply no example_inputs")
         return apply_program(gm, rules, allow=allow, helpers=helpers, max_passes=max_passes,
-                             explain=explain).program
+                             explain=explain, static_shapes=static_shapes).program
     module = _check_module(gm)
+    if example_inputs is not None:
+        example_inputs = check_example_inputs(module, example_inputs)
     ruleset = load_rules(rules, allow)
     helper_table = checked_options(ruleset, helpers, max_passes)
-    restore_metadata = propagate_shapes(module, example_inputs) if example_inputs is not None else None
+    restore_metadata = None
+    if example_inputs is not None:
+        restore_metadata = propagate_shapes(module, example_inputs, static_shapes)
     try:
-        runs = [(path, _Run(sub, ruleset, helper_table, max_passes, explain, context))
+        runs = [(path, _Run(sub, ruleset, helper_table, max_passes, explain, context, static_shapes))
                 for path, sub, context in higher_order_subgraphs(module)]
-        runs.append(("", _Run(module, ruleset, helper_table, max_passes, explain)))
+        runs.append(("", _Run(module, ruleset, helper_table, max_passes, explain, static_shapes=static_shapes)))
         return _rewrite_all(runs)
     except BaseException:
         if restore_metadata is not None:  # all or nothing: the shapes propagated for this apply go too
@@ -665,7 +678,7 @@ def _rewrite_all(runs: list[tuple[str, _Run]]) -> Report:
 
 def apply_program(program: ExportedProgram, rules: RulesArgument, *, allow: Iterable[str] = (),
                   helpers: Mapping[str, Callable[..., Any]] | None = None, max_passes: int = 100,
-                  explain: bool = False) -> RewrittenProgram:
+                  explain: bool = False, static_shapes: bool = False) -> RewrittenProgram:
     """Rewrite a ``torch.export`` program: a new, valid ``ExportedProgram`` and the report.
 
     Parameters, buffers and constants are visible to helpers as in a traced
@@ -675,4 +688,4 @@ def apply_program(program: ExportedProgram, rules: RulesArgument, *, allow: Iter
         raise FxrUsageError(f"apply_program needs a torch.export.ExportedProgram, got {type(program).__name__}")
     ruleset = load_rules(rules, allow)
     return rewrite_program(program, lambda gm: apply(gm, ruleset, helpers=helpers, max_passes=max_passes,
-                                                     explain=explain))
+                                                     explain=explain, static_shapes=static_shapes))

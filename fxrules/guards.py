@@ -34,6 +34,7 @@ from fxrules.ir import (
     GuardUnary,
 )
 from fxrules.metadata import MissingMetadata, TensorInfo, UnknownTensor
+from fxrules.sizes import DynamicSize, dynamic_size, is_size_error
 
 
 def inverse_permutation(permutation: Any) -> list[int]:
@@ -53,8 +54,10 @@ def broadcasts_to(shape: Any, target: Any) -> bool:
 
 
 def is_static(value: Any) -> bool:
-    """True when every dim of a tensor's shape is a plain int (not symbolic)."""
-    return all(type(size) is int for size in read_attribute(value, "shape"))
+    """True when every dim of a tensor's shape is known: a plain int, or a symbol the graph fixes.  A dim the
+    graph leaves symbolic makes the guard depend on a size (skip reason ``dynamic size``), unless the caller
+    asked for static shapes."""
+    return all(isinstance(int(size), int) for size in read_attribute(value, "shape"))
 
 
 def is_computed(value: Any) -> bool:
@@ -211,18 +214,24 @@ def holds(guard: Guard, lookup: Callable[[str], Any]) -> bool:
     """True when every condition of ``guard`` holds.
 
     ``lookup(name)`` returns a bound value (a :class:`TensorInfo` for tensors).
-    Raises :class:`GuardError` for a guard that fails to evaluate and
-    :class:`MissingMetadata` when a tensor attribute is unknown.
+    Raises :class:`GuardError` for a guard that fails to evaluate,
+    :class:`MissingMetadata` when a tensor attribute is unknown and
+    :class:`~fxrules.sizes.DynamicSize` when the answer depends on a size the
+    graph leaves symbolic.
     """
-    return all(bool(evaluate(condition, lookup)) for condition in guard.conditions)
+    return all(evaluate(condition, lookup, truth=True) for condition in guard.conditions)
 
 
-def evaluate(expr: GuardExpr, lookup: Callable[[str], Any]) -> Any:
+def evaluate(expr: GuardExpr, lookup: Callable[[str], Any], truth: bool = False) -> Any:
+    """The value of ``expr`` (with ``truth``, its truth: for a symbolic size, that is a question too)."""
     try:
-        return _evaluate(expr, lookup)
-    except (GuardError, MissingMetadata):
+        value = _evaluate(expr, lookup)
+        return bool(value) if truth else value
+    except (GuardError, MissingMetadata, DynamicSize):
         raise
     except Exception as error:
+        if is_size_error(error):
+            raise dynamic_size(error, f"{expr.span}: the guard") from None
         raise GuardError(f"{expr.span}: {type(error).__name__}: {error}") from error
 
 

@@ -62,6 +62,7 @@ from fxrules.ir import (
 from fxrules.memo import per_object
 from fxrules.metadata import MissingMetadata, NotATensor, guard_view, tensor_info
 from fxrules.signatures import BoundCall, CallSignature, holds_default, literal_equal
+from fxrules.sizes import OPT_IN, DynamicSize, is_size_error
 
 _MISSING = object()
 
@@ -538,6 +539,8 @@ class Matcher:
                                            "(pass example_inputs= to apply, or use torch.export)") from None
         except GuardError as error:
             raise Skip("guard error", str(error)) from None
+        except DynamicSize as dynamic:
+            raise Skip("dynamic size", str(dynamic)) from None
         if not ok:
             self.misses.fail(state, "guard", lambda: "the where: condition is false", rule.guard.conditions[0].span)
             raise Skip("guard false", "the where: condition is false")
@@ -809,8 +812,9 @@ def tensor_fit(name: str, declared: TensorType, value: Any,
     """How ``value`` fits the tensor type of capture ``name``, given the dims already ``bound``.
 
     A mapping: it fits, binding these dims (in the type's order); :class:`Unfit`: it does not (not a tensor,
-    another dtype, rank or size); a ``missing metadata`` :class:`Skip`: the node has no shape metadata, so
-    only a structurally complete match may report it.
+    another dtype, rank or size); a ``missing metadata`` :class:`Skip`: the node has no shape metadata, or a
+    ``dynamic size`` one: whether it fits depends on a symbolic size; only a structurally complete match may
+    report either.
     """
     if value is None and declared.or_none:
         return {}
@@ -829,7 +833,14 @@ def tensor_fit(name: str, declared: TensorType, value: Any,
                              f"{', '.join(map(str, declared.dtypes))}")
     if declared.dims is None:
         return {}
-    unified = unify_dims(declared.dims, tuple(info.shape), bound)
+    try:
+        unified = unify_dims(declared.dims, tuple(info.shape), bound)
+    except Exception as error:
+        if not is_size_error(error):
+            raise
+        shape = tuple(info.shape)  # the names of the exception are unbound once the handler ends
+        return Skip("dynamic size", lambda: f"'{name}' has shape {shape}: whether it fits {_show_dims(declared.dims)} "
+                                            f"depends on a size the graph leaves symbolic; {OPT_IN}")
     if unified is None:
         return Unfit(lambda: f"'{name}' has shape {tuple(info.shape)}, which does not fit "
                              f"{_show_dims(declared.dims)}")

@@ -14,13 +14,13 @@ import contextlib
 import functools
 import operator
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
-from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata, _extract_tensor_metadata
+from torch.fx.passes.shape_prop import TensorMetadata, _extract_tensor_metadata
 
 
 class MissingMetadata(Exception):  # noqa: N818 - it is a condition, not a failure
@@ -166,45 +166,6 @@ def _value(meta: dict[str, Any]) -> Any:
 
 def has_metadata(node: torch.fx.Node) -> bool:
     return any(key in node.meta for key in ("val", "example_value", "tensor_meta"))
-
-
-#: The ``node.meta`` keys ``ShapeProp`` writes.
-_SHAPE_PROP_KEYS = ("tensor_meta", "type", "unbacked_bindings")
-
-
-def propagate_shapes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[[], None]:
-    """Fill ``tensor_meta`` of every node by running the graph on ``example_inputs`` (``ShapeProp``); returns
-    what puts the nodes' metadata back as it was, for an ``apply`` that fails.
-
-    The run is for the shapes only, so it leaves no other trace: ``apply`` must leave ``gm`` as it was
-    when nothing fires or something fails.  A forward may update buffers in place (a training-mode
-    BatchNorm's running statistics), change its inputs in place (``x.add_(1)``) or draw random numbers:
-    the buffers are restored, the inputs are copies, and the random number generator's state is restored.
-    """
-    before = [(node, {key: node.meta[key] for key in _SHAPE_PROP_KEYS if key in node.meta}) for node in gm.graph.nodes]
-
-    def restore_metadata() -> None:
-        for node, kept in before:
-            for key in _SHAPE_PROP_KEYS:
-                node.meta.pop(key, None)
-            node.meta.update(kept)
-
-    buffers = [(buffer, buffer.clone()) for buffer in gm.buffers()]
-    inputs = [value.clone() if isinstance(value, torch.Tensor) else value for value in example_inputs]
-    tensors = [*inputs, *gm.parameters(), *gm.buffers()]
-    cuda = sorted({t.device.index or 0 for t in tensors if isinstance(t, torch.Tensor) and t.device.type == "cuda"})
-    try:
-        with torch.random.fork_rng(devices=cuda):
-            ShapeProp(gm).propagate(*inputs)
-    except BaseException:
-        restore_metadata()
-        raise
-    finally:
-        with torch.no_grad():
-            for buffer, value in buffers:  # compared: kernels such as batch_norm update without a version bump
-                if not torch.equal(buffer, value):
-                    buffer.copy_(value)
-    return restore_metadata
 
 
 def fake_value(value: Any) -> Any:

@@ -32,7 +32,7 @@ class StopReason(enum.Enum):
 class SkippedMatch:
     """A pattern that matched but could not be used, and why."""
 
-    reason: str  # escaping user, impure, cycle, guard false, guard error, missing metadata, overlap, grad mode...
+    reason: str  # escaping user, impure, cycle, guard false, guard error, missing metadata, dynamic size, overlap...
     node: str
     detail: str
 

@@ -30,6 +30,7 @@ from fxrules.ir import Capture, HelperTemplate, Literal, OpKind, OpTemplate, Rul
 from fxrules.matcher import Match, Skip
 from fxrules.memo import per_object
 from fxrules.metadata import has_metadata, has_side_effects, infer_metadata, tensor_info, written_in_place
+from fxrules.sizes import SYMBOLIC, DynamicSize, dynamic_size, is_size_error, literal
 from fxrules.subgraphs import NO_NEW_TENSORS, OUTSIDE, TOP_LEVEL, CallContext, grad_modes
 from fxrules.transaction import Transaction
 
@@ -141,6 +142,8 @@ class Rewriter:
         """The replacement's values (one per output) and the nodes made for them, before ``anchor``."""
         shape = _replacement_shape(match.rule)
         bindings = match.bindings
+        if any(isinstance(value, SYMBOLIC) for value in bindings.values()):
+            shape = _ReplacementShape()  # a symbolic dim of a typed capture: the Emitter makes it a literal or skips
         if shape.values is not None:  # x * 1 => x: no node to insert
             return [bindings[key] if is_capture else key for is_capture, key in shape.values], []
         if shape.call is not None and not self.aten_level:
@@ -275,7 +278,8 @@ class Emitter:
 
     def emit(self, template: Template) -> Any:
         if isinstance(template, Capture):
-            return self.match.bindings[template.name]
+            value = self.match.bindings[template.name]
+            return _size_literal(value, f"'{template.name}'") if isinstance(value, SYMBOLIC) else value
         if isinstance(template, Literal):
             return template.value
         if isinstance(template, SeqTemplate):
@@ -344,13 +348,18 @@ class Emitter:
             node = self.rewriter.transaction.get_attr(self.graph, name)
             self.created.append(node)
             return node
-        return _printable(template, result)
+        return _printable(template, _size_literal(result, f"the result of helper '@{template.name}'"))
 
     def _call_helper(self, template: HelperTemplate) -> Any:
         function = self.rewriter.helpers[template.name]
         args = [self._helper_argument(self.emit(a)) for a in template.args]
         kwargs = {name: self._helper_argument(self.emit(v)) for name, v in template.kwargs}
-        return function(*args, **kwargs)
+        try:
+            return function(*args, **kwargs)
+        except Exception as error:
+            if is_size_error(error):  # it read a symbolic size as a number: its result would bake the example's
+                raise Skip("dynamic size", str(dynamic_size(error, f"helper '@{template.name}'"))) from None
+            raise
 
     def _helper_argument(self, value: Any) -> Any:
         if isinstance(value, torch.fx.Node):
@@ -490,6 +499,15 @@ def _check_order(anchor: torch.fx.Node, outputs: tuple[torch.fx.Node, ...], valu
     if late:
         raise Skip("order", f"the replacement uses {', '.join(late)}, defined after the output it would "
                             f"replace or after the first output '{anchor.name}'")
+
+
+def _size_literal(value: Any, what: str) -> Any:
+    """A value bound to the replacement, with symbolic sizes made literals (:func:`fxrules.sizes.literal`), or a
+    ``dynamic size`` skip."""
+    try:
+        return literal(value, what)
+    except DynamicSize as dynamic:
+        raise Skip("dynamic size", str(dynamic)) from None
 
 
 def _foldable(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:

@@ -29,8 +29,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F  # noqa: N812 - the spelling the rules use
 from hypothesis import strategies as st
-
-from fxrules.metadata import propagate_shapes
+from torch.fx.passes.shape_prop import ShapeProp
 
 SHAPE = (3, 3)
 Node = torch.fx.Node
@@ -316,7 +315,7 @@ def with_metadata(draw: st.DrawFn, graph: GeneratedGraph) -> GeneratedGraph:
     if coverage == "none":
         return graph
     example = [torch.ones(SHAPE, dtype=draw(st.sampled_from(METADATA_DTYPES))) for _ in range(graph.n_inputs)]
-    propagate_shapes(graph.gm, example)
+    ShapeProp(graph.gm).propagate(*example)
     if coverage == "some":
         for node in graph.gm.graph.nodes:
             kept = draw(st.sampled_from(("shape", "none", "not a tensor")))

@@ -19,12 +19,12 @@ import pytest
 import torch
 import torch.fx
 from hypothesis import HealthCheck, given, settings
+from torch.fx.passes.shape_prop import ShapeProp
 
 import fxrules
 from fxrules.compiled import Candidates, compile_rule, compile_ruleset
 from fxrules.ir import Rule, RuleSet
 from fxrules.matcher import Match, Matcher, Skip
-from fxrules.metadata import propagate_shapes
 from tests.conftest import slow_examples, trace
 from tests.strategies import GeneratedGraph, graphs, with_metadata
 from tests.test_differential import RULES as DIFFERENTIAL_RULES
@@ -339,7 +339,7 @@ def test_typed_rules_agree_whatever_metadata_the_graph_has(coverage: str) -> Non
 
     gm = trace(f)
     if coverage != "no node":
-        propagate_shapes(gm, (torch.randn(2, 3), torch.randn(4, 3), torch.randn(4), torch.randn(3, 3)))
+        ShapeProp(gm).propagate(torch.randn(2, 3), torch.randn(4, 3), torch.randn(4), torch.randn(3, 3))
     if coverage == "some nodes":  # the inputs x and b, and every other node
         for node in [n for n in gm.graph.nodes if n.name in ("x", "b")] + list(gm.graph.nodes)[5::2]:
             node.meta.clear()

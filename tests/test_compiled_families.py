@@ -20,11 +20,11 @@ import pytest
 import torch
 import torch.fx
 from hypothesis import HealthCheck, given, settings
+from torch.fx.passes.shape_prop import ShapeProp
 
 import fxrules
 from fxrules.compiled import CompiledRuleSet, compile_rule, compile_ruleset
 from fxrules.matcher import Match, Skip
-from fxrules.metadata import propagate_shapes
 from tests.conftest import trace
 from tests.models import MODELS
 from tests.strategies import GeneratedGraph, graphs
@@ -239,6 +239,6 @@ def test_bundled_rules_agree_on_real_models(model: str, shapes: bool) -> None:
     case = MODELS[model]()
     if shapes:
         with torch.no_grad():
-            propagate_shapes(case.gm, case.inputs)
+            ShapeProp(case.gm).propagate(*case.inputs)
     for name in BUNDLED:
         check_agreement(case.gm, fxrules.load(name))

@@ -173,6 +173,7 @@ class Example:
     expected_ops: list[str]
     fired: dict[str, int] | None = None  # default: {rule: 1}
     example_inputs: bool = False
+    static_shapes: bool = False  # the rule reads sizes: it fires on the example's only when asked to specialize
     helpers: dict[str, Callable[..., Any]] = field(default_factory=dict)
 
     @property
@@ -325,7 +326,7 @@ EXAMPLES: list[Example] = [
     Example("docs", "view_of_view", lambda: lambda a: a.view(24).view((6, 4)), randn(4, 6), ["method:view"]),
     # §10
     Example("docs", "mm_aligned", lambda: _matmul, lambda: [torch.randn(2, 16), torch.randn(16, 3)], ["mm"],
-            example_inputs=True),
+            example_inputs=True, static_shapes=True),
     Example("docs", "float_of_float", lambda: lambda a: a.float() * 2, randn(4, 6), ["mul"], example_inputs=True),
     Example("docs", "leaky_one_is_identity", lambda: lambda a: F.leaky_relu(a, 1.0) * 2, randn(4, 6), ["mul"]),
     Example("docs", "relu_of_cat", lambda: lambda a, b: torch.relu(torch.cat([a, b], 1)), _cat_inputs,
@@ -335,7 +336,7 @@ EXAMPLES: list[Example] = [
     Example("docs", "slice_before_neg", lambda: lambda a: torch.neg(a)[1:], randn(4, 6), ["getitem", "neg"]),
     # §11
     Example("docs", "guard_tour", lambda: lambda a: torch.softmax(a, 1) * 2, randn(4, 8),
-            ["softmax", "softmax", "add"], example_inputs=True),
+            ["softmax", "softmax", "add"], example_inputs=True, static_shapes=True),
     Example("docs", "conv_relu_in_place", _ConvRelu, randn(1, 3, 6, 6), ["module:Conv2d", "relu"]),
     Example("docs", "permute_back", lambda: lambda a: a.permute(1, 2, 0).permute(2, 0, 1) * 2, randn(2, 3, 4),
             ["mul"]),
@@ -346,13 +347,13 @@ EXAMPLES: list[Example] = [
     Example("docs", "merge_scales", _TwoScales, randn(4, 6), ["attr:product", "mul"],
             helpers=DOC_HELPERS),
     Example("docs", "mean_as_sum", lambda: lambda a: torch.mean(a, 1), randn(3, 5), ["sum", "truediv"],
-            example_inputs=True, helpers=DOC_HELPERS),
+            example_inputs=True, static_shapes=True, helpers=DOC_HELPERS),
     Example("docs", "mean_last_as_sum", lambda: lambda a: torch.mean(a, -1), randn(2, 3, 5), ["sum", "truediv"],
-            example_inputs=True),
+            example_inputs=True, static_shapes=True),
     Example("docs", "flatten_2d", lambda: lambda a: torch.flatten(a), randn(2, 3), ["method:reshape"],
-            example_inputs=True),
+            example_inputs=True, static_shapes=True),
     Example("docs", "static_shape_of", lambda: lambda a: a.view(a.shape[0], -1), randn(4, 2, 3), ["method:view"],
-            fired={"static_shape_of": 1, "first_of_sizes": 1}, example_inputs=True),
+            fired={"static_shape_of": 1, "first_of_sizes": 1}, example_inputs=True, static_shapes=True),
     Example("docs", "fold_conv_bn", _conv_bn_relu, randn(2, 3, 8, 8), ["module:Conv2d", "module:ReLU"]),
     # §19
     Example("docs", "where_same_branches", lambda: lambda c, a: torch.where(c, a, a),
@@ -384,7 +385,7 @@ def run_example(example: Example) -> tuple[torch.fx.GraphModule, fxrules.Report]
     with torch.no_grad():
         expected = subject(*inputs)
     report = fxrules.apply(gm, ruleset, example_inputs=inputs if example.example_inputs else None,
-                           helpers=example.helpers or None)
+                           helpers=example.helpers or None, static_shapes=example.static_shapes)
     gm.graph.lint()
     assert ops(gm) == example.expected_ops, f"{report}\n{gm.code}"
     with torch.no_grad():
@@ -522,7 +523,7 @@ def test_missing_metadata_is_reported_as_a_skip() -> None:
 
 def test_false_guard_is_reported_as_a_skip() -> None:
     inputs = [torch.randn(2, 12), torch.randn(12, 3)]
-    _, report = apply_rule("docs", "mm_aligned", _matmul, inputs, example_inputs=inputs)
+    _, report = apply_rule("docs", "mm_aligned", _matmul, inputs, example_inputs=inputs, static_shapes=True)
     assert report.fired("mm_aligned") == 0
     assert report["mm_aligned"].skip_counts.get("guard false") == 1, str(report)
 
@@ -778,11 +779,13 @@ def test_structural_guards_need_no_metadata_and_are_taken_as_holding_by_verify()
 
 def test_dims_of_given_types_are_values_in_the_replacement() -> None:
     inputs = [torch.randn(2, 3, 5)]
-    gm, _ = apply_rule("docs", "mean_last_as_sum", lambda a: torch.mean(a, -1), inputs, example_inputs=inputs)
+    gm, _ = apply_rule("docs", "mean_last_as_sum", lambda a: torch.mean(a, -1), inputs, example_inputs=inputs,
+                       static_shapes=True)
     division = next(n for n in gm.graph.nodes if n.target is operator.truediv)
     assert division.args[1] == 5
     inputs = [torch.randn(2, 3)]
-    gm, _ = apply_rule("docs", "flatten_2d", lambda a: torch.flatten(a), inputs, example_inputs=inputs)
+    gm, _ = apply_rule("docs", "flatten_2d", lambda a: torch.flatten(a), inputs, example_inputs=inputs,
+                       static_shapes=True)
     reshape = next(n for n in gm.graph.nodes if n.op == "call_method")
     assert reshape.args[1] == 6  # N * C computed at rewrite time
 

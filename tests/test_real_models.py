@@ -3,6 +3,8 @@
 Each test rewrites a freshly traced model (``tests/models.py``) with ``example_inputs``, checks that the
 graph lints and computes what it computed before, and asserts exactly which rules fired and how often,
 so a rule that silently stops (or starts) matching on code written outside this project fails here.
+The sizes of ``example_inputs`` are symbols, so the shape folding of ``cleanup.fxr`` fires only with
+``static_shapes=True``; without it, a model rewritten at one batch size and sequence length runs at others.
 
 The tables say what *should* fire.  Where a rule misbehaves today the expectation is not weakened:
 the test fails until the rule or the engine is fixed (see the comments in the tables).
@@ -10,6 +12,7 @@ the test fails until the rule or the engine is fixed (see the comments in the ta
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from collections import Counter
@@ -21,7 +24,7 @@ import torch.fx
 
 import fxrules
 from fxrules.bundled import ruleset_names
-from tests.models import MODELS, ModelCase, run
+from tests.models import MODELS, VOCAB, ModelCase, run
 
 F = torch.nn.functional
 
@@ -33,31 +36,30 @@ EXPECTED: dict[str, dict[str, dict[str, int]]] = {
     "bert": {  # 2 layers: dropout after the embeddings and 3 per layer; one masked attention per layer
         "algebra.fxr": {"dropout_eval": 7},
         "fusions.fxr": {"sdpa_masked_div": 2},
-        "cleanup.fxr": {"static_size_call": 10, "getitem_of_tuple": 3, "slice_of_tuple": 8, "tuple_concat": 8},
+        "cleanup.fxr": {},  # every size it would fold depends on the batch or the sequence length
     },
     "gpt2": {  # 2 layers: NewGELU (tanh formula) once per layer; attention divides by a tensor, no match
         "algebra.fxr": {"dropout_eval": 7},
         "fusions.fxr": {"gelu_tanh": 2},
-        "cleanup.fxr": {"static_size_call": 18, "static_size_dim": 15, "getitem_of_tuple": 3, "slice_of_tuple": 17,
-                        "tuple_concat": 18},
+        "cleanup.fxr": {},
     },
     "t5": {  # unscaled attention with a position bias, RMS norm, ReLU MLP: nothing to fuse
         "algebra.fxr": {"to_same_dtype": 7, "dropout_eval": 14},
         "fusions.fxr": {},
         # clone_single_use must not fire: the causal mask's `clone = expand.clone()` is written in place
         # (`clone[...] = masked_fill`) right after; without the clone that write hits the expanded view.
-        "cleanup.fxr": {"static_size_call": 15, "getitem_of_tuple": 24, "slice_of_tuple": 3},
+        "cleanup.fxr": {},
     },
     "llama": {  # rotary scaling `* 1.0` twice; softmax(..., dtype=float32).to(dtype) keeps attention unfused
         "algebra.fxr": {"mul_one": 2, "to_same_dtype": 5, "dropout_eval": 2},
         "fusions.fxr": {},
         # clone_single_use must not fire: the same in-place write into the cloned causal mask as in T5.
-        "cleanup.fxr": {"static_size_call": 23, "getitem_of_tuple": 37},
+        "cleanup.fxr": {},
     },
     "vit": {  # 2 layers: dropout after the embeddings and 3 per layer; unmasked attention once per layer
         "algebra.fxr": {"dropout_eval": 7},
         "fusions.fxr": {"sdpa_div": 2},
-        "cleanup.fxr": {"static_size_call": 10, "getitem_of_tuple": 8, "slice_of_tuple": 8, "tuple_concat": 8},
+        "cleanup.fxr": {},
     },
     "transformer_encoder_layer": {  # exported: attention is already aten SDPA; three aten dropouts
         "algebra.fxr": {"dropout_eval": 3},
@@ -77,6 +79,22 @@ EXPECTED: dict[str, dict[str, dict[str, int]]] = {
     },
 }
 
+#: What cleanup.fxr folds with static_shapes=True: the graph specialized to the example's sizes (2, 8).
+STATIC_CLEANUP: dict[str, dict[str, int]] = {
+    "bert": {"static_size_call": 10, "getitem_of_tuple": 3, "slice_of_tuple": 8, "tuple_concat": 8},
+    "gpt2": {"static_size_call": 18, "static_size_dim": 15, "getitem_of_tuple": 3, "slice_of_tuple": 17,
+             "tuple_concat": 18},
+    "t5": {"static_size_call": 15, "getitem_of_tuple": 24, "slice_of_tuple": 3},
+    "llama": {"static_size_call": 23, "getitem_of_tuple": 37},
+    "vit": {"static_size_call": 10, "getitem_of_tuple": 8, "slice_of_tuple": 8, "tuple_concat": 8},
+    "transformer_encoder_layer": {},
+    "multihead_attention": {},
+    "cnn": {},
+}
+
+#: Batch sizes and sequence lengths the token models run at after a rewrite with example inputs of (2, 8).
+BATCHES, SEQUENCES = (1, 2, 3), (5, 8, 13)
+
 #: Every bundled ruleset in one apply, in this order.
 ALL = ("algebra.fxr", "fusions.fxr", "cleanup.fxr")
 
@@ -91,10 +109,10 @@ def expected_together(model: str) -> dict[str, int]:
     return dict(total)
 
 
-def rewrite(case: ModelCase, rules: str | list[str]) -> fxrules.Report:
+def rewrite(case: ModelCase, rules: str | list[str], static_shapes: bool = False) -> fxrules.Report:
     """Apply ``rules`` to ``case.gm`` with its example inputs; assert it lints and its outputs are unchanged."""
     expected = run(case.gm, case.inputs)
-    report = fxrules.apply(case.gm, rules, example_inputs=case.inputs)
+    report = fxrules.apply(case.gm, rules, example_inputs=case.inputs, static_shapes=static_shapes)
     case.gm.graph.lint()
     try:
         actual = run(case.gm, case.inputs)
@@ -105,10 +123,10 @@ def rewrite(case: ModelCase, rules: str | list[str]) -> fxrules.Report:
     return report
 
 
-def explained(model: str, rules: str | list[str]) -> str:
+def explained(model: str, rules: str | list[str], static_shapes: bool = False) -> str:
     """The same rewrite of a fresh copy with near misses, for a failure message."""
     case = MODELS[model]()
-    return str(fxrules.apply(case.gm, rules, example_inputs=case.inputs, explain=True))
+    return str(fxrules.apply(case.gm, rules, example_inputs=case.inputs, explain=True, static_shapes=static_shapes))
 
 
 def calls(gm: torch.fx.GraphModule, target: object) -> list[torch.fx.Node]:
@@ -123,6 +141,7 @@ def test_every_bundled_ruleset_has_expectations() -> None:
     assert sorted(ruleset_names()) == RULESETS, "record what a new bundled ruleset fires on every model in EXPECTED"
     assert set(ALL) == set(RULESETS)
     assert all(sorted(table) == RULESETS for table in EXPECTED.values())
+    assert sorted(STATIC_CLEANUP) == sorted(MODELS)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -142,6 +161,38 @@ def test_ruleset_on_model(model: str, ruleset: str) -> None:
 def test_all_rulesets_together(model: str) -> None:
     report = rewrite(MODELS[model](), list(ALL))
     assert report.counts() == expected_together(model), explained(model, list(ALL))
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_cleanup_folds_shapes_only_with_static_shapes(model: str) -> None:
+    """Without static_shapes every fold of a size the example shows is skipped for `dynamic size`; with it,
+    the shape arithmetic is folded to the example's sizes."""
+    dynamic = fxrules.apply(MODELS[model]().gm, "cleanup.fxr", example_inputs=MODELS[model]().inputs)
+    folded = sum(STATIC_CLEANUP[model].get(rule, 0) for rule in ("static_size_call", "static_size_dim"))
+    assert sum(rule.skip_counts.get("dynamic size", 0) for rule in dynamic.rules) == folded
+    report = rewrite(MODELS[model](), "cleanup.fxr", static_shapes=True)
+    assert report.counts() == STATIC_CLEANUP[model], explained(model, "cleanup.fxr", static_shapes=True)
+
+
+def token_inputs(batch: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids and an attention mask whose last row ends in two padding positions."""
+    ids = torch.randint(0, VOCAB, (batch, length), generator=torch.Generator().manual_seed(batch * 100 + length))
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[-1, -2:] = 0
+    return ids, mask
+
+
+@pytest.mark.parametrize("model", ["gpt2", "bert", "llama"])
+def test_rewritten_at_one_size_computes_the_model_at_every_size(model: str) -> None:
+    """Rewritten with every bundled ruleset and example inputs of batch 2 and length 8, the graph computes what
+    the eager model computes at every batch size and sequence length: nothing was specialized to (2, 8)."""
+    case = MODELS[model]()
+    report = fxrules.apply(case.gm, list(ALL), example_inputs=case.inputs)
+    assert report.counts() == expected_together(model)
+    for batch, length in itertools.product(BATCHES, SEQUENCES):
+        inputs = token_inputs(batch, length)[: len(case.inputs)]
+        torch.testing.assert_close(run(case.gm, inputs), run(case.eager, inputs), atol=ATOL, rtol=RTOL,
+                                   msg=lambda text, b=batch, s=length: f"batch {b}, length {s}: {text}")
 
 
 def test_bert_masked_attention_becomes_sdpa_with_the_mask() -> None:

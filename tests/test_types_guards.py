@@ -90,10 +90,14 @@ rule k_must_agree:
     replace:
         return torch.mm(a, b)
 """
-    _, report = apply_with_inputs(lambda a, b: torch.matmul(a, b), mismatch, [torch.randn(3, 4), torch.randn(4, 6)])
+    matmul = lambda a, b: torch.matmul(a, b)  # noqa: E731
+    _, report = apply_with_inputs(matmul, mismatch, [torch.randn(3, 4), torch.randn(4, 6)], static_shapes=True)
     assert report.total_fired == 0  # literal dim 5 != 6
-    _, report = apply_with_inputs(lambda a, b: torch.matmul(a, b), mismatch, [torch.randn(3, 4), torch.randn(4, 5)])
+    _, report = apply_with_inputs(matmul, mismatch, [torch.randn(3, 4), torch.randn(4, 5)], static_shapes=True)
     assert report.counts() == {"k_must_agree": 1}
+    # a literal dim is a size guard: sizes from example inputs are symbols, not 5
+    _, report = apply_with_inputs(matmul, mismatch, [torch.randn(3, 4), torch.randn(4, 5)])
+    assert report.total_fired == 0 and report["k_must_agree"].skip_counts == {"dynamic size": 1}
 
 
 def test_ellipsis_dims_and_dtype_guards() -> None:
@@ -108,12 +112,16 @@ rule half_only:
     replace:
         return F.relu(x)
 """
-    _, report = apply_with_inputs(lambda x: torch.relu(x), rules, [torch.randn(2, 3, 16).half()])
+    relu = lambda x: torch.relu(x)  # noqa: E731
+    _, report = apply_with_inputs(relu, rules, [torch.randn(2, 3, 16).half()], static_shapes=True)
     assert report.counts() == {"half_only": 1}
-    _, report = apply_with_inputs(lambda x: torch.relu(x), rules, [torch.randn(2, 3, 16)])
+    _, report = apply_with_inputs(relu, rules, [torch.randn(2, 3, 16)], static_shapes=True)
     assert report.total_fired == 0
-    _, report = apply_with_inputs(lambda x: torch.relu(x), rules, [torch.randn(2, 3, 12).bfloat16()])
+    _, report = apply_with_inputs(relu, rules, [torch.randn(2, 3, 12).bfloat16()], static_shapes=True)
     assert report.total_fired == 0 and report["half_only"].skip_counts == {"guard false": 1}
+    # C % 8 == 0 of a size the example shows as 16 holds for that size only
+    _, report = apply_with_inputs(relu, rules, [torch.randn(2, 3, 16).half()])
+    assert report.total_fired == 0 and report["half_only"].skip_counts == {"dynamic size": 1}
 
 
 def test_scalar_typed_captures_bind_literals_of_that_type() -> None:
