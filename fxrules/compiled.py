@@ -230,14 +230,25 @@ def _union_of_options(options: tuple[_Operation, ...]) -> CandidatesOf:
     return candidates_of_an_option
 
 
-def pattern_depth(template: Template) -> int:
-    """The longest chain of operations from a pattern output down to its captures."""
+def pattern_depth(template: Template, known: dict[int, int] | None = None) -> int:
+    """The longest chain of operations from a pattern output down to its captures.
+
+    ``known`` holds the depths found so far by template: a name used in both options of ``A | B`` is one
+    template reached twice, and a stack of such alternatives would otherwise be walked 2 ** k times.
+    """
+    known = {} if known is None else known
+    depth = known.get(id(template))
+    if depth is not None:
+        return depth
     if isinstance(template, OpTemplate):
-        return 1 + max((pattern_depth(t) for t in template.operands()), default=0)
-    if isinstance(template, AltTemplate | SeqTemplate):
+        depth = 1 + max((pattern_depth(t, known) for t in template.operands()), default=0)
+    elif isinstance(template, AltTemplate | SeqTemplate):
         parts = template.options if isinstance(template, AltTemplate) else template.items
-        return max((pattern_depth(t) for t in parts), default=0)
-    return 0
+        depth = max((pattern_depth(t, known) for t in parts), default=0)
+    else:
+        depth = 0
+    known[id(template)] = depth
+    return depth
 
 
 @attrs.frozen(eq=False)

@@ -193,6 +193,14 @@ def test_explain_lists_a_budget_skip_as_a_near_miss() -> None:
     assert "near miss stack at mul_13: budget: gave up after 1000 match steps at this node" in str(report)
 
 
+def test_a_deep_stack_of_alternatives_loads_and_applies_within_the_budget() -> None:
+    """24 levels: every walk over the pattern must visit a name shared by both options once, not 2 ** 24
+    times (the pattern's depth, computed when the rule set is compiled, once did)."""
+    rules = timed(lambda: fxrules.parse(alternative_stack(24, "x is None")))
+    report = timed(lambda: fxrules.apply(trace(doubling_chain), rules))
+    assert report["stack"].fired == 0 and set(report["stack"].skip_counts) <= {"budget"}
+
+
 def test_a_stack_of_alternatives_within_the_budget_matches() -> None:
     """Six levels: 64 ways, within the budget; the first one is used."""
     gm = trace(doubling_chain)
