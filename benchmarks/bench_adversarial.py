@@ -24,6 +24,7 @@ Shapes (each a rule file and, for apply, a traced graph; see ``SHAPES``):
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import operator
 import subprocess
@@ -112,9 +113,16 @@ def many_rules() -> str:
 
 
 def _timed(action: Callable[[], object]) -> tuple[float, object]:
-    started = time.perf_counter()
-    result = action()
-    return time.perf_counter() - started, result
+    """Seconds ``action`` took, with the garbage collector off (as ``timeit`` does): a full collection
+    over torch's objects takes a few tenths of a second, at random points."""
+    gc.collect()
+    gc.disable()
+    try:
+        started = time.perf_counter()
+        result = action()
+        return time.perf_counter() - started, result
+    finally:
+        gc.enable()
 
 
 def _outcome(report: fxrules.Report) -> str:
@@ -124,16 +132,22 @@ def _outcome(report: fxrules.Report) -> str:
 
 def _load_and_apply(text: str, make_graph: Callable[[], torch.fx.GraphModule] | None,
                     **apply_options: object) -> dict[str, object]:
-    try:
-        load, rules = _timed(lambda: fxrules.parse(text, "adversarial.fxr"))
-    except fxrules.FxrLoadError as error:
-        first = error.diagnostics[0]
-        return {"load": None, "apply": None, "outcome": f"load error: {first.message}"}
+    load, rules = _timed(lambda: _parse_or_error(text))
+    if isinstance(rules, fxrules.FxrLoadError):
+        return {"load": load, "apply": None, "outcome": f"load error: {rules.diagnostics[0].message}"}
     if make_graph is None:
         return {"load": load, "apply": None, "outcome": f"{len(list(rules))} rules"}
     gm = make_graph()
     apply, report = _timed(lambda: fxrules.apply(gm, rules, **apply_options))
     return {"load": load, "apply": apply, "outcome": _outcome(report)}  # type: ignore[arg-type]
+
+
+def _parse_or_error(text: str) -> fxrules.RuleSet | fxrules.FxrLoadError:
+    """The rules, or the load error (returned, so that the time to find it is measured)."""
+    try:
+        return fxrules.parse(text, "adversarial.fxr")
+    except fxrules.FxrLoadError as error:
+        return error
 
 
 def _diamond() -> dict[str, object]:
