@@ -20,6 +20,13 @@ replaying the choices made up to the most recent open one and taking its next op
 depth-first order, without generators).  The generic matcher stays the reference the tests compare
 against, and the matcher of ``explain=True`` (it records near misses).
 
+Both count the same match steps against the same budget (see :mod:`fxrules.matcher`): an operation
+tried at a node that calls its target, each option of a choice, each structural match; a replay
+counts only what it explores beyond the choices it replays.  The compiled matcher rules some nodes
+out by their arguments before it would count anything there (the generic matcher finds no match
+there either), so at an anchor it never takes more steps than the generic matcher: where the generic
+matcher stays within the budget, the compiled one gives its answer.
+
 For a whole graph, or a region of it, :attr:`CompiledRule.candidates` finds at once the nodes where
 ``may_match`` may hold: the nodes the graph's own op/target index lists for the output's target,
 kept when an argument is among the operand operation's candidates (found the same way, or through
@@ -71,10 +78,13 @@ from fxrules.ir import (
     walk,
 )
 from fxrules.matcher import (
+    Budget,
+    BudgetExhausted,
     Match,
     Matcher,
     NodeIndex,
     Nodes,
+    SeenMatches,
     Skip,
     State,
     Unfit,
@@ -92,15 +102,21 @@ Node = torch.fx.Node
 class _Attempt:
     """One run of a compiled matcher: what it bound, and the option taken at each choice."""
 
-    __slots__ = ("bindings", "matcher", "missing_metadata", "nodes", "orders", "replayed")
+    __slots__ = ("bindings", "budget", "matcher", "missing_metadata", "nodes", "orders", "replayed")
 
-    def __init__(self, replayed: tuple[int, ...], matcher: Matcher) -> None:
+    def __init__(self, replayed: tuple[int, ...], matcher: Matcher, budget: Budget) -> None:
         self.bindings: dict[str, Any] = {}  # in binding order, as the generic State's
         self.nodes: dict[int, Node] = {}  # id(OpTemplate) -> node, in matching order
         self.missing_metadata: Skip | None = None  # as the generic State's: the first typed capture without it
         self.matcher = matcher  # for what a node alone does not say: the module a call_module calls
+        self.budget = budget  # the anchor's, shared by its replays
         self.replayed = replayed  # the options to take at the first choices
         self.orders: list[tuple[int, int]] = []  # (option taken, last option) at each choice met
+
+    def step(self) -> None:
+        """Count a match step, unless it only replays what an earlier run of the anchor counted."""
+        if len(self.orders) >= len(self.replayed):
+            self.budget.step()
 
     def next_replay(self) -> tuple[int, ...] | None:
         """The choices of the next run in depth-first order: the most recent open choice's next option."""
@@ -148,19 +164,26 @@ class CompiledRule:
     def match_candidate(self, anchor: Node, matcher: Matcher) -> Match | None:
         """:meth:`match` at an anchor for which :attr:`may_match` holds."""
         skip: Skip | None = None
+        budget = matcher.budget = Budget()
+        seen = SeenMatches()
         replayed: tuple[int, ...] | None = ()
         while replayed is not None:
-            attempt = _Attempt(replayed, matcher)
+            attempt = _Attempt(replayed, matcher, budget)
             try:
                 matched = self._root(anchor, attempt)
+                if matched:
+                    budget.step()
             except _Backtrack:
                 matched = False
-            if matched:
+            except BudgetExhausted:
+                raise budget.skip() from None
+            if matched and seen.is_new(attempt.bindings, attempt.nodes):
                 state = State(attempt.bindings, attempt.nodes, missing_metadata=attempt.missing_metadata)
                 try:
                     matcher.check_usable(self.rule, state)
                 except Skip as reason:  # the generic matcher goes on to the other options, and raises the first
                     skip = skip or reason
+                    seen.rejected(attempt.bindings, attempt.nodes)
                 else:
                     return matcher.to_match(self.rule, state)
             replayed = attempt.next_replay()
@@ -207,14 +230,25 @@ def _union_of_options(options: tuple[_Operation, ...]) -> CandidatesOf:
     return candidates_of_an_option
 
 
-def pattern_depth(template: Template) -> int:
-    """The longest chain of operations from a pattern output down to its captures."""
+def pattern_depth(template: Template, known: dict[int, int] | None = None) -> int:
+    """The longest chain of operations from a pattern output down to its captures.
+
+    ``known`` holds the depths found so far by template: a name used in both options of ``A | B`` is one
+    template reached twice, and a stack of such alternatives would otherwise be walked 2 ** k times.
+    """
+    known = {} if known is None else known
+    depth = known.get(id(template))
+    if depth is not None:
+        return depth
     if isinstance(template, OpTemplate):
-        return 1 + max((pattern_depth(t) for t in template.operands()), default=0)
-    if isinstance(template, AltTemplate | SeqTemplate):
+        depth = 1 + max((pattern_depth(t, known) for t in template.operands()), default=0)
+    elif isinstance(template, AltTemplate | SeqTemplate):
         parts = template.options if isinstance(template, AltTemplate) else template.items
-        return max((pattern_depth(t) for t in parts), default=0)
-    return 0
+        depth = max((pattern_depth(t, known) for t in parts), default=0)
+    else:
+        depth = 0
+    known[id(template)] = depth
+    return depth
 
 
 @attrs.frozen(eq=False)
@@ -571,6 +605,7 @@ class _Operation:
 
     def match_checked(self, node: Node, attempt: _Attempt) -> bool:
         """:meth:`match` of a node already found new to the attempt and passing :meth:`may_match`."""
+        attempt.step()
         attempt.nodes[self.key] = node
         if self.name:
             attempt.bindings[self.name] = node
@@ -621,8 +656,10 @@ class _Operation:
         return True
 
     def _by_name(self, values: tuple[Any, ...], attempt: _Attempt) -> bool:
-        if self.commutative and len(values) >= 2:
+        if self.commutative and len(values) >= 2 and values[0] is not values[1]:  # else swapped is the same
             return _choose(((self.named_steps, values), (self.swapped_named_steps, values)), attempt)
+        if self.commutative:
+            attempt.step()  # the one operand order: an option, as the generic matcher counts it
         return _match_all(self.named_steps, values, attempt)
 
     def _as_written(self, node: Node, attempt: _Attempt) -> bool:
@@ -635,10 +672,12 @@ class _Operation:
             return False
         keyword_values = tuple(kwargs[name] for name in self.keywords)
         values = (*args[:count], *keyword_values)
-        if self.commutative and len(args) >= 2:
+        if self.commutative and len(args) >= 2 and args[0] is not args[1]:  # else swapped is the same
             swapped = (args[1], args[0], *args[2:])
             return _choose(((self.written_steps, values),
                             (self.written_steps, (*swapped[:count], *keyword_values))), attempt)
+        if self.commutative:
+            attempt.step()  # the one operand order: an option, as the generic matcher counts it
         return _match_all(self.written_steps, values, attempt)
 
     def _required_arguments(self, template: OpTemplate, compiler: _Compiler) -> tuple[_Requirement, ...]:
@@ -688,11 +727,12 @@ class _FamilyOperation(_Operation):
             return False
         bound = member.signature.bind(node.args, node.kwargs) \
             if member.signature is not None and self.expected is not None else None
-        if bound is None:
-            return self._as_written(node, attempt)
-        mapped = map_member_call(member, self.family, bound, module).bound
-        if mapped is None:
+        mapped = map_member_call(member, self.family, bound, module).bound if bound is not None else None
+        if bound is not None and mapped is None:
             return False
+        attempt.step()  # as the generic matcher: the node calls a member whose arguments map onto the family's
+        if mapped is None:
+            return self._as_written(node, attempt)
         values = named_values(self.expected, self.rest, mapped)  # type: ignore[arg-type]
         return not isinstance(values, Unreadable) and self._by_name(tuple(values), attempt)
 
@@ -843,10 +883,12 @@ def _choose(options: tuple[tuple[tuple[Step, ...], tuple[Any, ...]], ...], attem
     if choice < len(attempt.replayed):
         taken = attempt.replayed[choice]
         orders.append((taken, last))
+        attempt.step()  # counted when this is the replay's new option, the last it replays
         return _match_all(*options[taken], attempt)
     bindings, nodes, missing_metadata = attempt.bindings, attempt.nodes, attempt.missing_metadata
     for taken, (steps, values) in enumerate(options):
         del orders[choice:]
+        attempt.budget.step()
         # An option may bind before it fails: all but the last bind into copies of what the choice found.
         attempt.bindings, attempt.nodes = (dict(bindings), dict(nodes)) if taken < last else (bindings, nodes)
         attempt.missing_metadata = missing_metadata

@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from fxrules import syntax_tree as st
+from fxrules.bounds import LiteralTooLarge, bounded
 from fxrules.diagnostics import DiagnosticSink, Span, did_you_mean
 from fxrules.ir import (
     Guard,
@@ -92,32 +93,23 @@ FUNCTIONS: Mapping[str, Callable[..., Any]] = {
 TENSOR_METHODS = frozenset({"numel", "size", "dim"})
 DTYPE_NAMES = {name for name in dir(torch) if isinstance(getattr(torch, name, None), torch.dtype)}
 
-#: Guards compute with shapes and sizes.  A result beyond these bounds is a guard error, not minutes of
-#: big-integer arithmetic or gigabytes of repeated text in the matcher (``10 ** 10 ** 10``, ``"a" * 10 ** 10``).
-MAX_POWER_BITS = 4096
-MAX_REPEATED_LENGTH = 1 << 16
+def _bounded(function: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``function`` within the literal bound of :mod:`fxrules.bounds`: guards compute with shapes and sizes,
+    and a result beyond it is a guard error, not minutes of big-integer arithmetic (``10 ** 10 ** 10``)."""
 
+    def within_bound(left: Any, right: Any) -> Any:
+        try:
+            return bounded(function, left, right)
+        except LiteralTooLarge as error:
+            raise GuardError(f"{error}: too large for a guard") from None
 
-def bounded_pow(base: Any, exponent: Any) -> Any:
-    """``base ** exponent``, refused when the integer result would have more than MAX_POWER_BITS bits."""
-    integers = isinstance(base, int) and isinstance(exponent, int)
-    if integers and (abs(base).bit_length() - 1) * exponent > MAX_POWER_BITS:
-        raise GuardError(f"{base} ** {exponent} is too large for a guard")
-    return operator.pow(base, exponent)
-
-
-def bounded_mul(left: Any, right: Any) -> Any:
-    """``left * right``, refused when it repeats a sequence beyond MAX_REPEATED_LENGTH items."""
-    for sequence, count in ((left, right), (right, left)):
-        repeats = isinstance(sequence, str | list | tuple) and isinstance(count, int)
-        if repeats and len(sequence) * count > MAX_REPEATED_LENGTH:
-            raise GuardError(f"repeating a sequence {count} times is too large for a guard")
-    return operator.mul(left, right)
+    return within_bound
 
 
 BINARY: Mapping[str, Callable[[Any, Any], Any]] = {
-    "+": operator.add, "-": operator.sub, "*": bounded_mul, "/": operator.truediv, "//": operator.floordiv,
-    "%": operator.mod, "**": bounded_pow,
+    symbol: _bounded(function) for symbol, function in {
+        "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv,
+        "//": operator.floordiv, "%": operator.mod, "**": operator.pow}.items()
 }
 COMPARE: Mapping[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,

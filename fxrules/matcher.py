@@ -19,6 +19,16 @@ Choices (alternatives ``A | B``, commutative operand order, lists) are
 explored by backtracking generators; a pattern of ``p`` operations costs
 ``O(p)`` per anchor without choices.  Failures are reported to a
 :class:`MissTracker` so ``explain=True`` can say why a rule did not fire.
+
+Choices can multiply: ``k`` commutative operations whose operands both fit, or ``k`` alternatives
+that both match, make ``2 ** k`` ways to match, and under a false guard every one is tried.  So the
+work at one anchor is counted in **match steps** (:class:`Budget`): an operation of the pattern tried
+at a node that calls its target, an option of a choice tried (each option of ``A | B``, each operand
+order of a commutative operation), and a structurally complete match found.  A rule that needs more
+than :data:`MATCH_BUDGET` steps at an anchor is skipped there with reason ``budget``.  Equivalent
+choices are not explored twice: the swapped order of a commutative operation whose two operands are
+the same value is not tried, and a structural match that binds exactly as an earlier one did is not
+checked again (types, guard and users would give the same answer).
 """
 
 from __future__ import annotations
@@ -65,6 +75,60 @@ from fxrules.signatures import BoundCall, CallSignature, holds_default, literal_
 from fxrules.sizes import OPT_IN, DynamicSize, is_size_error
 
 _MISSING = object()
+
+#: The match steps (see the module docstring) one rule may take at one anchor.  Ordinary rules take
+#: a few per pattern operation; the bundled rulesets and the test suite stay below 100.
+MATCH_BUDGET = 1_000
+
+
+class BudgetExhausted(Exception):  # noqa: N818 - a control-flow signal, turned into a ``budget`` skip
+    """The current rule took more than its match steps at this anchor."""
+
+
+class Budget:
+    """The match steps one rule has taken at one anchor; :meth:`step` raises :class:`BudgetExhausted` past
+    ``limit``.  Both matchers count the same steps, except that the compiled one never counts inside an
+    operation it has ruled out by its arguments alone (the generic one finds no match there either)."""
+
+    __slots__ = ("limit", "taken")
+
+    def __init__(self, limit: int = MATCH_BUDGET) -> None:
+        self.limit = limit
+        self.taken = 0
+
+    def step(self) -> None:
+        self.taken += 1
+        if self.taken > self.limit:
+            raise BudgetExhausted
+
+    def skip(self) -> Skip:
+        """The skip of a rule that ran out of steps."""
+        return Skip("budget", f"gave up after {self.limit} match steps at this node: the pattern's alternatives "
+                              "and commutative operand orders give too many ways to match here")
+
+
+def binding_key(bindings: Mapping[str, Any], nodes: Mapping[int, torch.fx.Node]) -> tuple[frozenset[Any], ...]:
+    """What a structural match binds, by identity: two matches with the same key get the same answer from
+    :meth:`Matcher.check_usable` (same values for the types and guard, same nodes for users and cycles)."""
+    return frozenset((name, id(value)) for name, value in bindings.items()), frozenset(map(id, nodes.values()))
+
+
+class SeenMatches:
+    """The structural matches already checked at one anchor, by :func:`binding_key`; kept only once one
+    was rejected (the usual first match is used at once, and needs no key)."""
+
+    __slots__ = ("keys",)
+
+    def __init__(self) -> None:
+        self.keys: set[tuple[frozenset[Any], ...]] | None = None
+
+    def is_new(self, bindings: Mapping[str, Any], nodes: Mapping[int, torch.fx.Node]) -> bool:
+        return self.keys is None or binding_key(bindings, nodes) not in self.keys
+
+    def rejected(self, bindings: Mapping[str, Any], nodes: Mapping[int, torch.fx.Node]) -> None:
+        if self.keys is None:
+            self.keys = set()
+        self.keys.add(binding_key(bindings, nodes))
 
 
 @attrs.frozen
@@ -189,6 +253,7 @@ class Matcher:
         self.retired = retired if retired is not None else {}  # rewritten away: no longer users of anything
         self._bound_cache: dict[tuple[int, int], BoundCall | None] = {}
         self.rule_types: Mapping[str, CaptureType] = {}
+        self.budget = Budget()
 
     def forget(self) -> None:
         """Drop what was cached about nodes: a rewrite changed the graph."""
@@ -200,14 +265,23 @@ class Matcher:
         """The first complete match of ``rule`` anchored at ``anchor``, or None; raises :class:`Skip`."""
         self.misses.start(rule, anchor)
         self.rule_types = rule.types
+        budget = self.budget = Budget()
+        seen = SeenMatches()
         skip: Skip | None = None
-        for state in self._outputs(rule, anchor):
-            try:
-                self.check_usable(rule, state)
-            except Skip as reason:
-                skip = skip or reason
-                continue
-            return self.to_match(rule, state)
+        try:
+            for state in self._outputs(rule, anchor):
+                budget.step()
+                if not seen.is_new(state.bindings, state.nodes):
+                    continue
+                try:
+                    self.check_usable(rule, state)
+                except Skip as reason:
+                    skip = skip or reason
+                    seen.rejected(state.bindings, state.nodes)
+                    continue
+                return self.to_match(rule, state)
+        except BudgetExhausted:
+            raise budget.skip() from None
         if skip is not None:
             raise skip
         return None
@@ -254,6 +328,7 @@ class Matcher:
             yield state
         elif isinstance(template, AltTemplate):
             for option in template.options:
+                self.budget.step()
                 yield from self.match_template(option, value, state)
         elif isinstance(template, SeqTemplate):
             if not isinstance(value, list | tuple) or len(value) != len(template.items):
@@ -335,6 +410,7 @@ class Matcher:
         bound = self._node_call(template, node, state)
         if bound is _MISSING:
             return
+        self.budget.step()
         state = state.map_node(template, node)
         if template.binds is not None:
             state = self._bind_module_or_attr(template, node, state)  # type: ignore[assignment]
@@ -400,8 +476,11 @@ class Matcher:
 
     def match_arguments(self, template: OpTemplate, node: torch.fx.Node, bound: BoundCall | None,
                         state: State) -> Iterator[State]:
-        orders = [False, True] if template.commutative else [False]
-        for swapped in orders:
+        if not template.commutative:
+            yield from self._as_written(template, node, state, False) if bound is None else \
+                self._by_name(template, bound, state, False)
+            return
+        for swapped in (False, True):
             if bound is None:
                 yield from self._as_written(template, node, state, swapped)
             else:
@@ -415,6 +494,8 @@ class Matcher:
                 return
             expected = {**expected, names[0]: expected[names[1]], names[1]: expected[names[0]]}
         values = named_values(tuple(expected), template.rest, bound)
+        if template.commutative and not isinstance(values, Unreadable) and not self._new_order(values, swapped):
+            return
         if isinstance(values, Unreadable):
             name = values.parameter
             if values.given is _MISSING:
@@ -444,7 +525,17 @@ class Matcher:
             return
         templates = (*template.args, *(t for _, t in template.kwargs))
         values = (*args[: len(template.args)], *(node.kwargs[name] for name in names))
+        if template.commutative and not self._new_order(values, swapped):
+            return
         yield from self.match_all(templates, values, state)
+
+    def _new_order(self, values: Any, swapped: bool) -> bool:
+        """An operand order of a commutative operation is an option tried (a step), unless it is the swapped
+        order of two operands that are the same value: that is the first order again."""
+        if swapped and len(values) >= 2 and values[0] is values[1]:
+            return False
+        self.budget.step()
+        return True
 
     # ---------------------------------------------------------------- modules, attributes, types
 

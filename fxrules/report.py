@@ -32,7 +32,8 @@ class StopReason(enum.Enum):
 class SkippedMatch:
     """A pattern that matched but could not be used, and why."""
 
-    reason: str  # escaping user, impure, cycle, guard false, guard error, missing metadata, dynamic size, overlap...
+    reason: str  # escaping user, impure, cycle, guard false, guard error, missing metadata, overlap, grad mode,
+    # dynamic size, budget (matching took more than MATCH_BUDGET steps), literal bound (a folded literal over the bound)...
     node: str
     detail: str
 

@@ -23,6 +23,7 @@ import attrs
 import torch
 
 from fxrules import syntax_tree as st
+from fxrules.bounds import MAX_INT_BITS, MAX_LENGTH, LiteralTooLarge, bounded
 from fxrules.diagnostics import DiagnosticSink, Span, did_you_mean
 from fxrules.families import family_parameters
 from fxrules.guards import GuardBuilder
@@ -667,8 +668,15 @@ class RuleResolver:
         elif kind is not OpKind.ATTR and not isinstance(target, HelperTemplate):
             self.notes.append(f"arguments of {describe_target(kind, target)} are compared as written (no signature)")
         commutative = self.is_commutative(kind, target)
-        return OpTemplate(kind, target, args, kwargs, span, rest=rest, binds=binds, signature=signature,
-                          bound=bound, commutative=commutative)
+        template = OpTemplate(kind, target, args, kwargs, span, rest=rest, binds=binds, signature=signature,
+                              bound=bound, commutative=commutative)
+        try:
+            folded_literal(template)
+        except LiteralTooLarge as error:
+            return self.error(span, f"literal too large: {error}",
+                              f"literal arithmetic is computed at most to integers of {MAX_INT_BITS} bits and "
+                              f"sequences of {MAX_LENGTH} items")
+        return template
 
     def call_error(self, kind: OpKind, target: Any, signature: CallSignature, mismatch: Mismatch,
                    where: tuple[tuple[Template, ...], Span, Mapping[str, Span]]) -> Wildcard:
@@ -797,6 +805,35 @@ def _return_span(statements: tuple[st.Statement, ...]) -> Span | None:
         if isinstance(statement, st.Return):
             return statement.span
     return None
+
+
+#: What :func:`folded_literal` returns for a template that is not made of literals alone.
+NOT_LITERAL = object()
+
+
+def folded_literal(template: Template) -> Any:
+    """The value of a template made of literals alone (``10 ** 3``, ``[1, 2] * 2``, ``operator.lshift(1, 8)``),
+    computed within the literal bound (raises :class:`~fxrules.bounds.LiteralTooLarge`); NOT_LITERAL for
+    any other template, and for arithmetic that fails (``1 // 0``: a pattern that never matches)."""
+    if isinstance(template, Literal):
+        return template.value
+    if isinstance(template, SeqTemplate):
+        items = [folded_literal(item) for item in template.items]
+        if any(item is NOT_LITERAL for item in items):
+            return NOT_LITERAL
+        return tuple(items) if template.is_tuple else items
+    if not (isinstance(template, OpTemplate) and template.kind is OpKind.FUNCTION and not template.kwargs
+            and getattr(template.target, "__module__", None) == "_operator"):
+        return NOT_LITERAL
+    args = [folded_literal(arg) for arg in template.args]
+    if any(arg is NOT_LITERAL for arg in args):
+        return NOT_LITERAL
+    try:
+        return bounded(template.target, *args)
+    except LiteralTooLarge:
+        raise
+    except Exception:  # 1 // 0, 1 @ 2: not a literal, as before folding was checked
+        return NOT_LITERAL
 
 
 def _number(expr: st.Expr) -> float | int | None:

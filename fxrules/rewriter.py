@@ -25,6 +25,7 @@ import torch
 import torch.fx
 
 from fxrules.aten import ATEN_GRAPH, NoAtenSpelling, aten_spelling, is_aten_graph, needs_aten_spelling
+from fxrules.bounds import LiteralTooLarge, bounded
 from fxrules.diagnostics import FxrApplyError
 from fxrules.ir import Capture, HelperTemplate, Literal, OpKind, OpTemplate, Rule, SeqTemplate, SliceTemplate, Template
 from fxrules.matcher import Match, Skip
@@ -302,7 +303,10 @@ class Emitter:
         kwargs = {name: self._graph_value(self.emit(v)) for name, v in template.kwargs}
         kind, target = template.kind, template.target
         if _foldable(target, args, kwargs):  # e.g. `@rank(x) - 1`: arithmetic on literals is done now
-            return target(*args)
+            try:
+                return bounded(target, *args)
+            except LiteralTooLarge as error:
+                raise Skip("literal bound", f"{template.span}: {error}") from None
         family = target if kind is OpKind.FAMILY else None
         if family is not None:
             kind, target = family.primary.kind, family.primary.target

@@ -1,0 +1,247 @@
+"""Bounded work: literal folding has a size bound, and matching a rule at a node has a step budget.
+
+Each hostile shape below used to run for more than 30 seconds (or grow to gigabytes); each must now
+finish within ``SECONDS`` with a stated outcome: a load error with its location, a skip reason in
+the report (``literal bound``, ``budget``), the same answer from ``apply`` and ``explain=True``.
+"""
+
+from __future__ import annotations
+
+import operator
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.fx
+
+import fxrules
+from fxrules.diagnostics import FxrLoadError
+from tests.conftest import trace
+
+#: A generous bound for a machine shared with other jobs: each shape takes well under a second alone.
+SECONDS = 5.0
+
+
+def timed(action: Callable[[], Any]) -> Any:
+    started = time.perf_counter()
+    result = action()
+    elapsed = time.perf_counter() - started
+    assert elapsed < SECONDS, f"took {elapsed:.1f} s"
+    return result
+
+
+def load_error(text: str) -> str:
+    with pytest.raises(FxrLoadError) as raised:
+        timed(lambda: fxrules.parse(text, "hostile.fxr"))
+    return str(raised.value)
+
+
+# ---------------------------------------------------------------- literal folding
+
+
+@pytest.mark.parametrize(("expression", "message"), [
+    ("10 ** 10 ** 10", "10 ** 10000000000 would have more than 4096 bits"),
+    ("operator.lshift(1, 10 ** 10)", "1 << 10000000000 would have more than 4096 bits"),
+    ("2 ** 4097", "2 ** 4097 would have more than 4096 bits"),
+    ("3 ** 3000", "3 ** 3000 is an integer of 4755 bits (the bound is 4096)"),
+    ("[0] * 10 ** 9", "repeating a sequence 1000000000 times would make more than 65536 items"),
+    ("'ab' * 40000", "repeating a sequence 40000 times would make more than 65536 items"),
+    ("[0] * 40000 + [1] * 40000", "[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ... + [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, ... "
+                                  "is 80000 items long (the bound is 65536)"),
+])
+def test_a_written_literal_over_the_bound_is_a_load_error_at_the_expression(expression: str, message: str) -> None:
+    error = load_error(f"rule huge:\n    x.reshape({expression}) => x\n")
+    assert f"hostile.fxr:2:15: error: literal too large: {message}" in error
+    assert "        x.reshape(" in error and "\n                  ^" in error
+    assert "hint: literal arithmetic is computed at most to integers of 4096 bits" in error
+
+
+def test_a_replacement_literal_over_the_bound_is_a_load_error_too() -> None:
+    error = load_error("rule huge:\n    torch.neg(x) => x.reshape(2 ** 2 ** 20)\n")
+    assert "hostile.fxr:2:31: error: literal too large: 2 ** 1048576 would have more than 4096 bits" in error
+
+
+@pytest.mark.parametrize("expression", ["2 ** 4095", "[0] * 65536", "-(10 ** 1000)", "1 // 0"])
+def test_literals_within_the_bound_load(expression: str) -> None:
+    """Up to the bound, literal arithmetic loads as before (``1 // 0`` is an argument no graph holds)."""
+    rules = timed(lambda: fxrules.parse(f"rule r:\n    x.reshape({expression}) => x\n"))
+    assert [rule.name for rule in rules] == ["r"]
+
+
+SQUARING = """
+rule squared_literal:
+    given:
+        c: int
+    pattern:
+        return torch.mul(x, c)
+    replace:
+        return torch.mul(x, c * c)
+"""
+
+
+def test_a_replacement_that_squares_its_literal_stops_at_the_bound_with_a_skip() -> None:
+    """3 squared 11 times has 3247 bits; once more would be 6493: that rewrite is skipped, not computed."""
+    gm = trace(lambda x: torch.mul(x, 3))
+    report = timed(lambda: fxrules.apply(gm, fxrules.parse(SQUARING, "squaring.fxr"), max_passes=40))
+    rule = report["squared_literal"]
+    assert (rule.fired, rule.skip_counts) == (11, {"literal bound": 1})
+    assert rule.skipped[0].detail == ("squaring.fxr:8:29: <an integer of 3247 bits> * <an integer of 3247 bits> is "
+                                      "an integer of 6493 bits (the bound is 4096)")
+    assert "(literal bound): mul_11: squaring.fxr:8:29:" in str(report)
+    (mul,) = [node for node in gm.graph.nodes if node.op == "call_function"]
+    assert mul.args[1] == 3 ** 2 ** 11
+
+
+def test_guard_arithmetic_uses_the_same_bound() -> None:
+    gm = trace(lambda x: torch.neg(x))
+    report = fxrules.apply(gm, fxrules.parse("rule r: torch.neg(x) => x where 3 ** 3000 > 0\n"))
+    (skip,) = report["r"].skipped
+    assert skip.reason == "guard error"
+    assert "3 ** 3000 is an integer of 4755 bits (the bound is 4096): too large for a guard" in skip.detail
+
+
+# ---------------------------------------------------------------- the match budget
+
+DEPTH = 16
+
+
+def commutative_chain(guard: str) -> fxrules.RuleSet:
+    """``b16 = (... (v + w1) + w2 ...) + w16``: every ``+`` commutative."""
+    lines = ["rule chain:", "    pattern:", "        b1 = v + w1"]
+    lines += [f"        b{i} = b{i - 1} + w{i}" for i in range(2, DEPTH + 1)]
+    lines += [f"        return b{DEPTH}", "    where:", f"        {guard}", "    replace:", "        return v"]
+    return fxrules.parse("\n".join(lines) + "\n")
+
+
+def doubling_graph() -> torch.fx.GraphModule:
+    """``a = a' + a'`` seventeen times: both operands of every add are the same node."""
+    graph = torch.fx.Graph()
+    value = graph.placeholder("x")
+    for _ in range(DEPTH + 1):
+        value = graph.call_function(operator.add, (value, value))
+    graph.output(value)
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+@pytest.mark.parametrize("explain", [False, True])
+def test_identical_commutative_operands_are_not_tried_swapped(explain: bool) -> None:
+    """2 ** 16 operand orders would all match the same nodes; one is tried, so the false guard is
+    reached once per anchor (the two anchors deep enough for the pattern) and no budget is needed."""
+    report = timed(lambda: fxrules.apply(doubling_graph(), commutative_chain("v is None"), explain=explain))
+    assert report["chain"].skip_counts == {"guard false": 2}
+
+
+def test_identical_commutative_operands_still_match() -> None:
+    gm = doubling_graph()
+    report = timed(lambda: fxrules.apply(gm, commutative_chain("v is not None")))
+    assert report.fired("chain") == 1  # at the first anchor deep enough; the chain below it is dead then
+    assert [node.args for node in gm.graph.nodes if node.op == "call_function"] == [(gm.graph.find_nodes(
+        op="placeholder")[0],) * 2]
+
+
+def alternative_stack(depth: int, guard: str) -> str:
+    """``y_k = (y * 2) | (2 * y)``: on ``y * 2`` both options match (the second with its operands swapped)."""
+    lines = ["rule stack:", "    pattern:", "        y1 = (x * 2) | (2 * x)"]
+    lines += [f"        y{i} = (y{i - 1} * 2) | (2 * y{i - 1})" for i in range(2, depth + 1)]
+    chain = "x"
+    for _ in range(depth):
+        chain = f"({chain} * 2)"
+    lines += [f"        return y{depth}", "    where:", f"        {guard}", "    replace:", f"        return {chain}"]
+    return "\n".join(lines) + "\n"
+
+
+def doubling_chain(x: torch.Tensor) -> torch.Tensor:
+    for _ in range(14):
+        x = x * 2
+    return x
+
+
+def test_a_stack_of_alternatives_under_a_false_guard_loads_quickly() -> None:
+    """Loading matches every rule against every replacement (the loop check): this replacement is the
+    chain the pattern's 2 ** 12 option choices all match."""
+    rules = timed(lambda: fxrules.parse(alternative_stack(12, "x is None")))
+    assert [rule.name for rule in rules] == ["stack"]
+
+
+@pytest.mark.parametrize("explain", [False, True])
+def test_a_rule_over_its_budget_is_skipped_with_reason_budget(explain: bool) -> None:
+    rules = fxrules.parse(alternative_stack(12, "x is None"))
+    gm = trace(doubling_chain)
+    before = gm.code
+    report = timed(lambda: fxrules.apply(gm, rules, explain=explain))
+    rule = report["stack"]
+    assert rule.fired == 0 and set(rule.skip_counts) == {"budget"}
+    assert rule.skipped[0].detail == ("gave up after 1000 match steps at this node: the pattern's alternatives and "
+                                      "commutative operand orders give too many ways to match here")
+    assert f"skipped stack x{rule.skip_counts['budget']} (budget): " in str(report)
+    assert gm.code == before
+
+
+def test_explain_and_apply_skip_the_same_nodes_for_budget() -> None:
+    rules = fxrules.parse(alternative_stack(12, "x is None"))
+    fast, explained = (fxrules.apply(trace(doubling_chain), rules, explain=e)["stack"] for e in (False, True))
+    assert {s.node for s in fast.skipped} == {s.node for s in explained.skipped}
+    assert fast.skip_counts == explained.skip_counts
+
+
+def test_explain_lists_a_budget_skip_as_a_near_miss() -> None:
+    report = fxrules.apply(trace(doubling_chain), fxrules.parse(alternative_stack(12, "x is None")), explain=True)
+    conditions = {miss.condition for miss in report["stack"].near_misses}
+    assert conditions == {"budget"}
+    assert "near miss stack at mul_13: budget: gave up after 1000 match steps at this node" in str(report)
+
+
+def test_a_deep_stack_of_alternatives_loads_and_applies_within_the_budget() -> None:
+    """24 levels: every walk over the pattern must visit a name shared by both options once, not 2 ** 24
+    times (the pattern's depth, computed when the rule set is compiled, once did)."""
+    rules = timed(lambda: fxrules.parse(alternative_stack(24, "x is None")))
+    report = timed(lambda: fxrules.apply(trace(doubling_chain), rules))
+    assert report["stack"].fired == 0 and set(report["stack"].skip_counts) <= {"budget"}
+
+
+def test_a_stack_of_alternatives_within_the_budget_matches() -> None:
+    """Six levels: 64 ways, within the budget; the first one is used."""
+    gm = trace(doubling_chain)
+    text = alternative_stack(6, "x is not None").replace("return ((((((x * 2) * 2) * 2) * 2) * 2) * 2)",
+                                                         "return x * 64")
+    report = fxrules.apply(gm, fxrules.parse(text))
+    assert report.fired("stack") >= 1 and report["stack"].skip_counts == {}
+    x = torch.randn(3)
+    torch.testing.assert_close(gm(x), doubling_chain(x))
+
+
+def test_alternatives_that_bind_differently_are_bounded_by_the_budget() -> None:
+    """``torch.cat([a0 | b0, ..., a15 | b15])``: 2 ** 16 structural matches that bind different names."""
+    items = ", ".join(f"a{i} | b{i}" for i in range(16))
+    rules = fxrules.parse(f"rule cat_choices:\n    torch.cat([{items}]) => a0 where a0 is None\n")
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_function(torch.cat, ([x] * 16,)))
+    for explain in (False, True):
+        report = timed(lambda e=explain: fxrules.apply(torch.fx.GraphModule(torch.nn.Module(), graph), rules,
+                                                       explain=e))
+        assert report["cat_choices"].skip_counts == {"budget": 1}
+
+
+def test_the_budget_leaves_ordinary_choices_alone() -> None:
+    """Commutative operands in either order and alternatives at several levels: every site fires, with
+    the fast path and with explain (the generic matcher) alike."""
+    rules = fxrules.parse("""
+rule fma:
+    pattern:
+        return (a * b) + c | torch.add(a * b, c)
+    replace:
+        return torch.addcmul(c, a, b)
+""")
+
+    def sites(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return (x * y) + y, y + (x * x), torch.add(y * y, x)
+
+    for explain in (False, True):
+        gm = trace(sites)
+        report = fxrules.apply(gm, rules, explain=explain)
+        assert report.fired("fma") == 3 and report["fma"].skip_counts == {}
+        x, y = torch.randn(3), torch.randn(3)
+        torch.testing.assert_close(gm(x, y), sites(x, y))
