@@ -33,7 +33,7 @@ class SkippedMatch:
     """A pattern that matched but could not be used, and why."""
 
     reason: str  # escaping user, impure, cycle, guard false, guard error, missing metadata, overlap, grad mode,
-    # dynamic size, budget (matching took more than MATCH_BUDGET steps), literal bound (a folded literal over the bound)...
+    # dynamic size, budget (matching took over MATCH_BUDGET steps), literal bound (a folded literal over the bound)...
     node: str
     detail: str
 
