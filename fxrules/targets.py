@@ -152,40 +152,44 @@ class AllowedSet:
 def allowed() -> AllowedSet:
     """The allowed set, derived from ``torch.overrides`` and the dispatcher's registry (built on first use)."""
     dispatcher = _dispatcher_operators()
-    functions: dict[int, Any] = {}
-    names: dict[str, int] = {}
-    removed: dict[str, str] = {**REFUSED_OPERATORS, **REFUSED_MODULE_CLASSES}
-    refused_ids = {id(_lookup(dotted)): dotted for dotted in REFUSED_FUNCTIONS}
+    builder = _Builder({**REFUSED_OPERATORS, **REFUSED_MODULE_CLASSES})
+    refused = {id(_lookup(dotted)): dotted for dotted in REFUSED_FUNCTIONS}
     for dotted, function in _torch_functions(dispatcher):
-        if id(function) in refused_ids:
-            removed[refused_ids[id(function)]] = REFUSED_FUNCTIONS[refused_ids[id(function)]]
-        elif not dotted.rsplit(".", 1)[-1].startswith("_"):
-            functions[id(function)] = function
-            names[dotted] = id(function)
-    for module, refused in ((operator, REFUSED_OPERATOR_FUNCTIONS), (math, {})):
+        canonical = refused.get(id(function))
+        builder.add(dotted, function, canonical and (canonical, REFUSED_FUNCTIONS[canonical]))
+    for module, refusals in ((operator, REFUSED_OPERATOR_FUNCTIONS), (math, {})):
         for name in getattr(module, "__all__", None) or dir(module):
-            value = getattr(module, name)
-            if name.startswith("_") or not callable(value):
-                continue
-            if name in refused:
-                removed[f"{module.__name__}.{name}"] = refused[name]
-            else:
-                functions[id(value)] = value
-                names[f"{module.__name__}.{name}"] = id(value)
+            dotted = f"{module.__name__}.{name}"
+            if callable(value := getattr(module, name)):
+                builder.add(dotted, value, (dotted, refusals[name]) if name in refusals else None)
     tensor_names = set()
     for name in _tensor_names(dispatcher):
         if name in REFUSED_TENSOR_NAMES:
-            removed[f"torch.Tensor.{name}"] = REFUSED_TENSOR_NAMES[name]
+            builder.removed[f"torch.Tensor.{name}"] = REFUSED_TENSOR_NAMES[name]
         elif not name.startswith("_"):
             tensor_names.add(name)
-    for name in tensor_names:  # 'use torch.Tensor.relu as r' makes the method object a value of the file
-        method = getattr(torch.Tensor, name)
-        if callable(method):
-            functions.setdefault(id(method), method)
-            names[f"torch.Tensor.{name}"] = id(method)
+            if callable(method := getattr(torch.Tensor, name)):  # 'use torch.Tensor.relu as r': a value
+                builder.add(f"torch.Tensor.{name}", method, None)
     operators = frozenset(op for op in dispatcher if op.split("::")[0] in DEFAULT_OP_NAMESPACES) - set(
         REFUSED_OPERATORS)
-    return AllowedSet(functions, names, frozenset(tensor_names), operators, removed)
+    return AllowedSet(builder.functions, builder.names, frozenset(tensor_names), operators, builder.removed)
+
+
+@attrs.define
+class _Builder:
+    """Collects the functions of the allowed set, and what was left out with why."""
+
+    removed: dict[str, str]
+    functions: dict[int, Any] = attrs.Factory(dict)
+    names: dict[str, int] = attrs.Factory(dict)
+
+    def add(self, dotted: str, value: Any, refusal: tuple[str, str] | None) -> None:
+        """Add ``value`` (reached as ``dotted``) unless it is private or refused (``refusal``: name, reason)."""
+        if refusal:
+            self.removed[refusal[0]] = refusal[1]
+        elif not dotted.rsplit(".", 1)[-1].startswith("_"):
+            self.functions[id(value)] = value
+            self.names[dotted] = id(value)
 
 
 def _lookup(dotted: str) -> Any:
