@@ -4,8 +4,9 @@ Guards are data, never Python code: a small interpreter walks the guard IR
 over the values a match bound.  It allows literals, bound names, ``and or
 not``, comparisons, arithmetic, indexing, ``len/all/any/min/max/abs``, the
 tensor attributes ``.shape .ndim .dtype .device`` and methods ``.numel()
-.size() .dim()`` (from shape metadata), public non-callable attributes of
-captured modules, and for ``Attr`` captures ``.target`` and the tensor
+.size() .dim()`` (from shape metadata), the plain data attributes of
+captured modules (read statically: no property, method or ``__getattr__`` of
+the module runs), and for ``Attr`` captures ``.target`` and the tensor
 attributes of their value.  Private and dunder attributes are load errors.
 """
 

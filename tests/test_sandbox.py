@@ -407,8 +407,11 @@ def test_guards_read_module_data_without_running_properties(guard: str, fires: b
     rules = fxrules.parse(f"rule r:\n    given:\n        m: nn.Linear\n    pattern:\n        return torch.relu(m(x))\n"
                           f"    where:\n        {guard}\n    replace:\n        return torch.neg(m(x))\n")
     _Spy.calls.clear()
-    assert fxrules.apply(gm, rules).counts() == ({"r": 1} if fires else {})
+    report = fxrules.apply(gm, rules)
+    assert report.counts() == ({"r": 1} if fires else {})
     assert _Spy.calls == []
+    if "scale" in guard:
+        assert "(guard error): relu: '_Spy.scale' is a property; guards read plain data attributes only" in str(report)
 
 
 # ---------------------------------------------------------------- fuzzing under an audit hook
