@@ -520,7 +520,7 @@ def test_the_watch_sees_what_an_allowed_escape_does(tmp_path: Path) -> None:
     assert f"file created: {tmp_path / 'saved.pt'}" in seen
 
 
-@settings(max_examples=60, deadline=None, database=None,
+@settings(max_examples=40, deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.nested_given])
 @given(replacement=_expressions())
 def test_fuzzed_rules_that_load_apply_and_verify_without_leaving_the_sandbox(
