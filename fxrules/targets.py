@@ -332,7 +332,7 @@ def _in_packages(module_name: str | None, packages: Iterable[str]) -> bool:
 
 
 def _suggest(name: str, candidates: Iterable[str]) -> str | None:
-    close = difflib.get_close_matches(name, [c for c in candidates if not c.startswith("_")], n=1, cutoff=0.75)
+    close = difflib.get_close_matches(name, [c for c in candidates if not c.startswith("__")], n=1, cutoff=0.75)
     return close[0] if close else None
 
 
@@ -448,7 +448,8 @@ class Namespace:
         if child is _MISSING and _in_packages(module.__name__, self.allowance.packages):
             child = _import_submodule(f"{module.__name__}.{part}")
         if child is _MISSING:
-            suggestion = _suggest(part, [n for n, v in vars(module).items() if self._nameable(v)])
+            suggestion = _suggest(part, [n for n, v in vars(module).items()
+                                         if not n.startswith("_") and self._nameable(v)])
             prefix = ".".join(parts[:index])
             hint = (f"did you mean '{prefix}.{suggestion}'?" if suggestion else
                     f"if it is a module, pass allow=['{_real_name(parts[: index + 1], self.roots)}'] to use it")
