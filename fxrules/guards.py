@@ -4,13 +4,15 @@ Guards are data, never Python code: a small interpreter walks the guard IR
 over the values a match bound.  It allows literals, bound names, ``and or
 not``, comparisons, arithmetic, indexing, ``len/all/any/min/max/abs``, the
 tensor attributes ``.shape .ndim .dtype .device`` and methods ``.numel()
-.size() .dim()`` (from shape metadata), public non-callable attributes of
-captured modules, and for ``Attr`` captures ``.target`` and the tensor
+.size() .dim()`` (from shape metadata), the plain data attributes of
+captured modules (read statically: no property, method or ``__getattr__`` of
+the module runs), and for ``Attr`` captures ``.target`` and the tensor
 attributes of their value.  Private and dunder attributes are load errors.
 """
 
 from __future__ import annotations
 
+import inspect
 import operator
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -281,10 +283,48 @@ def read_attribute(value: Any, attr: str) -> Any:
     if isinstance(value, torch.dtype) and attr in DTYPE_ATTRIBUTES:
         return getattr(value, attr)
     if isinstance(value, torch.nn.Module):
-        result = getattr(value, attr)
-        if callable(result) and not isinstance(result, torch.nn.Module):
-            raise GuardError(f"'{type(value).__name__}.{attr}' is a method; guards read attributes only")
-        return result
+        return read_module_attribute(value, attr)
     if hasattr(value, "guard_attributes") and attr in value.guard_attributes:
         return getattr(value, attr)
     raise GuardError(f"a guard cannot read '.{attr}' of {type(value).__name__}")
+
+
+#: What a guard may read from a captured module: plain data, tensors, and submodules (``m.conv.groups``).
+MODULE_DATA = (bool, int, float, complex, str, type(None), torch.dtype, torch.device, torch.layout,
+               torch.memory_format, torch.Tensor, torch.nn.Module)
+_ABSENT = object()
+
+
+def read_module_attribute(module: torch.nn.Module, attr: str) -> Any:
+    """``module.attr`` read without running any code of the module: its parameters, buffers and submodules,
+    its instance ``__dict__``, or a plain class attribute, never a property, method or ``__getattr__``.
+
+    A captured module is the user's object: a property of its class could do anything, and ``nn.Module``'s
+    own ``__getattr__`` is Python code too.  Only plain data comes back; anything else is a :class:`GuardError`.
+    """
+    value = _static_module_attribute(module, attr)
+    if value is _ABSENT:
+        raise GuardError(f"'{type(module).__name__}' has no attribute '{attr}'")
+    if not _is_module_data(value):
+        kind = "a property" if isinstance(value, property) else (
+            "a method" if callable(value) else f"a {type(value).__name__}")
+        raise GuardError(f"'{type(module).__name__}.{attr}' is {kind}; guards read plain data attributes only "
+                         "(numbers, bools, strings, None, tuples of them, tensors, submodules)")
+    return value
+
+
+def _static_module_attribute(module: torch.nn.Module, attr: str) -> Any:
+    state = vars(module)
+    for store in ("_parameters", "_buffers", "_modules"):
+        entries = state.get(store)
+        if isinstance(entries, dict) and attr in entries:
+            return entries[attr]
+    if attr in state:
+        return state[attr]
+    return inspect.getattr_static(type(module), attr, _ABSENT)
+
+
+def _is_module_data(value: Any) -> bool:
+    if isinstance(value, tuple | list):
+        return all(_is_module_data(item) for item in value)
+    return isinstance(value, MODULE_DATA)

@@ -63,7 +63,14 @@ from fxrules.signatures import (
     module_call_signature,
 )
 from fxrules.syntax_tree import dotted_parts
-from fxrules.targets import SAFE_BUILTINS, UNKNOWN_NAME_HINT, Namespace, ResolutionError, is_side_door, is_value
+from fxrules.targets import (
+    SAFE_BUILTINS,
+    UNKNOWN_NAME_HINT,
+    Namespace,
+    ResolutionError,
+    allowed,
+    is_value,
+)
 
 _aten = torch.ops.aten
 
@@ -103,10 +110,10 @@ class ScopeResolver:
         self.sink = sink
         self.scope = scope
 
-    def resolve_dotted(self, dotted: st.Dotted | tuple[str, ...], span: Span) -> Any:
+    def resolve_dotted(self, dotted: st.Dotted | tuple[str, ...], span: Span, *, containers: bool = False) -> Any:
         parts = dotted.parts if isinstance(dotted, st.Dotted) else dotted
         try:
-            return self.scope.namespace.resolve(parts)
+            return self.scope.namespace.resolve(parts, containers=containers)
         except ResolutionError as error:
             where = span
             if error.index > 0:  # point at the part that failed: torch.serialization.os
@@ -116,7 +123,7 @@ class ScopeResolver:
             return None
 
     def use(self, item: st.Use) -> None:
-        value = self.resolve_dotted(item.module, item.module.span)
+        value = self.resolve_dotted(item.module, item.module.span, containers=True)
         if value is not None:
             alias = item.alias or item.module.parts[-1]
             self.scope.namespace = self.scope.namespace.with_alias(alias, value)
@@ -162,7 +169,7 @@ def _tensor_method_name(namespace: Namespace, parts: tuple[str, ...], value: Any
     that ``use torch.Tensor.relu as r`` made): FX records its calls as ``call_method`` nodes."""
     if len(parts) >= 2:
         try:
-            return parts[-1] if namespace.resolve(parts[:-1]) is torch.Tensor else None
+            return parts[-1] if namespace.resolve(parts[:-1], containers=True) is torch.Tensor else None
         except ResolutionError:
             return None
     name = getattr(value, "__name__", None)
@@ -524,6 +531,10 @@ class RuleResolver:
         value = self.template(expr.value)
         if expr.attr.startswith("_"):
             return self.error(expr.span, f"'.{expr.attr}': private and dunder attributes are not allowed")
+        try:
+            self.scope.namespace.check_attribute(expr.attr)
+        except ResolutionError as error:
+            return self.error(expr.span, error.message, error.hint)
         return self.finish_operation(OpKind.FUNCTION, getattr, (value, Literal(expr.attr, expr.span)), (), expr.span,
                                      False)
 
@@ -576,17 +587,7 @@ class RuleResolver:
             family = self.scope.families[name]
             return self.operation(OpKind.FAMILY, family, list(expr.args), expr.keywords, expr.span)
         if name in SAFE_BUILTINS:
-            attribute = expr.args[1] if len(expr.args) > 1 else None
-            if isinstance(attribute, st.Constant) and str(attribute.value).startswith("_"):
-                return self.failed_call(expr, func.span,
-                                        f"'.{attribute.value}': private and dunder attributes are not allowed")
-            computed = isinstance(attribute, st.Name) and (attribute.id in self.interior
-                                                            or attribute.id in self.replace_env)
-            if attribute is not None and (computed or not isinstance(attribute, st.Constant | st.Name)):
-                # getattr(x, operator.add("__cla", "ss__")) would compute a dunder name at run time
-                return self.failed_call(expr, attribute.span, "getattr takes an attribute name written as a "
-                                                              "string, or a capture")
-            return self.operation(OpKind.FUNCTION, SAFE_BUILTINS[name], list(expr.args), expr.keywords, expr.span)
+            return self.call_getattr(func, expr)
         if name in self.untyped:  # its type was already reported as wrong
             self.used_captures.add(name)
             return self.failed_call(expr, func.span)
@@ -600,6 +601,22 @@ class RuleResolver:
             return self.call_target((name,), expr)
         return self.failed_call(expr, func.span, f"unknown family '{name}'",
                                 did_you_mean(name, self.scope.families) or "declare it with 'family NAME = ...'")
+
+    def call_getattr(self, func: st.Name, expr: st.Call) -> Template:
+        """``getattr(x, "shape")``, as FX records ``x.shape``: the name must be written as a string, never a
+        capture or a computed value (``getattr(x, operator.add("__cla", "ss__"))`` would reach dunders)."""
+        attribute = expr.args[1] if len(expr.args) > 1 else None
+        if attribute is not None and not (isinstance(attribute, st.Constant) and isinstance(attribute.value, str)):
+            return self.failed_call(expr, attribute.span, "getattr takes an attribute name written as a string")
+        if attribute is not None and str(attribute.value).startswith("_"):
+            return self.failed_call(expr, func.span, f"'.{attribute.value}': private and dunder attributes are not "
+                                                     "allowed")
+        if attribute is not None:
+            try:
+                self.scope.namespace.check_attribute(str(attribute.value))
+            except ResolutionError as error:
+                return self.failed_call(expr, attribute.span, error.message, error.hint)
+        return self.operation(OpKind.FUNCTION, SAFE_BUILTINS[func.id], list(expr.args), expr.keywords, expr.span)
 
     def call_target(self, parts: tuple[str, ...], expr: st.Call) -> Template:
         resolver = ScopeResolver(self.sink, self.scope)
@@ -629,10 +646,11 @@ class RuleResolver:
         name_span = attrs.evolve(func.span, column=(func.span.end_column or 1) - len(name), end_line=None)
         if not hasattr(torch.Tensor, name):
             return self.failed_call(expr, name_span, f"unknown tensor method '.{name}'",
-                                    did_you_mean(name, [n for n in dir(torch.Tensor) if not n.startswith("_")]))
-        if is_side_door(getattr(torch.Tensor, name)):
-            return self.failed_call(expr, name_span, f"'.{name}()' loads or runs code or touches files, which rule "
-                                                     "files may not reach")
+                                    did_you_mean(name, allowed().tensor_names))
+        try:
+            self.scope.namespace.check_method(name)
+        except ResolutionError as error:
+            return self.failed_call(expr, name_span, error.message, error.hint)
         return self.operation(OpKind.METHOD, name, [func.value, *expr.args], expr.keywords, expr.span)
 
     # ---------------------------------------------------------------- operations
