@@ -137,9 +137,9 @@ def test_loading_a_path_that_cannot_be_read_is_a_usage_error(tmp_path: Path, mak
 def _parse_seconds(text: str) -> float:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        started = time.perf_counter()
+        started = time.process_time()  # CPU time: other processes on a shared machine do not count
         fxrules.parse(text, "many.fxr")
-        return time.perf_counter() - started
+        return time.process_time() - started
 
 
 def _chain(count: int, offset: int) -> str:
