@@ -1,8 +1,6 @@
-"""The examples of the language reference and of the design card are part of the contract.
+"""The examples of the language reference are part of the contract.
 
-* Every ```fxr block of ``docs/language.md`` and every rule block of the design
-  card (``../shared/fxr-language.md``; its fences carry no language tag, so
-  untagged fences count too) must parse with ``fxrules.parse``.  A block the
+* Every ```fxr block of ``docs/language.md`` must parse with ``fxrules.parse``.  A block the
   doc shows as an error is preceded by ``<!-- expect-error: SUBSTRING -->``;
   it must raise an ``FxrError`` whose text contains SUBSTRING.
 * The complete rules listed in :data:`EXAMPLES` are applied (with the rest
@@ -44,11 +42,7 @@ from tests.conftest import ops, trace
 
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs" / "language.md"
-CARD = Path(__file__).parents[2] / "shared" / "fxr-language.md"
 PRELUDE = REPO / "rulesets" / "prelude.fxr"
-
-CARD_MISSING = "the design card ../shared/fxr-language.md is not next to this checkout"
-
 
 # ---------------------------------------------------------------- extracting the examples
 
@@ -57,7 +51,7 @@ CARD_MISSING = "the design card ../shared/fxr-language.md is not next to this ch
 class Block:
     """One fenced example: where it is, its text, and the error it is documented to raise (if any)."""
 
-    source: str  # "docs" or "card"
+    source: str  # the document it comes from ("docs": docs/language.md)
     line: int  # line of the opening fence
     text: str
     expect_error: str | None = None
@@ -98,12 +92,11 @@ def extract_blocks(path: Path, source: str, languages: set[str]) -> list[Block]:
 
 
 DOC_BLOCKS = extract_blocks(DOCS, "docs", {"fxr"})
-CARD_BLOCKS = extract_blocks(CARD, "card", {"", "fxr"}) if CARD.is_file() else []
-ALL_BLOCKS = DOC_BLOCKS + CARD_BLOCKS
+ALL_BLOCKS = DOC_BLOCKS
 
 
 def block_defining(source: str, rule: str) -> Block:
-    found = [b for b in (DOC_BLOCKS if source == "docs" else CARD_BLOCKS) if rule in b.rule_names()]
+    found = [b for b in DOC_BLOCKS if rule in b.rule_names()]
     assert len(found) == 1, f"expected exactly one {source} block defining rule {rule}, found {len(found)}"
     return found[0]
 
@@ -118,12 +111,6 @@ def parse_block(block: Block) -> fxrules.RuleSet:
 def test_the_doc_has_examples() -> None:
     assert len(DOC_BLOCKS) >= 30
     assert any(b.expect_error for b in DOC_BLOCKS)
-
-
-def test_the_design_card_has_examples() -> None:
-    if not CARD.is_file():
-        pytest.skip(CARD_MISSING)
-    assert len(CARD_BLOCKS) >= 4
 
 
 def test_doc_rule_names_are_unique() -> None:
@@ -360,22 +347,16 @@ EXAMPLES: list[Example] = [
             lambda: [torch.randn(4, 6) > 0, torch.randn(4, 6)], ["getattr", "zeros_like", "add"]),
     Example("docs", "masked_where_method", lambda: lambda a, m: a.where(m, 0.0),
             lambda: [torch.randn(4, 6), torch.randn(4, 6) > 0], ["where"]),
-    # the design card
-    Example("card", "double_neg", lambda: lambda a: torch.neg(torch.neg(a)) * 1 + 0, randn(4, 6), [],
+    # the first file and the DAG of §3.2
+    Example("docs", "double_neg", lambda: lambda a: torch.neg(torch.neg(a)) * 1 + 0, randn(4, 6), [],
             fired={"double_neg": 1, "mul_one": 1, "add_zero": 1}),
-    Example("card", "addmm", lambda: lambda a, w, b: torch.matmul(a, w) + b,
-            lambda: [torch.randn(2, 3), torch.randn(3, 4), torch.randn(4)], ["addmm"], example_inputs=True),
-    Example("card", "split_sum_of_cat", lambda: _split_sum_of_cat, lambda: [torch.randn(3), torch.randn(5)],
+    Example("docs", "split_sum_of_cat", lambda: _split_sum_of_cat, lambda: [torch.randn(3), torch.randn(5)],
             ["method:sum", "method:sum", "add", "method:numel", "method:numel", "add", "truediv"],
             example_inputs=True),
-    Example("card", "relu_idempotent", lambda: lambda a: F.relu(torch.relu(a)), randn(4, 6), ["relu"]),
-    Example("card", "fold_conv_bn", _conv_bn_relu, randn(2, 3, 8, 8), ["module:Conv2d", "module:ReLU"]),
 ]
 
 
 def run_example(example: Example) -> tuple[torch.fx.GraphModule, fxrules.Report]:
-    if example.source == "card" and not CARD.is_file():
-        pytest.skip(CARD_MISSING)
     torch.manual_seed(0)
     block = block_defining(example.source, example.rule)
     ruleset = parse_block(block)
@@ -420,8 +401,6 @@ def test_fold_conv_bn_provenance_and_submodules() -> None:
 
 def apply_rule(source: str, rule: str, fn: Any, inputs: list[Any], **kwargs: Any) -> tuple[
         torch.fx.GraphModule, fxrules.Report]:
-    if source == "card" and not CARD.is_file():
-        pytest.skip(CARD_MISSING)
     gm = trace(fn)
     with torch.no_grad():
         expected = fn(*inputs)
@@ -960,7 +939,7 @@ def test_doc_lists_every_prelude_family_with_its_members() -> None:
     assert documented == _prelude_families()
 
 
-def test_card_minimum_prelude_is_there() -> None:
+def test_the_prelude_has_the_families_the_language_promises() -> None:
     required = {
         "relu", "gelu", "silu", "sigmoid", "tanh", "exp", "log", "neg", "abs", "add", "sub", "mul", "div", "matmul",
         "linear", "softmax", "layer_norm", "dropout", "transpose", "permute", "reshape", "view", "contiguous", "cat",

@@ -1,7 +1,7 @@
 """Review of the front end (loader, names, guards, diagnostics) and of verify: one test per bug found.
 
-Each test is the smallest rule file showing one problem, named for the behaviour the design card
-(``/work/shared/fxr-language.md``) or ``docs/language.md`` promises.
+Each test is the smallest rule file showing one problem, named for the behaviour that
+``docs/language.md`` promises.
 """
 
 from __future__ import annotations
