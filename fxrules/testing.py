@@ -26,6 +26,7 @@ Element values are mostly small numbers, sometimes ``nan``, ``inf``,
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Callable, Mapping
@@ -89,12 +90,18 @@ class NoGeneratorError(LookupError):
 
 @attrs.frozen
 class DrawSettings:
-    """What may be drawn: the largest side and rank of a tensor and, when given, the only dtypes a tensor
-    capture takes (a declared capture keeps those of its declared dtypes that are among them)."""
+    """What may be drawn: the largest size of a dim, the largest rank of an untyped tensor and, when given, the
+    only dtypes a tensor capture takes (a declared capture keeps those of its declared dtypes among them)."""
 
-    max_side: int = 4
+    max_side: int = 8
     max_rank: int = 3
     dtypes: tuple[torch.dtype, ...] | None = None
+
+    @property
+    def sides(self) -> st.SearchStrategy[int]:
+        """The size of one drawn dim: often small (1 to 4), else up to ``max_side``, and often a multiple of 8
+        (a guard such as ``K % 8 == 0``, common in rules for fused kernels, must be satisfiable)."""
+        return _sides(self.max_side)
 
     def narrow(self, name: str, accepted: tuple[torch.dtype, ...]) -> tuple[torch.dtype, ...]:
         """The dtypes capture ``name`` is drawn with, of those it ``accepted``."""
@@ -105,6 +112,13 @@ class DrawSettings:
             raise NoGeneratorError(f"{name} is declared as {_dtype_names(accepted)}; the dtypes to draw "
                                    f"({_dtype_names(self.dtypes)}) include none of them")
         return kept
+
+
+@functools.cache
+def _sides(max_side: int) -> st.SearchStrategy[int]:
+    sizes = [st.integers(1, min(max_side, 4)), st.integers(1, max_side)]
+    aligned = [size for size in (8, 16) if size <= max_side]
+    return st.one_of(*sizes, *([st.sampled_from(aligned)] if aligned else []))
 
 
 def _dtype_names(dtypes: tuple[torch.dtype, ...]) -> str:
@@ -279,15 +293,15 @@ class _Drawer:
     def values(self) -> dict[str, Any]:
         square = self.draw(st.booleans())
         rank = self.draw(st.integers(1, self.settings.max_rank))
-        side = self.draw(st.integers(1, self.settings.max_side))
-        self.base = tuple(side if square else self.draw(st.integers(1, self.settings.max_side)) for _ in range(rank))
+        side = self.draw(self.settings.sides)
+        self.base = tuple(side if square else self.draw(self.settings.sides) for _ in range(rank))
         roles = capture_roles(self.rule)
         module_ranks = module_input_ranks(self.rule)
         dims = replacement_dims(self.rule)
         values = {name: self.value(name, roles.get(name, "tensor"), module_ranks.get(name))
                   for name in (*input_names(self.rule), *attribute_names(self.rule)) if name not in dims}
         for name in dims:  # drawn with the tensors whose types name them
-            values[name] = self.dims[name] if name in self.dims else self.draw(st.integers(1, self.settings.max_side))
+            values[name] = self.dims[name] if name in self.dims else self.draw(self.settings.sides)
         return values
 
     def value(self, name: str, role: str, module_ranks: tuple[int, ...] | None) -> Any:
@@ -311,8 +325,7 @@ class _Drawer:
             return self.literal(role)
         if module_ranks is not None:
             rank = self.draw(st.sampled_from(module_ranks))
-            side = st.integers(1, self.settings.max_side)
-            return self.tensor(tuple(self.draw(side) for _ in range(rank)), torch.float32)
+            return self.tensor(tuple(self.draw(self.settings.sides) for _ in range(rank)), torch.float32)
         return self.tensor(_broadcast_variant(self.draw, self.base), self.untyped_dtype())
 
     def untyped_dtype(self) -> torch.dtype:
@@ -324,12 +337,12 @@ class _Drawer:
         for dim in declared.dims or ():
             if isinstance(dim, DimSymbol):
                 if dim.name not in self.dims:
-                    self.dims[dim.name] = self.draw(st.integers(1, self.settings.max_side))
+                    self.dims[dim.name] = self.draw(self.settings.sides)
                 shape.append(self.dims[dim.name])
             elif isinstance(dim, DimRest):
                 if self.rest is None:
                     count = self.draw(st.integers(0, 2))
-                    self.rest = tuple(self.draw(st.integers(1, self.settings.max_side)) for _ in range(count))
+                    self.rest = tuple(self.draw(self.settings.sides) for _ in range(count))
                 shape += self.rest
             else:
                 shape.append(dim)
