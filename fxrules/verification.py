@@ -224,7 +224,7 @@ class _RuleCheck:
         problem = _call(lambda: compare(example.expected, actual, self.tolerance))
         if isinstance(problem, _Raised):
             raise _UncomparableError(f"verify cannot compare the pattern's {_kind(example.expected)} with the "
-                                f"replacement's {_kind(actual)} ({problem.text})")
+                                     f"replacement's {_kind(actual)} ({problem.text})")
         if problem is not None:
             raise _Disagreement(problem[0], example, problem[1], problem[2])
 
@@ -327,7 +327,8 @@ def _verify_rule(rule: Rule, options: VerifyOptions, helpers: Mapping[str, Calla
                                              "others with helpers={...}")
     total = 0
     choices = alternative_choices(rule)
-    per_choice = max(10, options.max_examples // len(choices))  # the examples are shared among the alternatives
+    # the examples are shared among the alternatives, at least 10 each (unless fewer were asked for in all)
+    per_choice = max(min(10, options.max_examples), options.max_examples // len(choices))
     for choice in choices:
         check = _RuleCheck(rule, helpers, choice)
         rejections = Rejections()

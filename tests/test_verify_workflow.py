@@ -144,10 +144,11 @@ def test_rule_names_choose_which_rules_are_verified(tmp_path: Path, capsys: pyte
     assert capsys.readouterr().out.endswith("1 rule: 1 sound, 0 unsound, 0 inconclusive, 0 errors (seed 0)\n")
 
 
-def test_examples_sets_the_number_of_inputs_per_rule(tmp_path: Path) -> None:
+@pytest.mark.parametrize("count", [1, 3, 15])
+def test_examples_sets_the_number_of_inputs_per_rule(count: int) -> None:
     rules, helpers, seen = spying_rule()
-    result = fxrules.verify(rules, max_examples=15, helpers=helpers)["spy"]
-    assert (result.verdict, result.examples, len(seen)) == (Verdict.SOUND, 15, 15)
+    result = fxrules.verify(rules, max_examples=count, helpers=helpers)["spy"]
+    assert (result.verdict, result.examples, len(seen)) == (Verdict.SOUND, count, count)
 
 
 @pytest.mark.parametrize(("options", "message"), [
