@@ -4,6 +4,7 @@ reason; no raw Python exception escapes fxrules.verify or the command line."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +104,8 @@ def test_a_guard_that_raises_on_every_input_is_inconclusive_with_its_location() 
 def test_a_pattern_that_raises_on_every_input_is_inconclusive_with_the_last_error() -> None:
     result = verdict_of("rule r: torch.matmul(x, torch.ones(13, 13, 13, 13)) => x")
     assert result.verdict is Verdict.INCONCLUSIVE
-    assert result.reason.startswith("the pattern raised on every generated input (the last: RuntimeError: Expected "
-                                    "size for first two dimensions of batch2 tensor")
+    assert result.reason.startswith("the pattern raised on every generated input (the last: RuntimeError: ")
+    assert "13" in result.reason  # the last error names the size no drawn input has
 
 
 def test_a_guard_rarely_true_says_how_the_inputs_were_rejected() -> None:
@@ -124,7 +125,9 @@ def test_outputs_verify_cannot_compare_are_inconclusive() -> None:
 def test_an_integer_difference_prints_without_a_relative_difference() -> None:
     result = verdict_of("rule r: torch.relu(x).shape[0] => x.numel()")
     assert result.verdict is Verdict.UNSOUND
-    assert str(result).splitlines()[:2] == ["r.fxr:1:6: r: unsound: values differ", "  max abs diff 2"]
+    head, difference = str(result).splitlines()[:2]
+    assert head == "r.fxr:1:6: r: unsound: values differ"
+    assert re.fullmatch(r"  max abs diff \d+", difference)
 
 
 def test_a_random_replacement_is_inconclusive_and_the_same_on_every_run() -> None:
