@@ -372,11 +372,12 @@ def _run_hypothesis(rule: Rule, check: _RuleCheck, rejections: Rejections,
     def property_(data: st.DataObject) -> None:
         check.check(data.draw(examples(rule, options.draws, check.choice, rejections)))
 
-    # The seed as hypothesis.seed() sets it, without the database=None that seed() also imposes; the digest
-    # keeps one rule's saved examples apart from another's (they share this function's source).
+    # The seed as hypothesis.seed() sets it, without the database=None that seed() also imposes; the database
+    # key keeps one rule's saved inputs apart from another's (they share this function's source), and holds
+    # even when pytest's --hypothesis-seed is set (hypothesis then derives no key).
     property_._hypothesis_internal_use_seed = options.seed  # type: ignore[attr-defined]
-    property_.hypothesis.inner_test._hypothesis_internal_add_digest = (  # type: ignore[attr-defined]
-        f"{rule.file}::{rule.name}::{sorted(check.choice.values())}".encode())
+    property_._hypothesis_internal_database_key = (  # type: ignore[attr-defined]
+        f"fxrules verify {rule.file}::{rule.name}::{sorted(check.choice.values())}".encode())
     try:
         property_()
     except _Disagreement as found:
