@@ -7,8 +7,9 @@
 ``fxrules explain RULES --model module:factory``  the same, with near misses.
 ``--static-shapes`` (apply, explain): rules may specialize the graph to the ``--input-shape`` sizes.
 ``fxrules demo``             the bundled rulesets on two small models, measured.
-``fxrules verify FILE... [--examples N] [--seed S] [--json]``
-                             check each rule's soundness; exit 1 if one is unsound.
+``fxrules verify FILE... [--examples N] [--seed S] [--max-side N] [--dtypes D,D] [--rule NAME]
+[--database DIR] [--json]``  check each rule's soundness; exit 1 if one is unsound or in error, 2 on a bad
+                             option (the options are those of :func:`fxrules.verify`).
 
 ``--allow MODULE`` (check, apply, explain, verify): a module the rules may name, as ``allow=`` does.
 """
@@ -19,7 +20,7 @@ import argparse
 import difflib
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +29,19 @@ import torch.fx
 
 from fxrules import bundled
 from fxrules.demo import run_demo
-from fxrules.diagnostics import FxrError, FxrLoadError
+from fxrules.diagnostics import FxrError, FxrLoadError, FxrUsageError
 from fxrules.engine import apply
 from fxrules.loader import load
 from fxrules.report import counted
 from fxrules.verification import verify
+from fxrules.verify_options import (
+    DEFAULT_EXAMPLES,
+    DEFAULT_MAX_SIDE,
+    DEFAULT_SEED,
+    MAX_SIDE_LIMIT,
+    parse_dtypes,
+    whole_number_problem,
+)
 
 
 def _check(files: Sequence[str], allow: Sequence[str]) -> int:
@@ -103,12 +112,52 @@ def _apply(args: argparse.Namespace, explain: bool) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     try:
-        report = verify(list(args.files), max_examples=args.examples, seed=args.seed, allow=args.allow)
+        report = verify(list(args.files), max_examples=args.examples, seed=args.seed, max_side=args.max_side,
+                        dtypes=args.dtypes, names=args.rule or None, database=args.database, allow=args.allow)
+    except FxrUsageError as error:  # an option that does not fit the rules: --rule names no rule of them
+        print(f"fxrules verify: error: {error}", file=sys.stderr)
+        return 2
     except FxrError as error:
         print(error, file=sys.stderr)
         return 1
     print(report.to_json() if args.json else report)
     return 0 if report.sound else 1
+
+
+def _whole_number(low: int | None = None, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: a whole number from ``low`` to ``high``, refused with the text the Python API gives."""
+    def parse(text: str) -> int:
+        problem = whole_number_problem(text, low, high)
+        if problem is not None:
+            raise argparse.ArgumentTypeError(problem)
+        return int(text)
+
+    return parse
+
+
+def _dtypes(text: str) -> tuple[Any, ...]:
+    try:
+        return parse_dtypes(text)
+    except FxrUsageError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _verify_parser(check_rules: argparse.ArgumentParser) -> None:
+    check_rules.add_argument("files", nargs="+", help=".fxr files or bundled ruleset names")
+    check_rules.add_argument("--examples", type=_whole_number(1), default=DEFAULT_EXAMPLES, metavar="N",
+                             help=f"hypothesis examples per rule (default {DEFAULT_EXAMPLES})")
+    check_rules.add_argument("--seed", type=_whole_number(), default=DEFAULT_SEED, metavar="S",
+                             help=f"the seed inputs are drawn from (default {DEFAULT_SEED}); another explores others")
+    check_rules.add_argument("--max-side", type=_whole_number(1, MAX_SIDE_LIMIT), default=DEFAULT_MAX_SIDE,
+                             metavar="N", help=f"the largest size of a drawn dim (default {DEFAULT_MAX_SIDE})")
+    check_rules.add_argument("--dtypes", type=_dtypes, default=None, metavar="D,D",
+                             help="draw tensors of these dtypes only, e.g. float32,int64")
+    check_rules.add_argument("--rule", action="append", default=[], metavar="NAME",
+                             help="verify only this rule (repeatable)")
+    check_rules.add_argument("--database", default=None, metavar="DIR",
+                             help="keep the failing inputs hypothesis finds in DIR and try them first next time "
+                                  "(without it, verify writes no file)")
+    check_rules.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -128,10 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command.add_argument("--static-shapes", action="store_true",
                              help="let rules specialize the graph to the --input-shape sizes (static_shapes=True)")
     check_rules = commands.add_parser("verify", help="check that rules are sound on generated inputs")
-    check_rules.add_argument("files", nargs="+", help=".fxr files or bundled ruleset names")
-    check_rules.add_argument("--examples", type=int, default=100, help="hypothesis examples per rule")
-    check_rules.add_argument("--seed", type=int, default=None, help="hypothesis seed, for reproducible runs")
-    check_rules.add_argument("--json", action="store_true", help="print the results as JSON")
+    _verify_parser(check_rules)
     commands.add_parser("demo", help="apply the bundled rulesets to two small models and measure")
     for command in (check, *applying, check_rules):
         command.add_argument("--allow", action="append", default=[], metavar="MODULE",

@@ -184,7 +184,7 @@ def build(rule: Rule, constants: Mapping[str, torch.nn.Module | torch.Tensor],
 
 def _emit_pattern(rule: Rule, root: torch.nn.Module, graph: torch.fx.Graph,
                   helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int]) -> tuple[list[Any], Match]:
-    bindings: dict[str, Any] = {name: graph.placeholder(name) for name in input_names(rule)}
+    bindings: dict[str, Any] = {name: _placeholder(graph, name) for name in input_names(rule)}
     # an attribute drawn as None (``Tensor[O] | None``) is the literal None, as an omitted bias is in a graph
     bindings.update({name: graph.get_attr(name) if getattr(root, name, None) is not None else None
                      for name in attribute_names(rule)})
@@ -200,6 +200,14 @@ def _emit_pattern(rule: Rule, root: torch.nn.Module, graph: torch.fx.Graph,
         if isinstance(template, OpTemplate) and template.name and id(template) in emitter.memo:
             bindings[template.name] = emitter.memo[id(template)]
     return outputs, match
+
+
+def _placeholder(graph: torch.fx.Graph, capture: str) -> torch.fx.Node:
+    """The input of ``capture``, its parameter in the generated code named as FX names nodes (never a keyword
+    or a builtin): a capture may be called ``lambda``, ``self`` or ``getattr``."""
+    node = graph.placeholder("self_" if capture == "self" else capture)
+    node.target = node.name
+    return node
 
 
 def _pack(outputs: list[Any]) -> Any:

@@ -9,7 +9,8 @@ What is drawn for each capture:
 
 * ``given`` tensor types: their dims (symbolic dims drawn once and shared,
   ``...`` as 0-2 extra dims) and dtypes (one of the declared ones);
-* untyped tensor captures: float32 tensors of one small base shape (or a
+* untyped tensor captures: float32 tensors (or one of
+  :attr:`DrawSettings.dtypes`) of one small base shape (or a
   broadcast-compatible variant of it); an input of a module gets the rank
   that module takes;
 * literal captures: from their ``given`` type, or from the annotation of the
@@ -19,11 +20,13 @@ What is drawn for each capture:
 
 Element values are mostly small numbers, sometimes ``nan``, ``inf``,
 ``-inf``, ``-0.0``.  Inputs on which the pattern raises or the guard is false
-are rejected (``assume``).
+(or raises) are rejected (``assume``); :class:`Rejections` counts why.
+:class:`DrawSettings` narrows what is drawn (the largest side, the dtypes).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Callable, Mapping
@@ -81,7 +84,57 @@ def register_module(cls: type, ranks: tuple[int, ...], factory: ModuleFactory) -
 
 
 class NoGeneratorError(LookupError):
-    """No module factory is registered for a module capture's type."""
+    """A capture cannot be drawn: no module factory is registered for its type, or the draw settings leave
+    none of its declared dtypes."""
+
+
+@attrs.frozen
+class DrawSettings:
+    """What may be drawn: the largest size of a dim, the largest rank of an untyped tensor and, when given, the
+    only dtypes a tensor capture takes (a declared capture keeps those of its declared dtypes among them)."""
+
+    max_side: int = 8
+    max_rank: int = 3
+    dtypes: tuple[torch.dtype, ...] | None = None
+
+    @property
+    def sides(self) -> st.SearchStrategy[int]:
+        """The size of one drawn dim: often small (1 to 4), else up to ``max_side``, and often a multiple of 8
+        (a guard such as ``K % 8 == 0``, common in rules for fused kernels, must be satisfiable)."""
+        return _sides(self.max_side)
+
+    def narrow(self, name: str, accepted: tuple[torch.dtype, ...]) -> tuple[torch.dtype, ...]:
+        """The dtypes capture ``name`` is drawn with, of those it ``accepted``."""
+        if self.dtypes is None:
+            return accepted
+        kept = tuple(dtype for dtype in accepted if dtype in self.dtypes)
+        if not kept:
+            raise NoGeneratorError(f"{name} is declared as {_dtype_names(accepted)}; the dtypes to draw "
+                                   f"({_dtype_names(self.dtypes)}) include none of them")
+        return kept
+
+
+@functools.cache
+def _sides(max_side: int) -> st.SearchStrategy[int]:
+    sizes = [st.integers(1, min(max_side, 4)), st.integers(1, max_side)]
+    aligned = [size for size in (8, 16) if size <= max_side]
+    return st.one_of(*sizes, *([st.sampled_from(aligned)] if aligned else []))
+
+
+def _dtype_names(dtypes: tuple[torch.dtype, ...]) -> str:
+    return ", ".join(str(dtype).removeprefix("torch.") for dtype in dtypes)
+
+
+@attrs.define
+class Rejections:
+    """Why drawn inputs were discarded, with the last error of each kind: how verify explains a rule that
+    (almost) no input reaches."""
+
+    pattern_raised: int = 0
+    guard_raised: int = 0
+    guard_false: int = 0
+    pattern_error: str = ""
+    guard_error: str = ""
 
 
 def module_spec(cls: type) -> ModuleSpec:
@@ -232,24 +285,23 @@ class _Drawer:
 
     draw: Draw
     rule: Rule
-    max_side: int
-    max_rank: int
+    settings: DrawSettings
     dims: dict[str, int] = attrs.Factory(dict)
     base: tuple[int, ...] = ()
     rest: tuple[int, ...] | None = None
 
     def values(self) -> dict[str, Any]:
         square = self.draw(st.booleans())
-        rank = self.draw(st.integers(1, self.max_rank))
-        side = self.draw(st.integers(1, self.max_side))
-        self.base = tuple(side if square else self.draw(st.integers(1, self.max_side)) for _ in range(rank))
+        rank = self.draw(st.integers(1, self.settings.max_rank))
+        side = self.draw(self.settings.sides)
+        self.base = tuple(side if square else self.draw(self.settings.sides) for _ in range(rank))
         roles = capture_roles(self.rule)
         module_ranks = module_input_ranks(self.rule)
         dims = replacement_dims(self.rule)
         values = {name: self.value(name, roles.get(name, "tensor"), module_ranks.get(name))
                   for name in (*input_names(self.rule), *attribute_names(self.rule)) if name not in dims}
         for name in dims:  # drawn with the tensors whose types name them
-            values[name] = self.dims[name] if name in self.dims else self.draw(st.integers(1, self.max_side))
+            values[name] = self.dims[name] if name in self.dims else self.draw(self.settings.sides)
         return values
 
     def value(self, name: str, role: str, module_ranks: tuple[int, ...] | None) -> Any:
@@ -257,7 +309,7 @@ class _Drawer:
         if isinstance(declared, TensorType) and declared.or_none and self.draw(st.booleans()):
             return None
         if isinstance(declared, TensorType):
-            dtype = self.draw(st.sampled_from(declared.dtypes)) if declared.dtypes else torch.float32
+            dtype = self.draw(st.sampled_from(self.settings.narrow(name, declared.dtypes or (torch.float32,))))
             shape = self.shape(declared) if declared.dims is not None else _broadcast_variant(self.draw, self.base)
             tensor = self.tensor(shape, dtype)
             return tensor.abs() if role == "variance" else tensor
@@ -268,25 +320,29 @@ class _Drawer:
             return tuple(items) if declared.name == "tuple" else items
         if isinstance(declared, SequenceType) or role == "tensor_list":
             count = self.draw(st.integers(1, 3))
-            return [self.tensor(self.base, torch.float32) for _ in range(count)]
+            return [self.tensor(self.base, self.untyped_dtype()) for _ in range(count)]
         if role not in {"tensor", "tensor_list", "variance"} and declared is None:
             return self.literal(role)
         if module_ranks is not None:
             rank = self.draw(st.sampled_from(module_ranks))
-            return self.tensor(tuple(self.draw(st.integers(1, self.max_side)) for _ in range(rank)), torch.float32)
-        return self.tensor(_broadcast_variant(self.draw, self.base), torch.float32)
+            return self.tensor(tuple(self.draw(self.settings.sides) for _ in range(rank)), torch.float32)
+        return self.tensor(_broadcast_variant(self.draw, self.base), self.untyped_dtype())
+
+    def untyped_dtype(self) -> torch.dtype:
+        """The dtype of an untyped tensor capture: float32, or one of the settings' dtypes."""
+        return self.draw(st.sampled_from(self.settings.dtypes or (torch.float32,)))
 
     def shape(self, declared: TensorType) -> tuple[int, ...]:
         shape: list[int] = []
         for dim in declared.dims or ():
             if isinstance(dim, DimSymbol):
                 if dim.name not in self.dims:
-                    self.dims[dim.name] = self.draw(st.integers(1, self.max_side))
+                    self.dims[dim.name] = self.draw(self.settings.sides)
                 shape.append(self.dims[dim.name])
             elif isinstance(dim, DimRest):
                 if self.rest is None:
                     count = self.draw(st.integers(0, 2))
-                    self.rest = tuple(self.draw(st.integers(1, self.max_side)) for _ in range(count))
+                    self.rest = tuple(self.draw(self.settings.sides) for _ in range(count))
                 shape += self.rest
             else:
                 shape.append(dim)
@@ -375,8 +431,8 @@ class _Instantiating(torch.fx.Interpreter):
         return self.built[name](*args, **kwargs)
 
 
-def _run_pattern(rule: Rule, draw: Draw, values: dict[str, Any], seed: int,
-                 choice: Mapping[int, int]) -> tuple[_Instantiating, Any]:
+def _run_pattern(rule: Rule, draw: Draw, values: dict[str, Any], seed: int, choice: Mapping[int, int],
+                 rejections: Rejections) -> tuple[_Instantiating, Any]:
     """Run the pattern (the ``choice`` of its alternatives) on copies of the inputs: its output, and the
     runner holding the modules it built and the interior values guards read."""
     module_names = [n for n, t in rule.types.items() if isinstance(t, ModuleType)]
@@ -389,48 +445,57 @@ def _run_pattern(rule: Rule, draw: Draw, values: dict[str, Any], seed: int,
     try:
         with torch.no_grad():
             output = runner.run(*inputs)
-    except Exception:  # an input the pattern rejects is outside the rule's domain
+    except Exception as error:  # an input the pattern rejects is outside the rule's domain
+        rejections.pattern_raised += 1
+        rejections.pattern_error = f"{type(error).__name__}: {error}"
         assume(False)
     return runner, output
 
 
 def guard_allows(rule: Rule, values: Mapping[str, Any], modules: Mapping[str, torch.nn.Module],
-                 dims: Mapping[str, int]) -> bool:
+                 dims: Mapping[str, int], rejections: Rejections | None = None) -> bool:
     """Evaluate the rule's guard on concrete inputs, interior values and modules.
 
     Conditions on the graph's structure (``num_users``, ``is_computed``, ``is_mutated``) protect against
     aliasing, not values: verification, which checks values, takes them as holding (one user, computed,
-    not mutated).
+    not mutated). A guard that raises does not allow the input, as ``apply`` skips such a match.
     """
+    rejections = rejections if rejections is not None else Rejections()
     if rule.guard is None:
         return True
     scope: dict[str, Any] = {**dims, **modules}
     for name, value in values.items():
         scope[name] = _assumed_structure(value) if isinstance(value, torch.Tensor) else value
     try:
-        return holds(rule.guard, lambda name: scope[name])
-    except (GuardError, MissingMetadata, KeyError):
+        allowed = holds(rule.guard, lambda name: scope[name])
+    except (GuardError, MissingMetadata, KeyError) as error:
+        rejections.guard_raised += 1
+        rejections.guard_error = str(error)
         return False
+    rejections.guard_false += not allowed
+    return allowed
 
 
-def examples(rule: Rule, max_side: int = 4, max_rank: int = 3,
-             choice: Mapping[int, int] | None = None) -> st.SearchStrategy[Example]:
-    """Inputs of ``rule`` that its pattern (with the ``choice`` of its alternatives) accepts and its guard
-    allows, each with the pattern's output on it."""
+def examples(rule: Rule, settings: DrawSettings | None = None, choice: Mapping[int, int] | None = None,
+             rejections: Rejections | None = None) -> st.SearchStrategy[Example]:
+    """Inputs of ``rule`` within ``settings`` that its pattern (with the ``choice`` of its alternatives)
+    accepts and its guard allows, each with the pattern's output on it; ``rejections`` counts the others."""
+    settings = settings or DrawSettings()
+    rejections = rejections if rejections is not None else Rejections()
 
     # The rule is closed over, not passed as an argument: hypothesis would pretty-print the whole
     # rule IR into the strategy's repr on every example (which once cost minutes per rule).
     @st.composite
     def example(draw: Draw) -> Example:
-        drawer = _Drawer(draw, rule, max_side, max_rank)
+        drawer = _Drawer(draw, rule, settings)
         values = drawer.values()
         seed = draw(st.integers(0, 2**16))
-        runner, output = _run_pattern(rule, draw, values, seed, choice or {})
+        runner, output = _run_pattern(rule, draw, values, seed, choice or {}, rejections)
         dims = dict(drawer.dims)
         for name, declared in rule.types.items():
             if isinstance(declared, TensorType) and declared.dims and values.get(name) is not None:
                 dims.update(_dims_of(declared, values[name]))
-        assume(guard_allows(rule, {**values, **runner.interior}, runner.built, dims))
+        assume(guard_allows(rule, {**values, **runner.interior}, runner.built, dims, rejections))
         return Example(values, runner.built, seed, attribute_names(rule), output)
 
     return example()

@@ -7,7 +7,11 @@ compared: shapes and dtypes exactly, NaN and inf positions exactly, the rest
 within the dtype's tolerance (or the rule's ``@tolerance``).  Inputs the
 pattern rejects are outside the rule's domain; a replacement that raises
 where the pattern did not is unsound.  A rule ends ``sound``, ``unsound``
-with a shrunk counterexample, or ``inconclusive``.
+with a shrunk counterexample, ``inconclusive`` with the reason, or ``error``
+when it cannot be run as written (an fxrules error, with its location):
+whatever a rule raises while it is verified ends as one of these verdicts.
+Runs are seeded (:data:`~fxrules.verify_options.DEFAULT_SEED` unless a
+seed is given) and write no file unless a database directory is given.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import json
+import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -22,16 +27,24 @@ from typing import Any
 import attrs
 import torch
 from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
-from hypothesis.errors import Unsatisfiable
+from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.errors import Flaky, Unsatisfiable
 
 from fxrules import helpers as bundled_helpers
+from fxrules.diagnostics import FxrError, FxrUsageError, did_you_mean
 from fxrules.engine import RulesArgument, load_rules
-from fxrules.ir import Rule
+from fxrules.ir import HelperTemplate, Rule, RuleSet, walk
 from fxrules.report import counted
 from fxrules.standalone import alternative_choices, build_replacement, input_names
-from fxrules.testing import Example, NoGeneratorError, examples
+from fxrules.testing import Example, NoGeneratorError, Rejections, examples
+from fxrules.verify_options import (
+    DEFAULT_EXAMPLES,
+    DEFAULT_MAX_SIDE,
+    DEFAULT_SEED,
+    DtypesArgument,
+    VerifyOptions,
+)
 
 #: (rtol, atol) by dtype, as torch.testing.assert_close uses them.
 TOLERANCES: Mapping[torch.dtype, tuple[float, float]] = {
@@ -44,6 +57,7 @@ class Verdict(enum.Enum):
     SOUND = "sound"
     UNSOUND = "unsound"
     INCONCLUSIVE = "inconclusive"
+    ERROR = "error"  # the rule cannot run as written: an fxrules error with its location
 
 
 @attrs.frozen
@@ -71,13 +85,15 @@ class RuleVerdict:
         head = f"{self.location}: {self.rule}: "
         if self.verdict is Verdict.SOUND:
             return head + f"sound ({self.examples} examples)"
-        if self.verdict is Verdict.INCONCLUSIVE:
-            return head + f"inconclusive: {self.reason}"
+        if self.verdict in (Verdict.INCONCLUSIVE, Verdict.ERROR):
+            return head + f"{self.verdict.value}: {self.reason}"
         assert self.counterexample is not None
         c = self.counterexample
         lines = [head + f"unsound: {c.problem}"]
-        if c.max_abs_diff is not None:
-            lines.append(f"  max abs diff {c.max_abs_diff:.6g}, max rel diff {c.max_rel_diff:.6g}")
+        differences = [f"max {kind} diff {diff:.6g}" for kind, diff in (("abs", c.max_abs_diff),
+                                                                      ("rel", c.max_rel_diff)) if diff is not None]
+        if differences:
+            lines.append(f"  {', '.join(differences)}")
         lines += ["  counterexample:"] + [f"    {line}" for line in c.inputs]
         lines += ["  reproduce:"] + [f"    {line}" for line in c.reproduction.splitlines()]
         return "\n".join(lines)
@@ -89,10 +105,12 @@ class RuleVerdict:
 @attrs.frozen
 class VerifyReport:
     results: tuple[RuleVerdict, ...]
+    seed: int = DEFAULT_SEED
 
     @property
     def sound(self) -> bool:
-        return all(r.verdict is not Verdict.UNSOUND for r in self.results)
+        """No rule is unsound or in error (inconclusive ones are not known to be wrong)."""
+        return all(r.verdict not in (Verdict.UNSOUND, Verdict.ERROR) for r in self.results)
 
     def __getitem__(self, rule: str) -> RuleVerdict:
         for result in self.results:
@@ -102,11 +120,12 @@ class VerifyReport:
 
     def __str__(self) -> str:
         counts = {v: sum(r.verdict is v for r in self.results) for v in Verdict}
-        summary = ", ".join(f"{n} {v.value}" for v, n in counts.items())
-        return "\n".join([*(str(r) for r in self.results), f"{counted(len(self.results), 'rule')}: {summary}"])
+        summary = ", ".join(counted(n, "error") if v is Verdict.ERROR else f"{n} {v.value}" for v, n in counts.items())
+        return "\n".join([*(str(r) for r in self.results),
+                          f"{counted(len(self.results), 'rule')}: {summary} (seed {self.seed})"])
 
     def to_json(self) -> str:
-        return json.dumps([r.to_dict() for r in self.results], indent=2)
+        return json.dumps({"seed": self.seed, "rules": [r.to_dict() for r in self.results]}, indent=2)
 
 
 class _Disagreement(Exception):  # noqa: N818 - hypothesis re-raises it on the shrunk example
@@ -116,6 +135,14 @@ class _Disagreement(Exception):  # noqa: N818 - hypothesis re-raises it on the s
         self.example = example
         self.abs_diff = abs_diff
         self.rel_diff = rel_diff
+
+
+class _RuleError(Exception):
+    """Building or running the replacement raised an fxrules error: the rule cannot run as written."""
+
+
+class _UncomparableError(Exception):
+    """The outputs are values verify cannot compare."""
 
 
 def compare(expected: Any, actual: Any, tolerance: tuple[float, float] | None) -> tuple[str, float | None,
@@ -190,9 +217,14 @@ class _RuleCheck:
         with torch.no_grad():
             actual = _call(lambda: build_replacement(self.rule, example.constants(), self.helpers, self.choice,
                                                      example.values).forward(*self._inputs(example, names)))
+        if isinstance(actual, _Raised) and actual.rule_error:
+            raise _RuleError(actual.text)
         if isinstance(actual, _Raised):  # a replacement must not fail where the pattern works
             raise _Disagreement(f"the replacement raises {actual.text}", example, None, None)
-        problem = compare(example.expected, actual, self.tolerance)
+        problem = _call(lambda: compare(example.expected, actual, self.tolerance))
+        if isinstance(problem, _Raised):
+            raise _UncomparableError(f"verify cannot compare the pattern's {_kind(example.expected)} with the "
+                                     f"replacement's {_kind(actual)} ({problem.text})")
         if problem is not None:
             raise _Disagreement(problem[0], example, problem[1], problem[2])
 
@@ -204,6 +236,7 @@ class _RuleCheck:
 @attrs.frozen
 class _Raised:
     text: str
+    rule_error: bool  # an fxrules error (the rule cannot run as written), not an input the replacement fails on
 
 
 def _call(run: Callable[[], Any]) -> Any:
@@ -212,8 +245,10 @@ def _call(run: Callable[[], Any]) -> Any:
     failure with another context flaky."""
     try:
         return run()
+    except FxrError as error:
+        return _Raised(str(error), rule_error=True)
     except Exception as error:
-        return _Raised(f"{type(error).__name__}: {error}")
+        return _Raised(f"{type(error).__name__}: {error}", rule_error=False)
 
 
 def _clone(value: Any) -> Any:
@@ -252,61 +287,141 @@ def _one_thread() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def verify_rule(rule: Rule, *, max_examples: int = 100, seed_value: int | None = None,
+def verify_rule(rule: Rule, *, max_examples: int = DEFAULT_EXAMPLES, seed_value: int | None = DEFAULT_SEED,
+                max_side: int = DEFAULT_MAX_SIDE, dtypes: DtypesArgument = None,
+                database: str | os.PathLike[str] | None = None,
                 helpers: Mapping[str, Callable[..., Any]] | None = None) -> RuleVerdict:
-    """Verify one rule (every choice of its alternatives)."""
-    with _one_thread():
-        return _verify_rule(rule, max_examples, seed_value, helpers)
+    """Verify one rule (every choice of its alternatives); the options are those of :func:`verify`."""
+    options = VerifyOptions.checked(max_examples=max_examples, seed=seed_value, max_side=max_side, dtypes=dtypes,
+                                    database=database)
+    return verify_checked(rule, options, helpers)
 
 
-def _verify_rule(rule: Rule, max_examples: int, seed_value: int | None,
-                 helpers: Mapping[str, Callable[..., Any]] | None) -> RuleVerdict:
+def verify_checked(rule: Rule, options: VerifyOptions,
+                   helpers: Mapping[str, Callable[..., Any]] | None = None) -> RuleVerdict:
+    """One rule's verdict under ``options`` (:meth:`VerifyOptions.checked`), whatever the rule raises: an fxrules
+    error is the rule's fault, anything else that escapes the checks (verify's own limits) leaves it
+    inconclusive."""
     started = time.perf_counter()
-    table = {**bundled_helpers.BUNDLED, **(helpers or {})}
+    try:
+        with _one_thread(), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(options.seed)  # random operations in a rule draw the same numbers on every run
+            verdict = _verify_rule(rule, options, {**bundled_helpers.BUNDLED, **(helpers or {})})
+    except FxrError as error:
+        verdict = _verdict(rule, Verdict.ERROR, str(error))
+    except Exception as error:
+        verdict = _verdict(rule, Verdict.INCONCLUSIVE, f"verify could not run the rule: {type(error).__name__}: "
+                                                       f"{error}")
+    return attrs.evolve(verdict, seconds=time.perf_counter() - started)
+
+
+def _verdict(rule: Rule, verdict: Verdict, reason: str, examples_run: int = 0) -> RuleVerdict:
+    return RuleVerdict(rule.name, str(rule.span), verdict, examples_run, reason)
+
+
+def _verify_rule(rule: Rule, options: VerifyOptions, helpers: Mapping[str, Callable[..., Any]]) -> RuleVerdict:
+    unknown = [t for o in rule.replacement for t in walk(o) if isinstance(t, HelperTemplate) and t.name not in helpers]
+    if unknown:  # as apply refuses it before touching a graph
+        return _verdict(rule, Verdict.ERROR, f"{unknown[0].span}: unknown helper '@{unknown[0].name}'; bundled "
+                                             f"helpers are {', '.join(sorted(bundled_helpers.BUNDLED))}; pass "
+                                             "others with helpers={...}")
     total = 0
     choices = alternative_choices(rule)
-    per_choice = max(10, max_examples // len(choices))  # the examples are shared among the alternatives
+    # the examples are shared among the alternatives, at least 10 each (unless fewer were asked for in all)
+    per_choice = max(min(10, options.max_examples), options.max_examples // len(choices))
     for choice in choices:
-        check = _RuleCheck(rule, table, choice)
-        verdict = _run_hypothesis(rule, check, per_choice, seed_value)
+        check = _RuleCheck(rule, helpers, choice)
+        rejections = Rejections()
+        verdict = _run_hypothesis(rule, check, rejections, attrs.evolve(options, max_examples=per_choice))
         if verdict is not None:
-            return attrs.evolve(verdict, seconds=time.perf_counter() - started)
+            return verdict
         total += check.valid
         if check.valid < max(1, per_choice // 10):
-            reason = (f"only {check.valid} of the generated inputs were in the pattern's domain and satisfied the "
-                      "guard" if check.valid else "no generated input satisfied the guard and the pattern's domain")
-            return RuleVerdict(rule.name, str(rule.span), Verdict.INCONCLUSIVE, check.valid, reason,
-                               seconds=time.perf_counter() - started)
-    return RuleVerdict(rule.name, str(rule.span), Verdict.SOUND, total, seconds=time.perf_counter() - started)
+            return _verdict(rule, Verdict.INCONCLUSIVE, _few_inputs(check.valid, rejections), check.valid)
+    return _verdict(rule, Verdict.SOUND, "", total)
 
 
-def _run_hypothesis(rule: Rule, check: _RuleCheck, max_examples: int, seed_value: int | None) -> RuleVerdict | None:
-    @settings(max_examples=max_examples, deadline=None, database=None, derandomize=seed_value is None,
-              suppress_health_check=list(HealthCheck), phases=[Phase.generate, Phase.shrink],
-              report_multiple_bugs=False)
+def _few_inputs(valid: int, rejections: Rejections) -> str:
+    """Why (almost) no drawn input reached the comparison."""
+    if not valid and rejections.pattern_raised and not (rejections.guard_raised or rejections.guard_false):
+        return f"the pattern raised on every generated input (the last: {_first_line(rejections.pattern_error)})"
+    if not valid and rejections.guard_raised and not rejections.guard_false:
+        return f"the guard raised on every input the pattern accepted (the last: {_first_line(rejections.guard_error)})"
+    found = (f"only {valid} of the generated inputs were in the pattern's domain and satisfied the guard" if valid
+             else "no generated input satisfied the guard and the pattern's domain")
+    counts = [f"{what} on {counted(n, 'input')}" for what, n in (
+        ("the pattern raised", rejections.pattern_raised), ("the guard was false", rejections.guard_false),
+        ("the guard raised", rejections.guard_raised)) if n]
+    return found + (f" ({'; '.join(counts)})" if counts else "")
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else text
+
+
+def _run_hypothesis(rule: Rule, check: _RuleCheck, rejections: Rejections,
+                    options: VerifyOptions) -> RuleVerdict | None:
+    """Run one choice of the rule's alternatives: a verdict if it ends the rule's verification, else None."""
+    database = DirectoryBasedExampleDatabase(options.database) if options.database is not None else None
+
+    @settings(max_examples=options.max_examples, deadline=None, database=database,
+              suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
+              phases=[Phase.generate, Phase.shrink] if database is None else [Phase.reuse, Phase.generate,
+                                                                              Phase.shrink])
     @given(st.data())
     def property_(data: st.DataObject) -> None:
-        check.check(data.draw(examples(rule, choice=check.choice)))
+        check.check(data.draw(examples(rule, options.draws, check.choice, rejections)))
 
-    test = hypothesis_seed(seed_value)(property_) if seed_value is not None else property_
+    # The seed as hypothesis.seed() sets it, without the database=None that seed() also imposes; the database
+    # key keeps one rule's saved inputs apart from another's (they share this function's source), and holds
+    # even when pytest's --hypothesis-seed is set (hypothesis then derives no key).
+    property_._hypothesis_internal_use_seed = options.seed  # type: ignore[attr-defined]
+    property_._hypothesis_internal_database_key = (  # type: ignore[attr-defined]
+        f"fxrules verify {rule.file}::{rule.name}::{sorted(check.choice.values())}".encode())
     try:
-        test()
+        property_()
     except _Disagreement as found:
         counterexample = Counterexample(tuple(found.example.describe()), found.problem, found.abs_diff,
                                         found.rel_diff, reproduction(rule, found.example))
         return RuleVerdict(rule.name, str(rule.span), Verdict.UNSOUND, check.valid, found.problem, counterexample)
+    except _RuleError as error:
+        return _verdict(rule, Verdict.ERROR, str(error), check.valid)
+    except _UncomparableError as error:
+        return _verdict(rule, Verdict.INCONCLUSIVE, str(error), check.valid)
     except Unsatisfiable:
-        return RuleVerdict(rule.name, str(rule.span), Verdict.INCONCLUSIVE, 0,
-                           "no generated input satisfied the guard and the pattern's domain")
+        return _verdict(rule, Verdict.INCONCLUSIVE, _few_inputs(0, rejections))
     except NoGeneratorError as missing:
-        return RuleVerdict(rule.name, str(rule.span), Verdict.INCONCLUSIVE, 0, str(missing))
+        return _verdict(rule, Verdict.INCONCLUSIVE, str(missing))
+    except Flaky:
+        return _verdict(rule, Verdict.INCONCLUSIVE, "the outcome changed when an input was run again: the pattern "
+                                                    "or the replacement is not deterministic", check.valid)
     return None
 
 
-def verify(rules: RulesArgument, *, max_examples: int = 100, seed: int | None = None,
-           allow: Iterable[str] = (), helpers: Mapping[str, Callable[..., Any]] | None = None) -> VerifyReport:
-    """Check every rule of ``rules`` for soundness on generated inputs."""
-    ruleset = load_rules(rules, allow)
-    return VerifyReport(tuple(verify_rule(rule, max_examples=max_examples, seed_value=seed, helpers=helpers)
-                              for rule in ruleset))
+def verify(rules: RulesArgument, *, max_examples: int = DEFAULT_EXAMPLES, seed: int | None = DEFAULT_SEED,
+           max_side: int = DEFAULT_MAX_SIDE, dtypes: DtypesArgument = None, names: Iterable[str] | None = None,
+           database: str | os.PathLike[str] | None = None, allow: Iterable[str] = (),
+           helpers: Mapping[str, Callable[..., Any]] | None = None) -> VerifyReport:
+    """Check every rule of ``rules`` (or those in ``names``) for soundness on generated inputs.
 
+    ``max_examples`` inputs per rule, drawn from ``seed`` (the same seed draws the same inputs), tensors of at
+    most ``max_side`` elements per dim and, if given, only of ``dtypes`` (``"float32,int64"`` or a sequence);
+    ``database``: a directory where hypothesis keeps the failing inputs it found, to try first next time
+    (without it, verify writes no file).
+    """
+    options = VerifyOptions.checked(max_examples=max_examples, seed=seed, max_side=max_side, dtypes=dtypes,
+                                    database=database)
+    selected = _selected(load_rules(rules, allow), names)
+    return VerifyReport(tuple(verify_checked(rule, options, helpers) for rule in selected), options.seed)
+
+
+def _selected(ruleset: RuleSet, names: Iterable[str] | None) -> list[Rule]:
+    if names is None:
+        return list(ruleset)
+    wanted = [names] if isinstance(names, str) else list(names)
+    known = [rule.name for rule in ruleset]
+    for name in wanted:
+        if name not in known:
+            hint = did_you_mean(name, known)
+            raise FxrUsageError(f"no rule named {name!r} in the rules to verify" + (f"; {hint}" if hint else ""))
+    return [rule for rule in ruleset if rule.name in wanted]

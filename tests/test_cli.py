@@ -391,4 +391,5 @@ def test_allow_lets_check_and_verify_reach_a_module_the_rules_name(
     assert out == f"{rules}: 1 rule, 0 errors\n"
     assert main(["verify", "--allow", "cmath", "--examples", "20", "--seed", "1", str(rules)]) == 0
     out, _ = capsys.readouterr()
-    assert out == f"{rules}:1:6: scale_back: sound (20 examples)\n1 rule: 1 sound, 0 unsound, 0 inconclusive\n"
+    assert out == (f"{rules}:1:6: scale_back: sound (20 examples)\n"
+                   "1 rule: 1 sound, 0 unsound, 0 inconclusive, 0 errors (seed 1)\n")

@@ -199,10 +199,10 @@ def test_cli_verify_exit_codes_and_json(tmp_path: object, capsys: pytest.Capture
     assert main(["verify", str(bad), "--examples", "20", "--seed", "1"]) == 1
     out = capsys.readouterr().out
     assert "relu_is_abs: unsound: values differ beyond tolerance" in out
-    assert out.strip().endswith("1 rule: 0 sound, 1 unsound, 0 inconclusive")
+    assert out.strip().endswith("1 rule: 0 sound, 1 unsound, 0 inconclusive, 0 errors (seed 1)")
     assert main(["verify", "algebra.fxr", "--examples", "5", "--seed", "1", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert {d["verdict"] for d in data} == {"sound"}
+    assert {d["verdict"] for d in data["rules"]} == {"sound"}
 
 
 pytest_plugins = ["pytester"]
@@ -212,10 +212,10 @@ def test_pytest_plugin_collects_rules_as_items(pytester: pytest.Pytester) -> Non
     pytester.makefile(".fxr", rules="rule good: torch.neg(torch.neg(x)) => x\n"
                                     "rule bad: torch.relu(x) => torch.abs(x)\n"
                                     "rule odd: torch.relu(x) => x where x.ndim > 10\n")
-    result = pytester.runpytest("--fxrules-examples", "20", "-v",
+    result = pytester.runpytest("--fxrules", ".", "--fxrules-examples", "20", "-v",
                                 "--hypothesis-seed", "3")
     result.assert_outcomes(passed=1, failed=1, skipped=1)
     result.stdout.fnmatch_lines(["*rules.fxr::good PASSED*", "*rules.fxr::bad FAILED*", "*rules.fxr::odd SKIPPED*"])
     result.stdout.fnmatch_lines(["*bad: unsound: values differ beyond tolerance*"])
-    selected = pytester.runpytest("--fxrules-examples", "10", "-k", "good")
+    selected = pytester.runpytest("--fxrules", ".", "--fxrules-examples", "10", "-k", "good")
     selected.assert_outcomes(passed=1, deselected=2)

@@ -1,0 +1,275 @@
+"""How verify is run: seeded and reproducible by default, no files written, its options on the Python API, the
+command line and the pytest plugin (with their exact error texts), and the plugin collecting only what a project
+opts in."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import fxrules
+from fxrules.cli import main
+from fxrules.verification import Verdict
+
+pytest_plugins = ["pytester"]
+
+UNSOUND = "rule relu_is_abs: torch.relu(x) => torch.abs(x)\n"
+TWO_RULES = "rule double_neg: torch.neg(torch.neg(x)) => x\nrule relu_is_abs: torch.relu(x) => torch.abs(x)\n"
+KNOWN_DTYPES = ("bool, uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, complex64, "
+                "complex128")
+
+
+def spying_rule() -> tuple[fxrules.RuleSet, dict[str, Callable[..., Any]], list[tuple[tuple[int, ...], torch.dtype]]]:
+    """A sound rule whose helper records the shape and dtype of every input the replacement is built for."""
+    seen: list[tuple[tuple[int, ...], torch.dtype]] = []
+
+    def zero(x: Any) -> int:
+        seen.append((tuple(x.shape), x.dtype))
+        return 0
+
+    rules = fxrules.parse("rule spy: torch.neg(torch.neg(x)) => x + @zero(x)\n", filename="spy.fxr")
+    return rules, {"zero": zero}, seen
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------- determinism and the seed
+
+
+def test_two_runs_print_the_same_report_with_the_same_counterexample(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rules = write(tmp_path / "rules.fxr", TWO_RULES)
+    outputs = []
+    for _ in range(2):
+        assert main(["verify", str(rules), "--examples", "30"]) == 1
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1]
+    assert "relu_is_abs: unsound: values differ beyond tolerance" in outputs[0]
+    assert "  counterexample:\n    x: Tensor[" in outputs[0]
+
+
+def test_the_summary_prints_the_seed_default_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rules = write(tmp_path / "rules.fxr", TWO_RULES)
+    main(["verify", str(rules), "--examples", "20"])
+    assert capsys.readouterr().out.endswith("2 rules: 1 sound, 1 unsound, 0 inconclusive, 0 errors (seed 0)\n")
+    main(["verify", str(rules), "--examples", "20", "--seed", "7"])
+    assert capsys.readouterr().out.endswith("(seed 7)\n")
+    assert fxrules.verify(rules, max_examples=20).seed == 0
+
+
+def test_the_same_seed_draws_the_same_inputs_and_another_seed_others() -> None:
+    rules, helpers, seen = spying_rule()
+    draws = []
+    for seed in (0, 0, 1):
+        seen.clear()
+        assert fxrules.verify(rules, max_examples=25, seed=seed, helpers=helpers).sound
+        draws.append(list(seen))
+    assert draws[0] == draws[1]
+    assert draws[0] != draws[2]
+
+
+def test_json_output_carries_the_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rules = write(tmp_path / "rules.fxr", TWO_RULES)
+    assert main(["verify", str(rules), "--examples", "20", "--seed", "3", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["seed"] == 3
+    assert [(r["rule"], r["verdict"]) for r in data["rules"]] == [("double_neg", "sound"), ("relu_is_abs", "unsound")]
+
+
+def test_verify_writes_no_file_in_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    rules = write(tmp_path / "rules.fxr", UNSOUND)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    assert main(["verify", str(rules), "--examples", "20"]) == 1
+    assert not fxrules.verify(rules, max_examples=20).sound
+    assert list(work.iterdir()) == []
+
+
+def test_a_database_directory_keeps_the_failing_input_and_nothing_else_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rules = write(tmp_path / "rules.fxr", UNSOUND)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    first = fxrules.verify(rules, max_examples=20, database="db")
+    assert [p.name for p in work.iterdir()] == ["db"]
+    assert any(p.is_file() for p in (work / "db").rglob("*"))  # the shrunk failing input
+    again = fxrules.verify(rules, max_examples=20, database="db")
+    assert [(r.verdict, r.reason) for r in again.results] == [(r.verdict, r.reason) for r in first.results]
+    assert first["relu_is_abs"].verdict is Verdict.UNSOUND
+
+
+# ---------------------------------------------------------------- each option, on the API and the command line
+
+
+def test_max_side_bounds_every_drawn_dim() -> None:
+    rules, helpers, seen = spying_rule()
+    fxrules.verify(rules, max_examples=40, max_side=2, helpers=helpers)
+    sizes = {size for shape, _ in seen for size in shape}
+    assert sizes == {1, 2}
+
+
+def test_dtypes_choose_the_dtypes_of_untyped_tensors() -> None:
+    rules, helpers, seen = spying_rule()
+    fxrules.verify(rules, max_examples=30, dtypes="float64,int32", helpers=helpers)
+    assert {dtype for _, dtype in seen} == {torch.float64, torch.int32}
+    seen.clear()
+    fxrules.verify(rules, max_examples=10, dtypes=[torch.float16], helpers=helpers)
+    assert {dtype for _, dtype in seen} == {torch.float16}
+
+
+def test_dtypes_leaving_none_of_a_declared_capture_is_inconclusive() -> None:
+    rules = fxrules.parse("rule r:\n    given:\n        x: Tensor[N, dtype=float32]\n"
+                          "    pattern:\n        return torch.neg(torch.neg(x))\n    replace:\n        return x\n",
+                          filename="typed.fxr")
+    result = fxrules.verify(rules, max_examples=10, dtypes="int64")["r"]
+    assert result.verdict is Verdict.INCONCLUSIVE
+    assert result.reason == "x is declared as float32; the dtypes to draw (int64) include none of them"
+
+
+def test_rule_names_choose_which_rules_are_verified(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rules = write(tmp_path / "rules.fxr", TWO_RULES)
+    report = fxrules.verify(rules, max_examples=10, names=["double_neg"])
+    assert [r.rule for r in report.results] == ["double_neg"]
+    assert main(["verify", str(rules), "--examples", "10", "--rule", "double_neg"]) == 0
+    assert capsys.readouterr().out.endswith("1 rule: 1 sound, 0 unsound, 0 inconclusive, 0 errors (seed 0)\n")
+
+
+@pytest.mark.parametrize("count", [1, 3, 15])
+def test_examples_sets_the_number_of_inputs_per_rule(count: int) -> None:
+    rules, helpers, seen = spying_rule()
+    result = fxrules.verify(rules, max_examples=count, helpers=helpers)["spy"]
+    assert (result.verdict, result.examples, len(seen)) == (Verdict.SOUND, count, count)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"max_examples": 0}, "max_examples must be a whole number of at least 1, got 0"),
+    ({"max_examples": 2.5}, "max_examples must be a whole number of at least 1, got 2.5"),
+    ({"max_side": 0}, "max_side must be a whole number from 1 to 16, got 0"),
+    ({"max_side": 17}, "max_side must be a whole number from 1 to 16, got 17"),
+    ({"seed": "abc"}, "seed must be a whole number, got abc"),
+    ({"dtypes": "float32,flaot64"}, f"unknown dtype 'flaot64'; did you mean 'float64'? (verify draws {KNOWN_DTYPES})"),
+    ({"dtypes": [torch.float8_e4m3fn]}, f"unknown dtype 'torch.float8_e4m3fn' (verify draws {KNOWN_DTYPES})"),
+    ({"dtypes": ""}, f"no dtype given; name at least one of {KNOWN_DTYPES}"),
+    ({"names": ["dubble_neg"]}, "no rule named 'dubble_neg' in the rules to verify; did you mean 'double_neg'?"),
+])
+def test_bad_options_of_the_python_api(options: dict[str, Any], message: str) -> None:
+    rules = fxrules.parse(TWO_RULES, filename="two.fxr")
+    with pytest.raises(fxrules.FxrUsageError) as error:
+        fxrules.verify(rules, **options)
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--examples", "0"], "argument --examples: must be a whole number of at least 1, got 0"),
+    (["--examples", "many"], "argument --examples: must be a whole number of at least 1, got many"),
+    (["--max-side", "99"], "argument --max-side: must be a whole number from 1 to 16, got 99"),
+    (["--seed", "x"], "argument --seed: must be a whole number, got x"),
+    (["--dtypes", "int64,flot32"],
+     f"argument --dtypes: unknown dtype 'flot32'; did you mean 'float32'? (verify draws {KNOWN_DTYPES})"),
+])
+def test_bad_options_of_the_command_line(arguments: list[str], message: str, tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    rules = write(tmp_path / "rules.fxr", TWO_RULES)
+    with pytest.raises(SystemExit) as exit_:
+        main(["verify", str(rules), *arguments])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().endswith(f"fxrules verify: error: {message}")
+
+
+def test_an_unknown_rule_name_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rules = write(tmp_path / "rules.fxr", TWO_RULES)
+    assert main(["verify", str(rules), "--rule", "relu_is_ab"]) == 2
+    assert capsys.readouterr().err == ("fxrules verify: error: no rule named 'relu_is_ab' in the rules to verify; "
+                                       "did you mean 'relu_is_abs'?\n")
+
+
+# ---------------------------------------------------------------- the pytest plugin: opt-in, and its options
+
+
+RULE_FILE = ("rule good: torch.neg(torch.neg(x)) => x\n"
+             "rule bad: torch.relu(x) => torch.abs(x)\n"
+             "rule odd: torch.relu(x) => x where x.ndim > 10\n")
+HOSTILE = "rule broken:\n    torch.neg(x => x\n"  # loading it fails: collected, it would be a failing item
+
+
+def test_plugin_collects_no_rule_file_without_opt_in(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".fxr", rules=RULE_FILE, hostile=HOSTILE)
+    result = pytester.runpytest("--fxrules-examples", "10")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    result.assert_outcomes()
+    assert "fxrules:" not in result.stdout.str()  # no header either: nothing is verified
+
+
+def test_plugin_flag_collects_the_named_paths_only(pytester: pytest.Pytester) -> None:
+    pytester.mkdir("rulesets")
+    write(pytester.path / "rulesets" / "rules.fxr", RULE_FILE)
+    pytester.makefile(".fxr", hostile=HOSTILE)
+    result = pytester.runpytest("--fxrules", "rulesets", "--fxrules-examples", "20", "-v")
+    result.assert_outcomes(passed=1, failed=1, skipped=1)
+    result.stdout.fnmatch_lines(["fxrules: rules under *rulesets (seed 0)", "*rules.fxr::good PASSED*",
+                                 "*rules.fxr::bad FAILED*", "*rules.fxr::odd SKIPPED*"])
+    result.stdout.fnmatch_lines(["*bad: unsound: values differ beyond tolerance*"])
+    assert "hostile" not in result.stdout.str()
+
+
+def test_plugin_flag_with_paths_given_runs_both(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
+    write(pytester.path / "rules.fxr", "rule good: torch.neg(torch.neg(x)) => x\n")
+    result = pytester.runpytest("test_plain.py", "--fxrules", "rules.fxr", "--fxrules-examples", "10")
+    result.assert_outcomes(passed=2)
+
+
+def test_plugin_ini_option_collects_rule_files_under_its_paths(pytester: pytest.Pytester) -> None:
+    pytester.makeini("[pytest]\nfxrules_paths = rulesets\nfxrules_examples = 20\nfxrules_seed = 5\n")
+    pytester.mkdir("rulesets")
+    write(pytester.path / "rulesets" / "rules.fxr", RULE_FILE)
+    pytester.makefile(".fxr", hostile=HOSTILE)
+    result = pytester.runpytest("-v")
+    result.assert_outcomes(passed=1, failed=1, skipped=1)
+    result.stdout.fnmatch_lines(["fxrules: rules under *rulesets (seed 5)"])
+    assert "hostile" not in result.stdout.str()
+    selected = pytester.runpytest("-k", "good")
+    selected.assert_outcomes(passed=1, deselected=2)
+
+
+def test_plugin_reports_a_file_that_fails_to_load_when_opted_in(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".fxr", hostile=HOSTILE)
+    result = pytester.runpytest("--fxrules", "hostile.fxr")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*hostile.fxr:2:*error*"])
+
+
+def test_plugin_options_flags_and_dtypes(pytester: pytest.Pytester) -> None:
+    write(pytester.path / "typed.fxr", "rule r:\n    given:\n        x: Tensor[N, dtype=float32]\n"
+                                       "    pattern:\n        return torch.neg(torch.neg(x))\n"
+                                       "    replace:\n        return x\n")
+    result = pytester.runpytest("--fxrules", "typed.fxr", "--fxrules-dtypes", "int64", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*inconclusive: x is declared as float32; the dtypes to draw (int64) include none "
+                                 "of them*"])
+
+
+@pytest.mark.parametrize(("arguments", "ini", "message"), [
+    (["--fxrules-examples", "0"], "",
+     "ERROR: --fxrules-examples: max_examples must be a whole number of at least 1, got 0"),
+    ([], "fxrules_max_side = 40\n", "ERROR: ini option fxrules_max_side: max_side must be a whole number from 1 to "
+                                    "16, got 40"),
+    (["--fxrules-dtypes", "float33"], "",
+     f"ERROR: --fxrules-dtypes: unknown dtype 'float33'; did you mean 'float32'? (verify draws {KNOWN_DTYPES})"),
+])
+def test_plugin_refuses_bad_options(pytester: pytest.Pytester, arguments: list[str], ini: str, message: str) -> None:
+    pytester.makeini("[pytest]\n" + ini)
+    result = pytester.runpytest(*arguments)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert message in result.stderr.str()
