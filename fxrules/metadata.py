@@ -209,14 +209,21 @@ def is_true_view(name: str) -> bool:
 
 
 def _operator_name(node: torch.fx.Node) -> str | None:
+    """The name under which the call's aliasing is looked up; None for an aten overload that returns no alias
+    of its first argument (its own schema decides, not its siblings')."""
+    schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+    if schema is not None and not _schema_returns_first_argument(schema):
+        return None
+    return _plain_name(node)
+
+
+def _plain_name(node: torch.fx.Node) -> str | None:
     if node.op == "call_method":
         return str(node.target)
     if node.op != "call_function":
         return None
     schema = getattr(node.target, "_schema", None)
-    if schema is not None:  # an aten overload: its own schema decides
-        return schema.name.split("::")[-1] if _schema_returns_first_argument(schema) else None
-    return getattr(node.target, "__name__", None)
+    return schema.name.split("::")[-1] if schema is not None else getattr(node.target, "__name__", None)
 
 
 def aliased_inputs(node: torch.fx.Node) -> tuple[torch.fx.Node, ...]:
@@ -277,10 +284,32 @@ def written_in_place(node: torch.fx.Node) -> bool:
 
 
 def view_base(node: torch.fx.Node) -> torch.fx.Node:
-    """The node ``node`` is certainly a view of, through a chain of views (itself, when it is no view)."""
-    while node.args and isinstance(node.args[0], torch.fx.Node) and _is_true_view_node(node):
+    """The node ``node`` is certainly a view of, through a chain of views and of calls that return their
+    input itself (itself, when it is neither)."""
+    while node.args and isinstance(node.args[0], torch.fx.Node) and (
+            _is_true_view_node(node) or returns_its_input(node)):
         node = node.args[0]
     return node
+
+
+def returns_its_input(node: torch.fx.Node) -> bool:
+    """Whether the call certainly returns its first argument itself: dropout that is not training
+    (``F.dropout(x, p, training=False)``, ``torch.dropout(x, p, False)``, an eval-mode ``nn.Dropout``),
+    ``nn.Identity``, and ``x.to(d)`` of an ``x`` whose metadata says it has dtype ``d`` already."""
+    if node.op == "call_module":
+        module = _submodule(node)
+        return isinstance(module, torch.nn.Identity) or (
+            isinstance(module, torch.nn.modules.dropout._DropoutNd) and not module.training)
+    name = _plain_name(node)
+    if name == "dropout":
+        training = node.kwargs.get("training", node.kwargs.get("train", node.args[2] if len(node.args) > 2 else True))
+        return training is False
+    if name == "to" and len(node.args) == 2 and not node.kwargs and isinstance(node.args[1], torch.dtype):
+        try:
+            return tensor_info(node.args[0]).dtype == node.args[1]  # type: ignore[arg-type]
+        except (MissingMetadata, NotATensor):
+            return False
+    return False
 
 
 def _is_true_view_node(node: torch.fx.Node) -> bool:
