@@ -112,7 +112,8 @@ def tensor_info(node: torch.fx.Node, users: int | None = None) -> TensorInfo:
 def mutates_first_argument(node: torch.fx.Node) -> bool:
     """Whether a node changes its first argument in place: ``x.add_(y)``, ``x[i] = y``, a mutating aten op."""
     if node.op == "call_method":
-        return str(node.target).endswith("_") and not str(node.target).endswith("__")
+        name = str(node.target)
+        return name == "__setitem__" or (name.endswith("_") and not name.endswith("__"))
     if node.op != "call_function":
         return False
     if node.target is operator.setitem or getattr(node.target, "__name__", "").endswith("_"):
@@ -193,10 +194,11 @@ def _returns_alias(name: str) -> bool:
 
 
 def _schema_returns_first_argument(schema: Any) -> bool:
-    if not schema.returns or not schema.arguments:
+    """``f(Tensor(a) self, ...) -> Tensor(a)``, or a list of views (``split(Tensor(a -> *) self, ...)``)."""
+    if not schema.returns or not schema.arguments or schema.arguments[0].alias_info is None:
         return False
     returned, first = schema.returns[0].alias_info, schema.arguments[0].alias_info
-    return returned is not None and first is not None and bool(returned.before_set & first.before_set)
+    return bool(returned is not None and returned.before_set & first.before_set) or "*" in first.after_set
 
 
 @functools.cache
