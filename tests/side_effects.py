@@ -1,5 +1,6 @@
 """Applying rules and checking that nothing a program can observe changed: the outputs (values, dtypes, the sign of
-zero, nan), the inputs and buffers after the call, and what a caller's write into the returned tensors reaches."""
+zero, nan), the inputs, parameters and buffers after the call, and what a caller's write into the returned tensors
+reaches."""
 
 from __future__ import annotations
 
@@ -19,12 +20,18 @@ Model = Callable[..., Any] | torch.nn.Module
 
 @attrs.frozen
 class Observed:
-    """What one call shows: its outputs, then the inputs, parameters and buffers after the call, then those and
-    the outputs after the caller wrote into every returned tensor."""
+    """What one call shows: its outputs, then the inputs and the module's state (parameters and buffers, by name)
+    after the call, then the same and the outputs after the caller wrote into every returned tensor."""
 
     outputs: list[torch.Tensor]
-    after_call: list[torch.Tensor]
-    after_write: list[torch.Tensor]
+    after_call: dict[str, torch.Tensor]
+    after_write: dict[str, torch.Tensor]
+
+
+def _state(gm: torch.nn.Module, args: list[torch.Tensor], outputs: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    named = {**{f"input {i}": a for i, a in enumerate(args)}, **{f"output {i}": o for i, o in enumerate(outputs)},
+             **dict(gm.named_parameters()), **dict(gm.named_buffers())}
+    return {name: value.clone() for name, value in named.items()}
 
 
 def observe(gm: torch.nn.Module, inputs: list[torch.Tensor]) -> Observed:
@@ -33,12 +40,10 @@ def observe(gm: torch.nn.Module, inputs: list[torch.Tensor]) -> Observed:
         result = gm(*args)
         returned = [result] if isinstance(result, torch.Tensor) else list(result)
         outputs = [value.clone() for value in returned]
-        state = [*args, *gm.parameters(), *gm.buffers()]
-        after_call = [value.clone() for value in state]
+        after_call = _state(gm, args, [])
         for value in returned:
             value.add_(True if value.dtype == torch.bool else 5)
-        after_write = [value.clone() for value in (*state, *returned)]
-    return Observed(outputs, after_call, after_write)
+        return Observed(outputs, after_call, _state(gm, args, returned))
 
 
 def assert_same(actual: list[torch.Tensor], expected: list[torch.Tensor], what: str, atol: float = 0.0) -> None:
@@ -47,6 +52,13 @@ def assert_same(actual: list[torch.Tensor], expected: list[torch.Tensor], what: 
         torch.testing.assert_close(a, e, atol=atol, rtol=atol and 1e-4, equal_nan=True, msg=f"{what}[{index}]")
         if e.is_floating_point() and not atol:
             assert torch.equal(torch.signbit(a), torch.signbit(e)), f"{what}[{index}]: the sign of a zero changed"
+
+
+def assert_same_state(actual: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], what: str,
+                      atol: float) -> None:
+    """The inputs, outputs and the state both graphs have (a fold replaces modules: theirs are not compared)."""
+    common = [name for name in expected if name in actual]
+    assert_same([actual[n] for n in common], [expected[n] for n in common], f"{what} {common}", atol)
 
 
 def trace(model: Model) -> torch.fx.GraphModule:
@@ -62,8 +74,8 @@ def rewrite_unobservably(model: Model, inputs: list[torch.Tensor], rules: Any, a
     rewritten.graph.lint()
     expected, actual = observe(original, inputs), observe(rewritten, inputs)
     assert_same(actual.outputs, expected.outputs, "outputs", atol)
-    assert_same(actual.after_call, expected.after_call, "inputs, parameters and buffers after the call", atol)
-    assert_same(actual.after_write, expected.after_write, "after a write into the outputs", atol)
+    assert_same_state(actual.after_call, expected.after_call, "after the call:", atol)
+    assert_same_state(actual.after_write, expected.after_write, "after a write into the outputs:", atol)
     return report, rewritten
 
 
