@@ -277,3 +277,59 @@ def test_gelu_rules_leave_integer_inputs_and_fuse_float_ones(formula: Callable[[
     report, rewritten = rewrite_unobservably(formula, [_randn(3, 4)], "fusions.fxr", atol=1e-5)
     assert report.counts() == {rule: 1}
     assert "gelu" in rewritten.code
+
+
+# ---------------------------------------------------------------- dtypes and values outside the fusions' domain
+
+
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return F.softmax(q @ k.transpose(-1, -2) * 0.5, dim=-1) @ v
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_sdpa_leaves_half_precision_attention(dtype: torch.dtype) -> None:
+    """SDPA in float16 or bfloat16 rounds differently from the eager formula, beyond the rule's tolerance."""
+    q, k, v = (_randn(2, 4, 8, seed=s).to(dtype) for s in (1, 2, 3))
+    report, _ = rewrite_unobservably(_attention, [q, k, v], "fusions.fxr")
+    assert report.counts() == {}
+    report, _ = rewrite_unobservably(_attention, [q.double(), k.double(), v.double()], "fusions.fxr", atol=1e-5)
+    assert report.counts() == {"sdpa_mul": 1}
+
+
+def test_sdpa_leaves_keys_of_another_dtype() -> None:
+    """On empty tensors matmul accepts a uint8 key; SDPA raises on mixed dtypes."""
+    q, v = torch.zeros(1, 4, 0), torch.zeros(1, 5, 3)
+    report, _ = rewrite_unobservably(_attention, [q, torch.zeros(1, 5, 0, dtype=torch.uint8), v], "fusions.fxr")
+    assert report.counts() == {}
+
+
+def _layer_norm(eps: float) -> Callable[..., torch.Tensor]:
+    def written_out(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        centered = x - x.mean(-1, keepdim=True)
+        return centered / torch.sqrt((centered * centered).mean(-1, keepdim=True) + eps) * w + b
+    return written_out
+
+
+@pytest.mark.parametrize(("eps", "dtype"), [(0.0, torch.float32), (1e-5, torch.float16), (1e-5, torch.complex64)],
+                         ids=["eps-zero", "float16", "complex"])
+def test_layer_norm_leaves_zero_eps_and_other_dtypes(eps: float, dtype: torch.dtype) -> None:
+    x = _randn(2, 8).to(dtype)
+    x[0] = 1  # a constant row: with eps = 0 the formula divides zero by zero
+    report, _ = rewrite_unobservably(_layer_norm(eps), [x, _randn(8, seed=1).to(dtype), _randn(8, seed=2).to(dtype)],
+                                     "fusions.fxr", atol=1e-3)
+    assert report.counts() == {}
+
+
+def test_layer_norm_still_fires_with_a_positive_eps() -> None:
+    inputs = [_randn(2, 8), _randn(8, seed=1), _randn(8, seed=2)]
+    report, _ = rewrite_unobservably(_layer_norm(1e-5), inputs, "fusions.fxr", atol=1e-5)
+    assert report.counts() == {"layer_norm": 1}
+
+
+def test_functional_fold_leaves_a_weight_of_another_dtype() -> None:
+    """An empty batch convolves with a bool weight; the folded weight cannot be computed in bool."""
+    def fn(x: torch.Tensor, w: torch.Tensor, rm: torch.Tensor, rv: torch.Tensor) -> torch.Tensor:
+        return F.batch_norm(F.conv2d(x, w), rm, rv, training=False)
+    inputs = [torch.zeros(0, 2, 1, 1), torch.ones(3, 2, 1, 1, dtype=torch.bool), torch.zeros(3), torch.ones(3)]
+    report, _ = rewrite_unobservably(fn, inputs, "fusions.fxr")
+    assert report.counts() == {}
