@@ -284,10 +284,10 @@ EXAMPLES: list[Example] = [
     Example("docs", "gelu_from_erf", lambda: _gelu_erf, randn(4, 6), ["gelu"]),
     Example("docs", "relu_idempotent", lambda: lambda a: torch.relu(torch.relu(a)), randn(4, 6), ["relu"]),
     # §3
-    Example("docs", "add_neg_zero", lambda: lambda a: a + -0.0, randn(4, 6), []),
+    Example("docs", "add_neg_zero", lambda: lambda a: (a + -0.0) * 2, randn(4, 6), ["mul"]),
     Example("docs", "first_column", lambda: lambda a: a[:, 0], randn(4, 6), ["select"]),
     Example("docs", "drop_eval_dropout", lambda: lambda a: torch.dropout(a, 0.3, False) * 2, randn(4, 6), ["mul"]),
-    Example("docs", "mul_by_one_guarded", lambda: lambda a: a * 1.0, randn(4, 6), []),
+    Example("docs", "mul_by_one_guarded", lambda: lambda a: a * 1.0 * 2, randn(4, 6), ["mul"]),
     Example("docs", "exp_twice", lambda: _exp_twice, randn(4, 6), ["exp", "mul"]),
     Example("docs", "sum_and_mean", lambda: lambda a: (torch.sum(a, 0), torch.mean(a, 0)), randn(4, 6),
             ["sum", "getattr", "getitem", "truediv"], example_inputs=True),
