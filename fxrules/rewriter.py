@@ -208,9 +208,9 @@ class Rewriter:
             if len(outputs) > 1:
                 _check_order(anchor, outputs, values, created)
             self._check_receivers(outputs, values)
-            self._check_aliases(outputs, values, created)
             if self.grad_modes is not None:
                 self._check_grad_modes(match, values, created)
+            self._check_aliases(outputs, values, created)
         except Skip:
             self.transaction.undo_since(mark, self.graph)
             raise
