@@ -271,8 +271,17 @@ class NodeType:
 
 @attrs.frozen
 class ModuleType:
+    """``nn.Conv2d``: a submodule that is an instance of the class (subclasses included);
+    ``nn.Conv2d[exact]``: one of exactly that class, without forward hooks."""
+
     cls: type
     span: Span
+    exact: bool = False
+
+    def fits(self, module: Any) -> bool:
+        if not self.exact:
+            return isinstance(module, self.cls)
+        return type(module) is self.cls and not (module._forward_hooks or module._forward_pre_hooks)
 
 
 @attrs.frozen

@@ -555,6 +555,11 @@ class Matcher:
             self.misses.fail(state, "argument", lambda: f"'{name}' is bound to another module", template.span)
             return None
         if template.kind is OpKind.MODULE:
+            declared = self.rule_types.get(name)
+            if isinstance(declared, ModuleType) and not declared.fits(value):
+                self.misses.fail(state, "type", lambda: f"'{name}' must be exactly {declared.cls.__name__}, "
+                                                        f"without hooks; found {type(value).__name__}", template.span)
+                return None
             state = state.bind_module(name, str(node.target))
         return state.bind(name, value)
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 import operator
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -113,7 +114,8 @@ def tensor_info(node: torch.fx.Node, users: int | None = None) -> TensorInfo:
 def mutates_first_argument(node: torch.fx.Node) -> bool:
     """Whether a node changes its first argument in place: ``x.add_(y)``, ``x[i] = y``, a mutating aten op."""
     if node.op == "call_method":
-        return str(node.target).endswith("_") and not str(node.target).endswith("__")
+        name = str(node.target)
+        return name == "__setitem__" or (name.endswith("_") and not name.endswith("__"))
     if node.op != "call_function":
         return False
     if node.target is operator.setitem or getattr(node.target, "__name__", "").endswith("_"):
@@ -128,28 +130,203 @@ def changes_an_argument(node: torch.fx.Node) -> bool:
     ``nn.ReLU(inplace=True)`` submodule), which FX's ``Node.is_impure`` does not see: such a node is not
     dead when nothing uses its result."""
     if node.op == "call_module":
-        module = node.graph.owning_module
-        submodule = module.get_submodule(str(node.target)) if module is not None else None
-        return getattr(submodule, "inplace", False) is True
-    return mutates_first_argument(node) or node.kwargs.get("inplace") is True
+        return getattr(_submodule(node), "inplace", False) is True
+    return mutates_first_argument(node) or _inplace_argument(node)
+
+
+def _submodule(node: torch.fx.Node) -> torch.nn.Module | None:
+    module = node.graph.owning_module
+    try:
+        return module.get_submodule(str(node.target)) if module is not None else None
+    except AttributeError:
+        return None
+
+
+def _inplace_argument(node: torch.fx.Node) -> bool:
+    """``inplace=True``, by keyword or by position (``F.relu(x, True)``)."""
+    if node.kwargs.get("inplace") is True:
+        return True
+    position = _inplace_position(node.target) if node.op == "call_function" else None
+    return position is not None and len(node.args) > position and node.args[position] is True
+
+
+@functools.cache
+def _inplace_position(target: Any) -> int | None:
+    try:
+        parameters = list(inspect.signature(target).parameters)
+    except (TypeError, ValueError):
+        return None
+    return parameters.index("inplace") if "inplace" in parameters else None
 
 
 def has_side_effects(node: torch.fx.Node, impure_random: bool = True) -> bool:
     """Whether a node must stay even when nothing uses its result: ``Node.is_impure``, or a write into an
     argument, which ``is_impure`` does not see (``x.add_(1)``)."""
-    return node.is_impure(impure_random) or changes_an_argument(node)
+    return node.is_impure(impure_random) or changes_an_argument(node) \
+        or isinstance(node.kwargs.get("out"), torch.fx.Node)
 
 
-def written_in_place(node: torch.fx.Node, users: Iterable[torch.fx.Node] | None = None) -> bool:
-    """Whether one of the node's users (of ``users``, when given) changes it in place."""
-    return any(changes_an_argument(user) and user.args and user.args[0] is node
-               for user in (node.users if users is None else users))
+# ---------------------------------------------------------------- aliasing: which values share memory
+
+#: Calls whose result may be their input itself although no schema says so: conversions that return
+#: ``self`` when nothing changes (``x.float()`` of a float x, ``type_as``), dropout when not training,
+#: and indexing and attribute reads (``x[0:1]``, ``x.T``, ``x.data``), which are views.
+MAY_RETURN_INPUT = frozenset({
+    "type_as", "type", "float", "double", "half", "bfloat16", "int", "long", "short", "char", "byte", "bool",
+    "cpu", "cuda", "dropout", "alpha_dropout", "feature_alpha_dropout", "feature_dropout", "dropout1d",
+    "dropout2d", "dropout3d", "getitem", "__getitem__", "getattr",
+})
+
+#: Modules whose output may be their input or a view of it (besides any module with ``inplace=True``).
+ALIASING_MODULES: tuple[type[torch.nn.Module], ...] = (
+    torch.nn.Identity, torch.nn.Flatten, torch.nn.Unflatten, torch.nn.modules.dropout._DropoutNd)
+
+
+@functools.cache
+def _returns_alias(name: str) -> bool:
+    """Whether the aten operator ``name`` (any overload) returns an alias of its first argument, as its
+    schema declares (``view(Tensor(a) self, ...) -> Tensor(a)``): views, and ops that may return a view
+    (``reshape``, ``contiguous``, ``to``)."""
+    if name in MAY_RETURN_INPUT:
+        return True
+    packet = getattr(torch.ops.aten, name, None) if name.isidentifier() and not name.startswith("__") else None
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        return False
+    return any(_schema_returns_first_argument(getattr(packet, overload)._schema) for overload in packet.overloads())
+
+
+def _schema_returns_first_argument(schema: Any) -> bool:
+    """``f(Tensor(a) self, ...) -> Tensor(a)``, or a list of views (``split(Tensor(a -> *) self, ...)``)."""
+    if not schema.returns or not schema.arguments or schema.arguments[0].alias_info is None:
+        return False
+    returned, first = schema.returns[0].alias_info, schema.arguments[0].alias_info
+    return bool(returned is not None and returned.before_set & first.before_set) or "*" in first.after_set
+
+
+@functools.cache
+def is_true_view(name: str) -> bool:
+    """Whether ``name`` always returns a view (never a copy): an aten view op that functionalization pairs
+    with a ``NAME_copy`` operator (``view``, ``t``, ``transpose``, ``expand``, ``select``...), or getitem."""
+    if name in ("getitem", "__getitem__", "detach"):
+        return True
+    return _returns_alias(name) and hasattr(torch.ops.aten, f"{name}_copy")
+
+
+def _operator_name(node: torch.fx.Node) -> str | None:
+    """The name under which the call's aliasing is looked up; None for an aten overload that returns no alias
+    of its first argument (its own schema decides, not its siblings')."""
+    schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+    if schema is not None and not _schema_returns_first_argument(schema):
+        return None
+    return _plain_name(node)
+
+
+def _plain_name(node: torch.fx.Node) -> str | None:
+    if node.op == "call_method":
+        return str(node.target)
+    if node.op != "call_function":
+        return None
+    schema = getattr(node.target, "_schema", None)
+    return schema.name.split("::")[-1] if schema is not None else getattr(node.target, "__name__", None)
+
+
+def aliased_inputs(node: torch.fx.Node) -> tuple[torch.fx.Node, ...]:
+    """The argument nodes whose memory the node's result may share: the input of a view (``x.t()``,
+    ``x[0:1]``, ``x.reshape(...)``), of an in-place write (``x.add_(1)`` returns ``x``), of a module that
+    may return its input (``nn.Identity``, ``nn.Dropout``), and an ``out=`` tensor."""
+    found = [out] if isinstance(out := node.kwargs.get("out"), torch.fx.Node) else []
+    first = node.args[0] if node.args else node.kwargs.get("input", node.kwargs.get("self"))
+    if isinstance(first, torch.fx.Node) and _may_return_first(node):
+        found.append(first)
+    return tuple(found)
+
+
+def _may_return_first(node: torch.fx.Node) -> bool:
+    if node.op == "call_module":
+        module = _submodule(node)
+        return isinstance(module, ALIASING_MODULES) or getattr(module, "inplace", False) is True
+    if changes_an_argument(node):
+        return True
+    name = _operator_name(node)
+    return name is not None and _returns_alias(name)
+
+
+def alias_class(node: torch.fx.Node) -> dict[torch.fx.Node, None]:
+    """Every node whose value may share memory with ``node``'s: its bases and every view of them, through
+    chains of views (``a.t()[0:1].view(-1)``), in both directions.  Conservative: two views of one base are
+    in one class even where they do not overlap."""
+    found = {node: None}
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        neighbours = [*aliased_inputs(current), *(u for u in current.users if current in aliased_inputs(u))]
+        for neighbour in neighbours:
+            if neighbour not in found:
+                found[neighbour] = None
+                stack.append(neighbour)
+    return found
+
+
+def writes_into(user: torch.fx.Node, node: torch.fx.Node) -> bool:
+    """Whether ``user`` changes ``node`` in place: as its first argument, or as its ``out=`` tensor."""
+    return node is user.kwargs.get("out") or (changes_an_argument(user) and bool(user.args) and user.args[0] is node)
+
+
+def in_place_writer(node: torch.fx.Node) -> torch.fx.Node | None:
+    """A node that changes ``node``'s memory in place, directly or through any view or alias of it
+    (``x[0:1].zero_()``, ``x.t().add_(1)``, ``y = x.view(-1); y.mul_(2)``), or None."""
+    for member in alias_class(node):
+        for user in member.users:
+            if writes_into(user, member):
+                return user
+    return None
+
+
+def written_in_place(node: torch.fx.Node) -> bool:
+    """Whether ``node``'s memory is changed in place by the graph, through any view or alias of it."""
+    return in_place_writer(node) is not None
+
+
+def view_base(node: torch.fx.Node) -> torch.fx.Node:
+    """The node ``node`` is certainly a view of, through a chain of views and of calls that return their
+    input itself (itself, when it is neither)."""
+    while node.args and isinstance(node.args[0], torch.fx.Node) and (
+            _is_true_view_node(node) or returns_its_input(node)):
+        node = node.args[0]
+    return node
+
+
+def returns_its_input(node: torch.fx.Node) -> bool:
+    """Whether the call certainly returns its first argument itself: dropout that is not training
+    (``F.dropout(x, p, training=False)``, ``torch.dropout(x, p, False)``, an eval-mode ``nn.Dropout``),
+    ``nn.Identity``, and ``x.to(d)`` of an ``x`` whose metadata says it has dtype ``d`` already."""
+    if node.op == "call_module":
+        module = _submodule(node)
+        return isinstance(module, torch.nn.Identity) or (
+            isinstance(module, torch.nn.modules.dropout._DropoutNd) and not module.training)
+    name = _plain_name(node)
+    if name == "dropout":
+        training = node.kwargs.get("training", node.kwargs.get("train", node.args[2] if len(node.args) > 2 else True))
+        return training is False
+    if name == "to" and len(node.args) == 2 and not node.kwargs and isinstance(node.args[1], torch.dtype):
+        try:
+            return tensor_info(node.args[0]).dtype == node.args[1]  # type: ignore[arg-type]
+        except (MissingMetadata, NotATensor):
+            return False
+    return False
+
+
+def _is_true_view_node(node: torch.fx.Node) -> bool:
+    if node.op not in ("call_method", "call_function"):
+        return False
+    name = _operator_name(node)
+    return name is not None and is_true_view(name)
 
 
 def guard_view(node: torch.fx.Node, live_users: list[torch.fx.Node]) -> TensorInfo | UnknownTensor:
     """A node as guards see it: its metadata, or an :class:`UnknownTensor` that fails only when read."""
     computed = node.op not in ("placeholder", "get_attr")
-    mutated = written_in_place(node, live_users)
+    mutated = written_in_place(node)
     try:
         info = tensor_info(node, len(live_users))
     except (MissingMetadata, NotATensor):

@@ -318,27 +318,35 @@ class RuleResolver:
         span = expr.span
         if name == "Tensor":
             return self.tensor_type(args, span)
-        if args and name not in SEQUENCE_TYPES:
-            self.error(args[0].span, f"type '{name}' takes no arguments in [...]")
-            return None
-        if name in SCALAR_TYPES:
+        if name in SCALAR_TYPES and not args:
             return ScalarType(name, span)
         if name in SEQUENCE_TYPES:
             return self.sequence_type(name, args, span)
-        if name == "Node":
-            return NodeType(span)
-        if name == "Attr":
-            return AttrType(span)
+        if name in ("Node", "Attr") and not args:
+            return NodeType(span) if name == "Node" else AttrType(span)
         if expr.name.parts[0] in self.scope.namespace.roots:
             value = ScopeResolver(self.sink, self.scope).resolve_dotted(expr.name, expr.name.span)
             if isinstance(value, type) and issubclass(value, torch.nn.Module):
-                return ModuleType(value, span)
+                return self.module_type(value, args, span)
             if value is None:
                 return None
+        if args:
+            self.error(args[0].span, f"type '{name}' takes no arguments in [...]")
+            return None
         known = ["Tensor", *SCALAR_TYPES, *SEQUENCE_TYPES, "Node", "Attr"]
         self.error(expr.name.span, f"unknown type '{name}'",
                    did_you_mean(name, known) or "types are Tensor[...], int, float, bool, str, Scalar, list, "
                                                 "tuple, Node, Attr, or an nn.Module subclass such as nn.Conv2d")
+        return None
+
+    def module_type(self, cls: type, args: tuple[st.TypeArg, ...], span: Span) -> ModuleType | None:
+        """``nn.Conv2d`` (subclasses too) or ``nn.Conv2d[exact]`` (that class only, without hooks)."""
+        if not args:
+            return ModuleType(cls, span)
+        if len(args) == 1 and isinstance(args[0], st.DimName) and args[0].name == "exact":
+            return ModuleType(cls, span, exact=True)
+        self.error(args[0].span, f"a module type takes only [exact]: {cls.__name__}[exact]",
+                   "exact: that class only (not a subclass, which may compute differently), without hooks")
         return None
 
     def tensor_type(self, args: tuple[st.TypeArg, ...], span: Span) -> TensorType | None:

@@ -30,7 +30,16 @@ from fxrules.diagnostics import FxrApplyError
 from fxrules.ir import Capture, HelperTemplate, Literal, OpKind, OpTemplate, Rule, SeqTemplate, SliceTemplate, Template
 from fxrules.matcher import Match, Skip
 from fxrules.memo import per_object
-from fxrules.metadata import has_metadata, has_side_effects, infer_metadata, tensor_info, written_in_place
+from fxrules.metadata import (
+    alias_class,
+    aliased_inputs,
+    has_metadata,
+    has_side_effects,
+    in_place_writer,
+    infer_metadata,
+    tensor_info,
+    view_base,
+)
 from fxrules.sizes import SYMBOLIC, DynamicSize, dynamic_size, is_size_error, literal
 from fxrules.subgraphs import NO_NEW_TENSORS, OUTSIDE, TOP_LEVEL, CallContext, grad_modes
 from fxrules.transaction import Transaction
@@ -123,11 +132,9 @@ class Rewriter:
             if len(outputs) > 1:
                 _check_order(anchor, outputs, values, created)
             self._check_receivers(outputs, values)
-            _check_in_place_writes(outputs, values, created)
             if self.grad_modes is not None:
                 self._check_grad_modes(match, values, created)
-            if self.context.alias_free:
-                self._check_aliases(outputs, values)
+            self._check_aliases(outputs, values, created)
         except Skip:
             self.transaction.undo_since(mark, self.graph)
             raise
@@ -201,20 +208,49 @@ class Rewriter:
                     raise Skip("literal receiver", f"'{user.name}' calls .{user.target}() on '{output.name}', "
                                                    f"which the replacement makes the literal {value!r}")
 
-    def _check_aliases(self, outputs: tuple[torch.fx.Node, ...], values: list[Any]) -> None:
-        """Skip a replacement that makes an alias-free subgraph return one of its inputs, or a value it
-        returns already (``neg(neg(x)) => x`` in a ``torch.cond`` branch that returns it).
+    def _check_aliases(self, outputs: tuple[torch.fx.Node, ...], values: list[Any],
+                       created: list[torch.fx.Node]) -> None:
+        """Skip a replacement that makes an output share memory with a value that exists already (``x * 1 => x``
+        makes it ``x``; ``x.detach().clone() => x.detach()`` and ``reshape(reshape(x, a), b) => reshape(x, b)``
+        make it a view of ``x``) where a program could tell:
 
-        ``torch.cond`` and its kin refuse branches whose outputs alias (torch.export inserts clones), so the
-        rewritten program would fail ``run_decompositions`` or a new trace.  Only identities are seen: a
-        replacement that makes an output a view of an input is not caught here.
+        * ``in-place write``: the graph writes in place into either one, directly or through any view or
+          alias of it (``y.add_(1)``, ``x[0:1].zero_()``, ``x.t().mul_(2)``): the write would reach both;
+        * ``alias``: the output (or a view of it) is returned, and the existing value is, or shares memory
+          with, a graph input, a parameter or buffer, or another returned value: a caller writing into the
+          result would write into those.  In a subgraph of ``torch.cond`` and its kin the operator itself
+          refuses outputs that alias inputs or each other.
+
+        A replacement that is a view of what the output was a view of already (``x.t().t() => x``) changes
+        nothing a write could see, and is not checked.
         """
-        returned = self.graph.output_node().all_input_nodes
+        new = set(created)
+        returned: set[torch.fx.Node] | None = None
         for output, value in zip(outputs, values, strict=True):
-            if isinstance(value, torch.fx.Node) and value is not output and output in returned \
-                    and (value.op == "placeholder" or value in returned):
-                raise Skip("alias", f"the subgraph would return '{value.name}' in place of '{output.name}', "
-                                    "an alias of its input or of another output, which higher-order operators refuse")
+            if not isinstance(value, torch.fx.Node) or value is output:
+                continue
+            for existing in _existing_aliases(value, new):
+                if view_base(existing) is view_base(output):
+                    continue
+                _check_writes(output, existing)
+                returned = set(self.graph.output_node().all_input_nodes) if returned is None else returned
+                self._check_returned(output, existing, returned)
+
+    def _check_returned(self, output: torch.fx.Node, existing: torch.fx.Node, returned: set[torch.fx.Node]) -> None:
+        """The ``alias`` half of :meth:`_check_aliases`."""
+        if returned.isdisjoint(alias_class(output)):
+            return
+        exposed = next((n for n in alias_class(existing) if n.op in ("placeholder", "get_attr") or n in returned),
+                       None)
+        if exposed is None:
+            return
+        if self.context.alias_free:
+            raise Skip("alias", f"the subgraph would return '{existing.name}' (or a view of it) in place of "
+                                f"'{output.name}', an alias of its input or of another output, which "
+                                "higher-order operators refuse")
+        kind = {"placeholder": "the graph input", "get_attr": "the attribute"}.get(exposed.op, "the returned value")
+        raise Skip("alias", f"'{output.name}' is returned, and the replacement would make it share memory with "
+                            f"{kind} '{exposed.name}': a caller writing into the result would change it")
 
     def _annotate(self, match: Match, created: list[torch.fx.Node], values: list[Any]) -> None:
         anchor_meta = match.anchor.meta
@@ -474,17 +510,29 @@ def _used_by(created: list[torch.fx.Node], values: list[Any]) -> tuple[torch.fx.
     return tuple(node for node in dict.fromkeys(used) if node not in new)
 
 
-def _check_in_place_writes(outputs: tuple[torch.fx.Node, ...], values: list[Any],
-                           created: list[torch.fx.Node]) -> None:
-    """Skip a replacement that makes an output one tensor with a value that exists already (``x * 1 => x``)
-    when either is written in place (``y = x * 1; y.add_(1)``, or ``x.mul_(2)`` after ``y`` was made): the
-    values are equal when the output is computed, but a write into one would then reach the other."""
-    for output, value in zip(outputs, values, strict=True):
-        if isinstance(value, torch.fx.Node) and value is not output and value not in created:
-            written = next((node for node in (output, value) if written_in_place(node)), None)
-            if written is not None:
-                raise Skip("in-place write", f"'{written.name}' is written in place, and the replacement would "
-                                             f"make '{output.name}' and '{value.name}' one tensor")
+def _check_writes(output: torch.fx.Node, existing: torch.fx.Node) -> None:
+    """The ``in-place write`` half of :meth:`Rewriter._check_aliases`."""
+    for node in (output, existing):
+        write = in_place_writer(node)
+        if write is not None:
+            written = write.kwargs.get("out", write.args[0] if write.args else None)
+            where = f"'{node.name}'" if written is node else f"'{written}', a view of '{node.name}',"
+            raise Skip("in-place write", f"'{write.name}' writes into {where} in place, and the replacement would "
+                                         f"make '{output.name}' share memory with '{existing.name}'")
+
+
+def _existing_aliases(value: torch.fx.Node, new: set[torch.fx.Node]) -> list[torch.fx.Node]:
+    """The existing nodes a replacement value may share memory with: the value itself when it exists
+    already, else the existing inputs its new views lead to (``reshape(x, b)``: ``x``)."""
+    found: list[torch.fx.Node] = []
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if node not in new:
+            found.append(node)
+        else:
+            stack += aliased_inputs(node)
+    return found
 
 
 def _check_order(anchor: torch.fx.Node, outputs: tuple[torch.fx.Node, ...], values: list[Any],

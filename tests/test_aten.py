@@ -56,7 +56,7 @@ def eval_replacement(replacement: str, x: torch.Tensor) -> torch.Tensor:
 def test_size_arithmetic_keeps_python_operators() -> None:
     class Flatten(nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return torch.neg(torch.neg(x)).reshape(x.shape[0] * x.shape[1])
+            return torch.neg(torch.neg(x)).reshape(x.shape[0] * x.shape[1]).exp()  # not a view of its input
 
     x = torch.randn(3, 4)
     batch = torch.export.Dim("batch")

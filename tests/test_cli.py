@@ -321,7 +321,7 @@ def test_explain_prints_near_misses_with_rule_locations(models: str, capsys: pyt
     misses = [line for line in out.splitlines() if line.startswith("  near miss ")]
     assert any(re.match(r"  near miss mul_one at mul: literal: expected 1, found 2 \(.*algebra\.fxr:\d+:\d+\)$", m)
                for m in misses), out
-    assert any(re.match(r"  near miss add_zero at add: literal: .*0\.5 \(.*algebra\.fxr:\d+:\d+\)$", m)
+    assert any(re.match(r"  near miss add_negative_zero at add: literal: .*0\.5 \(.*algebra\.fxr:\d+:\d+\)$", m)
                for m in misses), out
 
     # apply (without explain) on the same model records no near misses

@@ -42,7 +42,7 @@ class Breaking(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.relu(torch.relu(self.linear(x))) * 1
         torch._dynamo.graph_break()
-        return torch.neg(torch.neg(y)) + 0
+        return torch.exp(torch.neg(torch.neg(y)) + -0.0)  # x + -0.0 is x for every float; x + 0 is not (-0.0)
 
 
 def _counts(reports: list[fxrules.Report]) -> list[dict[str, int]]:
@@ -61,7 +61,7 @@ def test_backend_rewrites_every_graph_of_a_graph_break(then: str) -> None:
         compiled = torch.compile(model, backend=backend)(x)
         expected = model(x)
     torch.testing.assert_close(compiled, expected)
-    assert _counts(backend.reports) == [{"relu_idempotent": 1, "mul_one": 1}, {"double_neg": 1, "add_zero": 1}]
+    assert _counts(backend.reports) == [{"relu_idempotent": 1, "mul_one": 1}, {"double_neg": 1, "add_negative_zero": 1}]
 
 
 def test_backend_hands_the_rewritten_graph_to_a_callable() -> None:
@@ -139,7 +139,7 @@ def test_inductor_pass_runs_inside_torch_compile() -> None:
         out = torch.compile(model)(x)
     torch.testing.assert_close(out, model(x))
     fired = [report.counts() for report in graph_pass.reports]
-    assert fired == [{"relu_idempotent": 1, "mul_one": 1}, {"double_neg": 1, "add_zero": 1}]
+    assert fired == [{"relu_idempotent": 1, "mul_one": 1}, {"double_neg": 1, "add_negative_zero": 1}]
 
 
 def test_inductor_pass_as_a_pre_grad_pass_sees_torch_level_graphs() -> None:
@@ -307,7 +307,8 @@ def test_rules_apply_inside_higher_order_subgraphs() -> None:
     program = torch.export.export(model, (x,))
     result = fxrules.apply_program(program, "algebra.fxr")
     assert result.report["relu_idempotent"].anchors == ("relu_1", "submod_1.relu_3")
-    assert result.report["double_neg"].anchors == ("submod_3.neg_1",)
+    # the no_grad subgraph would return its own input: the rewriter cannot see what the outer graph does with it
+    assert result.report["double_neg"].skip_counts == {"alias": 1}
     hops = [n.target for n in result.program.graph.nodes if isinstance(n.target, torch._ops.HigherOrderOperator)]
     assert hops == [torch.ops.higher_order.wrap_with_autocast, torch.ops.higher_order.wrap_with_set_grad_enabled]
     assert [str(n.target) for n in result.program.graph_module.submod_1.graph.nodes if n.op == "call_function"] \
@@ -341,8 +342,9 @@ def test_a_failure_in_the_graph_restores_the_subgraphs_already_rewritten() -> No
 
 EXPORTED_MODEL_COUNTS = {
     # Llama's rotary embedding runs in an autocast(enabled=False) region: `cos * attention_scaling` (1.0)
-    # inside the higher-order op's subgraph is a mul_one.
-    "llama": {"mul_one": 2, "dropout_eval": 2},
+    # inside the higher-order op's subgraph is a mul_one; the second (`sin`) is skipped with reason 'alias': the
+    # subgraph returns it and a view of the value it would become.
+    "llama": {"mul_one": 1, "dropout_eval": 2},
     "bert": {"dropout_eval": 7, "sdpa_masked_div": 2},
     "gpt2": {"view_chain": 2, "dropout_eval": 7, "gelu_tanh": 2},
 }
@@ -356,7 +358,7 @@ def test_bundled_rulesets_on_exported_real_models(name: str) -> None:
     result = fxrules.apply_program(program, ["algebra.fxr", "fusions.fxr", "cleanup.fxr"])
     assert result.report.counts() == EXPORTED_MODEL_COUNTS[name]
     if name == "llama":
-        assert result.report["mul_one"].anchors == ("submod_1.mul", "submod_1.mul_1")
+        assert result.report["mul_one"].anchors == ("submod_1.mul",)
     expected = run(case.eager, (), kwargs)["last_hidden_state"]
     for rewritten in (result.program, _round_trip(result.program)):
         out = run(rewritten.module(), (), kwargs)["last_hidden_state"]

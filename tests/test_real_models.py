@@ -44,7 +44,7 @@ EXPECTED: dict[str, dict[str, dict[str, int]]] = {
         "cleanup.fxr": {},
     },
     "t5": {  # unscaled attention with a position bias, RMS norm, ReLU MLP: nothing to fuse
-        "algebra.fxr": {"to_same_dtype": 7, "dropout_eval": 14},
+        "algebra.fxr": {"add_zero": 2, "to_same_dtype": 7, "dropout_eval": 14},  # add_zero: integer buckets + 0
         "fusions.fxr": {},
         # clone_single_use must not fire: the causal mask's `clone = expand.clone()` is written in place
         # (`clone[...] = masked_fill`) right after; without the clone that write hits the expanded view.

@@ -104,7 +104,8 @@ class MmModule(torch.nn.Module):
 
 class ReshapeAliasModule(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.aten._reshape_alias_copy.default(x, [1, 2], [3, 4])
+        # doubled: returning a view of the input (the replacement's as_strided) would be skipped (reason 'alias')
+        return torch.ops.aten._reshape_alias_copy.default(x, [1, 2], [3, 4]) * 2
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -655,7 +656,7 @@ def test_call_method_pattern() -> None:
             x = x.dequantize()
             x = x.sigmoid()
             x = x.to(torch.float16)
-            return x
+            return x * 2  # returning the input itself would be skipped (reason 'alias')
 
     def pattern(x: torch.Tensor) -> torch.Tensor:
         x = x.dequantize()

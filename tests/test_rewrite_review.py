@@ -154,6 +154,6 @@ def test_an_identity_replacement_of_a_tensor_written_in_place_is_skipped_and_rep
     report = fxrules.apply(gm, fxrules.parse("rule mul_one:\n    x * 1 => x\n"))
     assert report.counts() == {}
     assert report["mul_one"].skip_counts == {"in-place write": 1}
-    assert report["mul_one"].skipped[0].detail == ("'mul' is written in place, and the replacement would make "
-                                                   "'mul' and 'x' one tensor")
+    assert report["mul_one"].skipped[0].detail == ("'add_' writes into 'mul' in place, and the replacement would "
+                                                   "make 'mul' share memory with 'x'")
     assert gm.code == before

@@ -1,6 +1,6 @@
 """Review of the bundled rulesets on edge cases: each test traces a small model, applies a bundled ruleset with
 example inputs and checks that the outputs (and dtypes) are what the model computed before, or that the rule
-does not fire where it would be wrong.  The ``xfail(strict=True)`` tests are known bugs not fixed here."""
+does not fire where it would be wrong."""
 
 from __future__ import annotations
 
@@ -105,9 +105,10 @@ def test_identity_rules_do_not_merge_a_tensor_written_in_place_with_its_input(fn
 
 def test_identity_rules_still_fire_without_writes() -> None:
     def fn(x: torch.Tensor) -> torch.Tensor:
-        return torch.cat([torch.neg(-(x * 1.0 + 0.0 - 0.0)) / 1.0])
+        return torch.cat([torch.neg(-(x * 1.0 + -0.0 - 0.0)) / 1.0]).relu()
     fired = rewritten(fn, [_seeded(3, 4)], "algebra.fxr")
-    assert fired == {"mul_one": 1, "add_zero": 1, "sub_zero": 1, "div_one": 1, "double_neg": 1, "cat_single": 1}
+    assert fired == {"mul_one": 1, "add_negative_zero": 1, "sub_zero": 1, "div_one": 1, "double_neg": 1,
+                     "cat_single": 1}
 
 
 @pytest.mark.parametrize("module", [False, True])
@@ -138,10 +139,8 @@ def test_view_chain_does_not_turn_a_dtype_view_into_a_reshape() -> None:
 # ---------------------------------------------------------------- clone_single_use
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: clone_single_use (rulesets/cleanup.fxr) drops the clone of a view "
-                   "(x = a.t() is computed, used once) although the view's base is written in place after it: "
-                   "the 'snapshot' then sees the write; no guard can tell a view from a fresh tensor")
 def test_clone_of_a_view_whose_base_is_written_later() -> None:
+    """The clone of ``a.t()`` is a snapshot: without it, the 'snapshot' would see ``a.add_(1)``."""
     def fn(a: torch.Tensor) -> torch.Tensor:
         snapshot = a.t().clone()
         a.add_(1)
@@ -256,17 +255,17 @@ def test_silu_leaves_integer_tensors() -> None:
     assert rewritten(lambda x: x * torch.sigmoid(x), [x.half()], "fusions.fxr") == {"silu": 1}
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: gelu_tanh and gelu_erf (rulesets/fusions.fxr) fire on an integer x "
-                   "(the formula promotes to float) and F.gelu raises 'GeluKernelImpl not implemented for Long'; "
-                   "typing x as a float tensor needs a per-dtype @tolerance for float16/bfloat16 verification")
 @pytest.mark.parametrize("formula", ["tanh", "erf"])
 def test_gelu_leaves_integer_tensors(formula: str) -> None:
+    """The written-out GELU promotes an integer x to float; F.gelu raised 'GeluKernelImpl not implemented'."""
     def tanh_form(x: torch.Tensor) -> torch.Tensor:
         return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
     def erf_form(x: torch.Tensor) -> torch.Tensor:
         return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
-    rewritten(tanh_form if formula == "tanh" else erf_form, [torch.arange(-3, 3)], "fusions.fxr")
+    form = tanh_form if formula == "tanh" else erf_form
+    assert rewritten(form, [torch.arange(-3, 3)], "fusions.fxr") == {}
+    assert rewritten(form, [torch.arange(-3, 3).double()], "fusions.fxr") == {f"gelu_{formula}": 1}
 
 
 # ---------------------------------------------------------------- BatchNorm folds
@@ -305,11 +304,9 @@ def test_batch_norm_without_running_stats_or_in_training_is_left() -> None:
     torch.testing.assert_close(gm.bn.running_mean, reference.bn.running_mean)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: fold_conv2d_bn (rulesets/fusions.fxr) matches subclasses of "
-                   "nn.Conv2d with their own forward (torch.ao.nn.qat.Conv2d fake-quantizes its weight): "
-                   "fuse_conv_bn_eval copies the subclass and its forward then fake-quantizes the folded weight; "
-                   "a guard cannot ask for the exact class")
 def test_fold_conv2d_bn_leaves_a_qat_conv() -> None:
+    """torch.ao.nn.qat.Conv2d fake-quantizes its weight in its own forward: folding would quantize the folded
+    weight instead."""
     from torch.ao.nn.qat import Conv2d as QatConv2d
     from torch.ao.quantization import get_default_qat_qconfig
     model = ConvBn(QatConv2d(4, 6, 3, qconfig=get_default_qat_qconfig("fbgemm")), nn.BatchNorm2d(6))
@@ -320,7 +317,7 @@ def test_fold_conv2d_bn_leaves_a_qat_conv() -> None:
     model.eval()
     with torch.no_grad():
         model.bn.running_mean.uniform_(-1, 1, generator=torch.Generator().manual_seed(2))
-    rewritten(model, [x], "fusions.fxr")
+    assert rewritten(model, [x], "fusions.fxr") == {}
 
 
 def test_functional_fold_leaves_statistics_computed_from_the_batch() -> None:

@@ -1,0 +1,180 @@
+"""The rewriter's aliasing contract: a replacement that makes an output share memory with an existing tensor (the
+tensor itself, or a view of it) is applied only where no program can tell.  It is skipped with reason
+``in-place write`` when the graph writes into either one through any chain of views or aliases, and with reason
+``alias`` when the result is returned while the existing tensor is a graph input, a buffer or another output."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.fx
+
+import fxrules
+from tests.side_effects import rewrite_unobservably, skip_reasons
+
+F = torch.nn.functional
+
+IDENTITY = fxrules.parse("rule same: mul(x, 1.0) => x")
+
+#: Writes into a tensor through each kind of view or alias the rewriter follows.
+WRITES: dict[str, Callable[[torch.Tensor], object]] = {
+    "direct": lambda t: t.add_(1),
+    "slice": lambda t: t[0:1].zero_(),
+    "index": lambda t: t[1].fill_(7),
+    "t": lambda t: t.t().mul_(2),
+    "transpose": lambda t: t.transpose(0, 1).add_(1),
+    "view": lambda t: t.view(-1).add_(1),
+    "reshape": lambda t: t.reshape(-1).sub_(1),
+    "unsqueeze": lambda t: t.unsqueeze(0).mul_(3),
+    "squeeze-of-unsqueeze": lambda t: t.unsqueeze(0).squeeze(0).add_(2),
+    "permute": lambda t: t.permute(1, 0).add_(1),
+    "narrow": lambda t: t.narrow(0, 0, 1).add_(1),
+    "select": lambda t: t.select(0, 1).sub_(1),
+    "detach": lambda t: t.detach().zero_(),
+    "split": lambda t: t.split(1)[0].fill_(3),
+    "chunk": lambda t: t.chunk(3)[2].fill_(3),
+    "as_strided": lambda t: t.as_strided((2,), (1,)).add_(1),
+    "view-of-view": lambda t: t[0:2].t().unsqueeze(0).add_(1),
+    "inplace relu": lambda t: F.relu(t.view(-1), inplace=True),
+    "setitem": lambda t: t.__setitem__((slice(0, 1),), 0.0),
+    "out=": lambda t: torch.add(torch.ones(3, 4), 1, out=t),
+}
+
+
+def _input() -> torch.Tensor:
+    return torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize("write", WRITES.values(), ids=list(WRITES))
+def test_a_write_into_the_result_through_a_view_skips_the_identity(write: Callable[[torch.Tensor], object]) -> None:
+    """``y = x * 1`` then a write into ``y`` (or a view of it) must not reach ``x``."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 1.0
+        write(y)
+        return x + y
+    report, _ = rewrite_unobservably(f, [_input()], IDENTITY)
+    assert report.counts() == {}
+    assert skip_reasons(report, "same") == {"in-place write": 1}
+
+
+@pytest.mark.parametrize("write", WRITES.values(), ids=list(WRITES))
+def test_a_write_into_the_input_through_a_view_skips_the_identity(write: Callable[[torch.Tensor], object]) -> None:
+    """``y = x * 1`` is a copy: a later write into ``x`` (or a view of it) must not reach ``y``."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 1.0
+        write(x)
+        return y.relu()
+    report, _ = rewrite_unobservably(f, [_input()], IDENTITY)
+    assert report.counts() == {}
+    assert skip_reasons(report, "same") == {"in-place write": 1}
+
+
+def test_the_skip_names_the_write_and_the_view_it_goes_through() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 1.0
+        y[0:1].zero_()
+        return x + y
+    report, _ = rewrite_unobservably(f, [_input()], IDENTITY)
+    assert report["same"].skipped[0].detail == ("'zero_' writes into 'getitem', a view of 'mul', in place, and the "
+                                                "replacement would make 'mul' share memory with 'x'")
+
+
+def _relu_twice(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    y = x.relu()
+    return y, y * 1.0
+
+
+@pytest.mark.parametrize("source", [
+    pytest.param(lambda x: x * 1.0, id="the input"),
+    pytest.param(lambda x: x.t() * 1.0, id="a view of the input"),
+    pytest.param(lambda x: (x * 1.0).t(), id="a view of the result"),
+    pytest.param(lambda x: _relu_twice(x), id="another output"),
+])
+def test_a_returned_result_is_not_made_to_share_memory_with_an_input_or_another_output(
+        source: Callable[[torch.Tensor], object]) -> None:
+    """A caller writing into the result would write into its input (or into the other output)."""
+    gm = torch.fx.symbolic_trace(source)
+    report, rewritten = rewrite_unobservably(source, [_input()], IDENTITY)
+    assert report.counts() == {}
+    assert skip_reasons(report, "same") == {"alias": 1}
+    assert rewritten.code == gm.code
+
+
+def test_a_returned_result_is_not_made_a_parameter() -> None:
+    class Scaled(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.ones(3, 4), requires_grad=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.w * 1.0
+    report, _ = rewrite_unobservably(Scaled(), [_input()], IDENTITY)
+    assert report["same"].skipped[0].detail == ("'mul' is returned, and the replacement would make it share memory "
+                                                "with the attribute 'w': a caller writing into the result would "
+                                                "change it")
+
+
+def test_identities_without_writes_or_returned_inputs_still_rewrite() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 1.0
+        z = y.t()[0:2]  # views, but nothing writes
+        w = x.relu()
+        w.add_(1)  # a write into an unrelated tensor
+        return z.sum() + w
+    report, rewritten = rewrite_unobservably(f, [_input()], IDENTITY)
+    assert report.counts() == {"same": 1}
+    assert "t = x.t()" in rewritten.code and "1.0" not in rewritten.code
+
+
+def test_a_computed_result_may_be_returned() -> None:
+    report, rewritten = rewrite_unobservably(lambda x: x.relu() * 1.0, [_input()], IDENTITY)
+    assert report.counts() == {"same": 1}
+    assert "return relu" in rewritten.code
+
+
+def test_a_replacement_that_views_what_the_output_viewed_is_not_checked() -> None:
+    """``x.t().t()`` is a view of ``x`` already: returning ``x`` changes nothing a write can see."""
+    rules = fxrules.parse("rule tt: x.t().t() => x")
+    report, rewritten = rewrite_unobservably(lambda x: x.t().t(), [_input()], rules)
+    assert report.counts() == {"tt": 1}
+    assert "return x" in rewritten.code
+
+
+def test_a_new_view_of_an_input_is_checked_like_the_input() -> None:
+    """``reshape(reshape(x, a), b) => reshape(x, b)``: the first reshape of a transposed ``x`` copies, the new
+    one may view ``x``; returned, the caller's write would reach the input."""
+    rules = fxrules.parse("rule chain: reshape(reshape(x, a), b) => reshape(x, b)")
+    report, _ = rewrite_unobservably(lambda x: x.t().reshape(-1).reshape(3, 4) * 2, [_input()], rules)
+    assert report.counts() == {"chain": 1}
+    report, _ = rewrite_unobservably(lambda x: x.reshape(-1).reshape(4, 3), [_input()], rules)
+    assert skip_reasons(report, "chain") == {"alias": 1}
+
+
+def test_dropout_that_returns_its_input_is_removed_even_when_returned() -> None:
+    """``F.dropout(x, training=False)`` returns ``x`` itself: removing it changes no aliasing."""
+    rules = fxrules.parse("rule drop: dropout(x, training=False, ...) => x")
+    report, rewritten = rewrite_unobservably(lambda x: F.dropout(x, 0.1, training=False), [_input()], rules)
+    assert report.counts() == {"drop": 1}
+    assert "return x" in rewritten.code
+
+
+def test_is_mutated_sees_writes_through_views() -> None:
+    rules = fxrules.parse("""
+rule drop_clone:
+    pattern:
+        c = x.clone()
+        return c
+    where:
+        not is_mutated(c)
+    replace:
+        return x
+""")
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        c = x.relu().clone()
+        c.t()[0].zero_()
+        return c * 2
+    report, _ = rewrite_unobservably(f, [_input()], rules)
+    assert skip_reasons(report, "drop_clone") == {"guard false": 1}
