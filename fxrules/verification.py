@@ -21,6 +21,7 @@ from typing import Any
 
 import attrs
 import torch
+import torch.fx
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
@@ -30,14 +31,20 @@ from fxrules import helpers as bundled_helpers
 from fxrules.engine import RulesArgument, load_rules
 from fxrules.ir import Rule
 from fxrules.report import counted
-from fxrules.standalone import alternative_choices, build_replacement, input_names
-from fxrules.testing import Example, NoGeneratorError, examples
+from fxrules.standalone import alternative_choices, build_pattern, build_replacement, input_names
+from fxrules.testing import Example, NoGeneratorError, examples, replica
 
 #: (rtol, atol) by dtype, as torch.testing.assert_close uses them.
 TOLERANCES: Mapping[torch.dtype, tuple[float, float]] = {
     torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5), torch.float32: (1.3e-6, 1e-5),
     torch.float64: (1e-7, 1e-7),
 }
+
+
+#: What a sound rule that changes aliasing means, shown with it.
+ALIASING_CONTRACT = ("sound only as apply rewrites it: after the rewrite an in-place write into the output "
+                     "(out.add_(1)) or the input also changes the other, so apply skips a match where either "
+                     "is written in place through any view, or is a graph output")
 
 
 class Verdict(enum.Enum):
@@ -66,11 +73,17 @@ class RuleVerdict:
     reason: str = ""
     counterexample: Counterexample | None = None
     seconds: float = 0.0
+    #: How the replacement's outputs alias its inputs differently from the pattern's, for a sound rule:
+    #: sound only as ``apply`` rewrites it (see :data:`ALIASING_CONTRACT`).
+    aliasing: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         head = f"{self.location}: {self.rule}: "
         if self.verdict is Verdict.SOUND:
-            return head + f"sound ({self.examples} examples)"
+            if not self.aliasing:
+                return head + f"sound ({self.examples} examples)"
+            changes = "; ".join(self.aliasing)
+            return head + f"sound ({self.examples} examples; aliasing changes: {changes})\n  {ALIASING_CONTRACT}"
         if self.verdict is Verdict.INCONCLUSIVE:
             return head + f"inconclusive: {self.reason}"
         assert self.counterexample is not None
@@ -118,14 +131,20 @@ class _Disagreement(Exception):  # noqa: N818 - hypothesis re-raises it on the s
         self.rel_diff = rel_diff
 
 
-def compare(expected: Any, actual: Any, tolerance: tuple[float, float] | None) -> tuple[str, float | None,
-                                                                                         float | None] | None:
-    """None when ``actual`` agrees with ``expected``; else (problem, max abs diff, max rel diff)."""
+def compare(expected: Any, actual: Any, tolerance: tuple[float, float] | None,
+            signed_zeros: bool | None = None) -> tuple[str, float | None, float | None] | None:
+    """None when ``actual`` agrees with ``expected``; else (problem, max abs diff, max rel diff).
+
+    Dtype and shape must be equal, nan and inf in the same places, integers and booleans equal, floats
+    within ``tolerance`` (rtol, atol), never tighter than the dtype's own rounding (:data:`TOLERANCES`).
+    ``signed_zeros`` (by default: when there is no ``tolerance``, i.e. the rule claims exactness) also
+    tells ``-0.0`` from ``0.0``.
+    """
     if isinstance(expected, tuple | list):
         if not isinstance(actual, tuple | list) or len(actual) != len(expected):
             return f"the pattern returns {_kind(expected)} but the replacement returns {_kind(actual)}", None, None
         for index, (e, a) in enumerate(zip(expected, actual, strict=True)):
-            problem = compare(e, a, tolerance)
+            problem = compare(e, a, tolerance, signed_zeros)
             if problem is not None:
                 return (f"output {index}: {problem[0]}", problem[1], problem[2])
         return None
@@ -138,11 +157,13 @@ def compare(expected: Any, actual: Any, tolerance: tuple[float, float] | None) -
         return f"shape {tuple(actual.shape)} differs from the pattern's {tuple(expected.shape)}", None, None
     if actual.dtype != expected.dtype:
         return f"dtype {actual.dtype} differs from the pattern's {expected.dtype}", None, None
-    return _compare_values(expected, actual, tolerance)
+    if expected.is_complex():
+        expected, actual = torch.view_as_real(expected.resolve_conj()), torch.view_as_real(actual.resolve_conj())
+    return _compare_values(expected, actual, tolerance, tolerance is None if signed_zeros is None else signed_zeros)
 
 
-def _compare_values(expected: torch.Tensor, actual: torch.Tensor,
-                    tolerance: tuple[float, float] | None) -> tuple[str, float | None, float | None] | None:
+def _compare_values(expected: torch.Tensor, actual: torch.Tensor, tolerance: tuple[float, float] | None,
+                    signed_zeros: bool) -> tuple[str, float | None, float | None] | None:
     if not expected.dtype.is_floating_point:
         if torch.equal(expected, actual):
             return None
@@ -154,7 +175,10 @@ def _compare_values(expected: torch.Tensor, actual: torch.Tensor,
     infinite = e.isinf() | a.isinf()
     if not torch.equal(e[infinite], a[infinite]):
         return "inf appears in different places", None, None
-    rtol, atol = tolerance or TOLERANCES.get(expected.dtype, (1.3e-6, 1e-5))
+    zeros = (e == 0) & (a == 0)
+    if signed_zeros and not torch.equal(e[zeros].signbit(), a[zeros].signbit()):
+        return "the sign of a zero differs (-0.0 and 0.0)", None, None
+    rtol, atol = map(max, zip(tolerance or (0.0, 0.0), TOLERANCES.get(expected.dtype, (1.3e-6, 1e-5)), strict=True))
     finite = ~(e.isnan() | infinite)
     diff = (e[finite] - a[finite]).abs()
     if not diff.numel():
@@ -173,32 +197,140 @@ def _kind(value: Any) -> str:
 
 
 class _RuleCheck:
-    """Runs one rule's pattern and replacement on one example."""
+    """Runs one rule's replacement on one example and checks it against what the pattern did there."""
 
     def __init__(self, rule: Rule, helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int]) -> None:
         self.rule = rule
         self.helpers = helpers
         self.choice = choice
         self.tolerance = (rule.tolerance.rtol or 0.0, rule.tolerance.atol or 0.0) if rule.tolerance else None
+        self.names = input_names(rule)
         self.valid = 0
+        self.aliasing: dict[str, None] = {}  # every change of aliasing seen, first seen first
 
     def check(self, example: Example) -> None:
         """Compare the replacement with the pattern's output, computed when the example was drawn (inputs
-        the pattern rejects are never drawn)."""
-        names = input_names(self.rule)
+        the pattern rejects are never drawn): outputs, inputs as left, aliasing, then gradients."""
         self.valid += 1
-        with torch.no_grad():
-            actual = _call(lambda: build_replacement(self.rule, example.constants(), self.helpers, self.choice,
-                                                     example.values).forward(*self._inputs(example, names)))
+        inputs = {name: replica(example.values[name]) for name in self.names}
+        replacement = _call(lambda: build_replacement(self.rule, example.constants(), self.helpers, self.choice,
+                                                      example.values))
+        if isinstance(replacement, _Raised):  # a helper raised
+            actual = replacement
+        else:
+            with torch.no_grad():
+                actual = _call(lambda: replacement.forward(*inputs.values()))
         if isinstance(actual, _Raised):  # a replacement must not fail where the pattern works
             raise _Disagreement(f"the replacement raises {actual.text}", example, None, None)
-        problem = compare(example.expected, actual, self.tolerance)
+        self.expect(compare(example.expected, actual, self.tolerance), example)
+        for name in self.names:
+            if not _same_state(example.left[name], inputs[name]):
+                raise _Disagreement(f"input {name} is left different from how the pattern leaves it",
+                                    example, None, None)
+        self.aliasing.update(dict.fromkeys(aliasing_changes(example.expected, example.left, actual, inputs)))
+        if self.rule.grad_check:
+            self.check_gradients(example, replacement)
+
+    def check_gradients(self, example: Example, replacement: torch.fx.GraphModule) -> None:
+        """For float inputs: which outputs are differentiable, and the gradients of a fixed weighted sum of
+        them with respect to each float input, must agree."""
+        names = [n for n in self.names if _differentiable(example.values[n])]
+        if not names:
+            return
+        pattern, _ = build_pattern(self.rule, example.constants(), self.choice)
+        expected = _gradients(pattern, self.names, names, example)
+        if isinstance(expected, _Raised):  # the pattern has no gradient here (say an in-place write to an input)
+            return
+        actual = _gradients(replacement, self.names, names, example)
+        if isinstance(actual, _Raised):
+            raise _Disagreement(f"the replacement's gradient raises {actual.text}", example, None, None)
+        for index, (e, a) in enumerate(zip(expected[0], actual[0], strict=True)):
+            if e != a:
+                which = "is" if a else "is not"
+                raise _Disagreement(f"output {index} {which} differentiable in the replacement, unlike in the "
+                                    "pattern", example, None, None)
+        for name, e, a in zip(names, expected[1], actual[1], strict=True):
+            problem = compare(e, a, self.tolerance, signed_zeros=False)
+            if problem is not None:
+                problem = (f"the gradient with respect to {name}: {problem[0]}", *problem[1:])
+            self.expect(problem, example)
+
+    @staticmethod
+    def expect(problem: tuple[str, float | None, float | None] | None, example: Example) -> None:
         if problem is not None:
             raise _Disagreement(problem[0], example, problem[1], problem[2])
 
-    @staticmethod
-    def _inputs(example: Example, names: tuple[str, ...]) -> list[Any]:
-        return [_clone(example.values[name]) for name in names]
+
+def _differentiable(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.dtype.is_floating_point
+
+
+def _gradients(graph: torch.fx.GraphModule, order: tuple[str, ...], names: list[str],
+               example: Example) -> tuple[tuple[bool, ...], tuple[torch.Tensor, ...]] | _Raised:
+    """Which outputs of ``graph`` require grad, and the gradients of their sum weighted by seeded random
+    cotangents with respect to the inputs ``names`` (leaves of the same strides); or what raised."""
+    leaves = {name: replica(example.values[name]).requires_grad_() for name in names}
+    inputs = [leaves[name] if name in leaves else replica(example.values[name]) for name in order]
+
+    def run() -> tuple[tuple[bool, ...], tuple[torch.Tensor, ...]]:
+        with torch.enable_grad():
+            outputs = [o for o in _flat(graph.forward(*inputs)) if isinstance(o, torch.Tensor)]
+            differentiable = [o for o in outputs if o.requires_grad]
+            generator = torch.Generator().manual_seed(example.seed)
+            weights = [torch.randn(o.shape, generator=generator, dtype=o.dtype) for o in differentiable]
+            grads = torch.autograd.grad(differentiable, list(leaves.values()), weights,
+                                        allow_unused=True) if differentiable else (None,) * len(leaves)
+        return (tuple(o.requires_grad for o in outputs),
+                tuple(torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves.values(), grads,
+                                                                                    strict=True)))
+
+    return _call(run)
+
+
+def _flat(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, tuple | list) else [value]
+
+
+def _same_state(left: Any, right: Any) -> bool:
+    """Whether two replicas of an input hold the same bits, in the view and in the rest of its base."""
+    if isinstance(left, list | tuple):
+        return all(_same_state(a, b) for a, b in zip(left, right, strict=True))
+    if not isinstance(left, torch.Tensor):
+        return True
+    return all(torch.equal(_bits(a), _bits(b)) for a, b in ((left, right), (_root(left), _root(right))))
+
+
+def _root(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor if tensor._base is None else tensor._base
+
+
+def _bits(tensor: torch.Tensor) -> torch.Tensor:
+    flat = torch.empty(tensor.numel(), dtype=tensor.dtype)  # contiguous even when empty (its strides count)
+    return flat.copy_(tensor.detach().reshape(-1)).view(torch.uint8)
+
+
+def aliasing_changes(expected: Any, pattern_inputs: Mapping[str, Any], actual: Any,
+                     inputs: Mapping[str, Any]) -> list[str]:
+    """How the replacement's outputs alias its inputs differently from the pattern's: an output that is an
+    input (``x * 1 => x``), or a view of one (a copy become a view), on one side only."""
+    changes = []
+    for index, (e, a) in enumerate(zip(_flat(expected), _flat(actual), strict=False)):
+        before, after = _relation(e, pattern_inputs), _relation(a, inputs)
+        if before != after:
+            changes.append(f"output {index} is {after} (in the pattern: {before})")
+    return changes
+
+
+def _relation(output: Any, inputs: Mapping[str, Any]) -> str:
+    if not isinstance(output, torch.Tensor):
+        return "not a tensor"
+    storage = output.untyped_storage()._cdata
+    for name, value in inputs.items():
+        if output is value:
+            return f"input {name}"
+        if isinstance(value, torch.Tensor) and value.untyped_storage()._cdata == storage:
+            return f"a view of input {name}"
+    return "a new tensor"
 
 
 @attrs.frozen
@@ -214,10 +346,6 @@ def _call(run: Callable[[], Any]) -> Any:
         return run()
     except Exception as error:
         return _Raised(f"{type(error).__name__}: {error}")
-
-
-def _clone(value: Any) -> Any:
-    return value.clone() if isinstance(value, torch.Tensor) else value
 
 
 def reproduction(rule: Rule, example: Example) -> str:
@@ -266,18 +394,21 @@ def _verify_rule(rule: Rule, max_examples: int, seed_value: int | None,
     total = 0
     choices = alternative_choices(rule)
     per_choice = max(10, max_examples // len(choices))  # the examples are shared among the alternatives
+    aliasing: dict[str, None] = {}
     for choice in choices:
         check = _RuleCheck(rule, table, choice)
         verdict = _run_hypothesis(rule, check, per_choice, seed_value)
         if verdict is not None:
             return attrs.evolve(verdict, seconds=time.perf_counter() - started)
         total += check.valid
+        aliasing.update(check.aliasing)
         if check.valid < max(1, per_choice // 10):
             reason = (f"only {check.valid} of the generated inputs were in the pattern's domain and satisfied the "
                       "guard" if check.valid else "no generated input satisfied the guard and the pattern's domain")
             return RuleVerdict(rule.name, str(rule.span), Verdict.INCONCLUSIVE, check.valid, reason,
                                seconds=time.perf_counter() - started)
-    return RuleVerdict(rule.name, str(rule.span), Verdict.SOUND, total, seconds=time.perf_counter() - started)
+    return RuleVerdict(rule.name, str(rule.span), Verdict.SOUND, total, seconds=time.perf_counter() - started,
+                       aliasing=tuple(aliasing))
 
 
 def _run_hypothesis(rule: Rule, check: _RuleCheck, max_examples: int, seed_value: int | None) -> RuleVerdict | None:
