@@ -10,7 +10,7 @@ its dtype, shape or layout), narrowed only by what the rule declares:
 
 * tensors: every dtype (:data:`ALL_DTYPES`) unless the ``given`` type lists some; ranks 0 to 3 and sizes
   that include 0 and 8 (so ``K % 8 == 0`` holds often); size-1 dims that broadcast; contiguous,
-  transposed (non-contiguous) and channels-last layouts, and views into a larger base;
+  column-major and channels-last layouts, and views into a larger base;
 * ``given`` tensor types: their dims (symbolic dims drawn once and shared, ``...`` as 0-2 extra dims);
   an input of a module gets the rank and dtype (float32) that module takes;
 * literal captures: from their ``given`` type, or from the annotation of the parameter they are passed to
@@ -66,7 +66,7 @@ SPECIAL_FLOATS = (math.nan, math.inf, -math.inf, *FINITE_SPECIALS)
 #: Sizes of a dim: small ones twice as likely, 8 and 16 so that guards like ``K % 8 == 0`` hold, and 0.
 SIZES = (1, 2, 3, 4, 1, 2, 3, 4, 8, 16, 0)
 #: Memory layouts of a drawn tensor, the plain one first (hypothesis shrinks toward it).
-LAYOUTS = ("contiguous", "transposed", "channels_last", "view")
+LAYOUTS = ("contiguous", "permuted", "view")
 
 
 def edge_values(dtype: torch.dtype, finite: bool) -> tuple[float, ...]:
@@ -247,14 +247,16 @@ def _carrier(dtype: torch.dtype) -> torch.dtype:
 
 
 def _layout(draw: Draw, tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor``'s values in a drawn memory layout: as is, transposed in memory, channels-last, or a view
-    into a larger base whose other elements differ (so that a write outside the view shows)."""
+    """``tensor``'s values in a drawn memory layout: as is; permuted in memory (channels-last for 4-D,
+    column-major for 2-D and more); or a view into a larger base whose other elements differ (so that a
+    write outside the view shows)."""
     layout = draw(st.sampled_from(LAYOUTS))
-    if layout == "transposed" and tensor.ndim >= 2:
-        return tensor.transpose(-1, -2).contiguous().transpose(-1, -2)
-    if layout == "channels_last" and tensor.ndim == 4:
+    if layout == "permuted" and tensor.ndim == 4:
         return tensor.contiguous(memory_format=torch.channels_last)
-    if layout == "view":
+    if layout == "permuted" and tensor.ndim >= 2:  # not a view: its own storage, laid out column-major
+        strides = tensor.transpose(-1, -2).contiguous().transpose(-1, -2).stride()
+        return torch.empty_strided(tensor.shape, strides, dtype=tensor.dtype).copy_(tensor)
+    if layout != "contiguous":
         base = torch.stack([torch.ones_like(tensor), tensor], dim=-1)
         return base[..., 1]
     return tensor
@@ -332,7 +334,7 @@ class _Drawer:
         (mixed dtypes promote)."""
         if allowed:
             return self.dtype if self.dtype in allowed else self.draw(st.sampled_from(allowed))
-        return self.dtype if self.draw(st.integers(0, 3)) else self.draw(st.sampled_from(ALL_DTYPES))
+        return self.dtype if self.draw(st.integers(0, 7)) else self.draw(st.sampled_from(ALL_DTYPES))
 
     def value(self, name: str, role: str, module_ranks: tuple[int, ...] | None) -> Any:
         declared = self.rule.types.get(name)
@@ -343,7 +345,9 @@ class _Drawer:
             dtype = self.tensor_dtype(declared.dtypes or ())
             shape = self.shape(declared) if declared.dims is not None else _broadcast_variant(self.draw, self.base)
             tensor = self.tensor(shape, dtype, laid_out=not attribute)
-            return tensor.abs() if role == "variance" else tensor
+            if role == "variance" and not (dtype == torch.bool or dtype.is_complex):  # as a batch norm keeps it
+                return tensor.abs()
+            return tensor
         if isinstance(declared, ScalarType):
             return self.literal(declared.name)
         if isinstance(declared, SequenceType) and declared.element != "Tensor":  # a literal: a shape, say
@@ -402,7 +406,7 @@ class _Drawer:
             element = _element(dtype, finite)
             for _ in range(self.draw(st.integers(0, min(count, 4)))):
                 tensor[self.draw(st.integers(0, count - 1))] = self.draw(element)
-        tensor = tensor.reshape(shape).to(dtype)
+        tensor = torch.empty(shape, dtype=dtype).copy_(tensor.reshape(shape))  # not a view of the flat tensor
         return _layout(self.draw, tensor) if laid_out else tensor
 
     def literal(self, kind: str) -> Any:

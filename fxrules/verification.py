@@ -16,6 +16,7 @@ import contextlib
 import enum
 import json
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -250,7 +251,7 @@ class _RuleCheck:
                 raise _Disagreement(f"output {index} {which} differentiable in the replacement, unlike in the "
                                     "pattern", example, None, None)
         for name, e, a in zip(names, expected[1], actual[1], strict=True):
-            problem = compare(e, a, self.tolerance, signed_zeros=False)
+            problem = compare(e, a, _gradient_tolerance(self.tolerance, e), signed_zeros=False)
             if problem is not None:
                 problem = (f"the gradient with respect to {name}: {problem[0]}", *problem[1:])
             self.expect(problem, example)
@@ -259,6 +260,17 @@ class _RuleCheck:
     def expect(problem: tuple[str, float | None, float | None] | None, example: Example) -> None:
         if problem is not None:
             raise _Disagreement(problem[0], example, problem[1], problem[2])
+
+
+def _gradient_tolerance(tolerance: tuple[float, float] | None, gradient: torch.Tensor) -> tuple[float, float]:
+    """Rounding accumulates over a backward pass, in proportion to the largest terms summed, not to each
+    result: a gradient is compared within ten times the forward tolerance, relative to its largest element
+    (as an absolute tolerance)."""
+    rtol, atol = map(max, zip(tolerance or (0.0, 0.0), TOLERANCES.get(gradient.dtype, (1.3e-6, 1e-5)),
+                              strict=True))
+    finite = gradient[gradient.isfinite()] if gradient.is_floating_point() else gradient
+    largest = float(finite.abs().max()) if finite.numel() else 0.0
+    return 10 * rtol, 10 * (atol + rtol * largest)
 
 
 def _differentiable(value: Any) -> bool:
@@ -355,8 +367,7 @@ def reproduction(rule: Rule, example: Example) -> str:
                  else f"rule = ...  # the rule {rule.name} of {rule.file}")
     for name, value in example.values.items():
         if isinstance(value, torch.Tensor):
-            literal = repr(value.tolist()).replace("nan", "float('nan')").replace("inf", "float('inf')")
-            lines.append(f"{name} = torch.tensor({literal}, dtype={value.dtype})")
+            lines.append(f"{name} = {_tensor_source(value)}")
         else:
             lines.append(f"{name} = {value!r}")
     constants = [f"{name!r}: {name}" for name in example.attributes]
@@ -369,13 +380,30 @@ def reproduction(rule: Rule, example: Example) -> str:
     return "\n".join(lines)
 
 
+def _tensor_source(value: torch.Tensor) -> str:
+    """Python that rebuilds ``value`` with its values, strides, and base if it is a view."""
+    def literal(tensor: torch.Tensor) -> str:
+        text = repr(tensor.tolist()).replace("nan", "float('nan')").replace("inf", "float('inf')")
+        return f"torch.tensor({text}, dtype={tensor.dtype})"
+
+    if value._base is not None:
+        return f"{literal(value._base)}.as_strided({tuple(value.shape)}, {value.stride()}, {value.storage_offset()})"
+    if value.is_contiguous():
+        return literal(value)
+    return f"torch.empty_strided({tuple(value.shape)}, {value.stride()}, dtype={value.dtype}).copy_({literal(value)})"
+
+
 @contextlib.contextmanager
 def _one_thread() -> Iterator[None]:
-    """Inputs are tiny: torch's intra-op threads only cost (4x slower on a busy 2-core machine)."""
+    """Inputs are tiny: torch's intra-op threads only cost (4x slower on a busy 2-core machine). Torch's
+    warnings about the drawn inputs (a complex value cast to real, a convolution of 0 channels) are the
+    point of drawing them, not news to the user: they are silenced."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
     finally:
         torch.set_num_threads(threads)
 
