@@ -329,6 +329,13 @@ class _Drawer:
     def size(self) -> int:
         return self.draw(st.sampled_from(tuple(s for s in SIZES if s <= max(self.max_side, 16))))
 
+    def symbol_size(self) -> int:
+        """A fresh size, or half the time one another symbol already has: a pattern often needs two dims to
+        agree (the input channels of a convolution and of its weight), and independent draws rarely do."""
+        if self.dims and self.draw(st.booleans()):
+            return self.draw(st.sampled_from(sorted(set(self.dims.values()))))
+        return self.size()
+
     def tensor_dtype(self, allowed: tuple[torch.dtype, ...] = ()) -> torch.dtype:
         """One of ``allowed`` (every dtype when empty): mostly the example's shared dtype, sometimes another
         (mixed dtypes promote)."""
@@ -368,7 +375,7 @@ class _Drawer:
         for dim in declared.dims or ():
             if isinstance(dim, DimSymbol):
                 if dim.name not in self.dims:
-                    self.dims[dim.name] = self.size()
+                    self.dims[dim.name] = self.symbol_size()
                 shape.append(self.dims[dim.name])
             elif isinstance(dim, DimRest):
                 if self.rest is None:
