@@ -26,7 +26,7 @@ import torch.fx
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
-from hypothesis.errors import FlakyFailure, Unsatisfiable
+from hypothesis.errors import Flaky, Unsatisfiable
 
 from fxrules import helpers as bundled_helpers
 from fxrules.engine import RulesArgument, load_rules
@@ -41,6 +41,9 @@ TOLERANCES: Mapping[torch.dtype, tuple[float, float]] = {
     torch.float64: (1e-7, 1e-7),
 }
 
+
+#: Candidates tried while shrinking a counterexample (hypothesis would try up to 500, at ~50 ms each).
+SHRINK_CALLS = 100
 
 #: What a sound rule that changes aliasing means, shown with it.
 ALIASING_CONTRACT = ("sound only as apply rewrites it: after the rewrite an in-place write into the output "
@@ -450,11 +453,19 @@ def _run_hypothesis(rule: Rule, check: _RuleCheck, max_examples: int, seed_value
               report_multiple_bugs=False)
     @given(st.data())
     def property_(data: st.DataObject) -> None:
-        check.check(data.draw(examples(rule, choice=check.choice)))
+        example = data.draw(examples(rule, choice=check.choice))
+        if budget.spent():  # every later candidate passes, so the shrinker stops
+            return
+        try:
+            check.check(example)
+        except _Disagreement as disagreement:
+            budget.found = disagreement
+            raise
 
+    budget = _ShrinkBudget()
     test = hypothesis_seed(seed_value)(property_) if seed_value is not None else property_
     try:
-        _unflaky(test)
+        budget.run(test)
     except _Disagreement as found:
         counterexample = Counterexample(tuple(found.example.describe()), found.problem, found.abs_diff,
                                         found.rel_diff, reproduction(rule, found.example))
@@ -467,16 +478,33 @@ def _run_hypothesis(rule: Rule, check: _RuleCheck, max_examples: int, seed_value
     return None
 
 
-def _unflaky(test: Callable[[], None]) -> None:
-    """Run ``test``; a disagreement that did not happen again when hypothesis replayed it (a kernel that
-    rounds differently on its first call, say) is still a disagreement: raise it, unshrunk."""
-    try:
-        test()
-    except FlakyFailure as flaky:
-        found = [e for e in flaky.exceptions if isinstance(e, _Disagreement)]
-        if not found:
-            raise
-        raise found[0] from None
+@attrs.define
+class _ShrinkBudget:
+    """Shrinking a counterexample is most of verify's time (each candidate draws and runs the pattern): it
+    stops after :data:`SHRINK_CALLS` candidates, with the smallest failing example found so far."""
+
+    found: _Disagreement | None = None
+    calls: int = 0
+
+    def spent(self) -> bool:
+        if self.found is None:
+            return False
+        self.calls += 1
+        return self.calls > SHRINK_CALLS
+
+    def run(self, test: Callable[[], None]) -> None:
+        """Run ``test``; raise the last disagreement found, also when hypothesis could not replay it
+        (stopped shrinking, or a kernel that rounds differently on its first call)."""
+        try:
+            test()
+        except Flaky:
+            if self.found is None:
+                raise
+            raise self.found from None
+        except _Disagreement as found:
+            raise self.found or found from None
+        if self.found is not None:
+            raise self.found
 
 
 def verify(rules: RulesArgument, *, max_examples: int = 100, seed: int | None = None,
