@@ -161,10 +161,14 @@ def test_sdpa_turns_a_fully_masked_row_from_nan_into_zeros() -> None:
     """A row whose mask is all -inf is NaN in the eager softmax and 0 in scaled_dot_product_attention.
 
     The old rule claims @finite_inputs(), which excludes a -inf mask: verify honours the claim, so on its
-    own it cannot see the masked row. What it can say: without that (false) claim, the rule is unsound,
-    with NaN where the replacement has numbers.
+    own it cannot see the masked row. What it can say: without that (false) claim, and with the tensors
+    typed float32 (its other faults are about mixed dtypes), the rule is unsound, with NaN where the
+    replacement has numbers.
     """
-    result = unsound(SDPA_MASKED.replace("@finite_inputs()\n", ""))
+    text = SDPA_MASKED.replace("@finite_inputs()\n", "")
+    for name, dims in (("q", "L, E"), ("k", "S, E"), ("v", "S, Ev"), ("mask", "M, S")):
+        text = text.replace(f"{name}: Tensor[..., {dims}]", f"{name}: Tensor[..., {dims}, dtype=float32]")
+    result = unsound(text)
     assert result.reason == "NaN appears in different places", str(result)
 
 
