@@ -405,7 +405,8 @@ class Rule:
     guard: Guard | None = None
     docstring: str | None = None
     tolerance: Tolerance | None = None
-    finite_inputs: bool = False  # sound for finite inputs only: verify draws no nan or inf
+    finite_inputs: bool = False  # sound for finite inputs only: verify draws no nan, inf or near-overflow values
+    grad_check: bool = True  # verify compares gradients too (@no_grad_check() turns it off)
     notes: tuple[str, ...] = ()
 
     @property

@@ -228,12 +228,13 @@ class RuleResolver:
         self.mode = "replace"
         replacement = self.statements(decl.replace, "replace")
         self.check_rule(pattern, replacement)
-        tolerance, finite = self.decorators()
+        tolerance, finite, grad_check = self.decorators()
         if len(self.sink.diagnostics) > errors_before:
             return None
         return Rule(
             name=decl.name, span=decl.name_span, pattern=pattern, replacement=replacement, types=dict(self.types),
             guard=guard, docstring=decl.docstring, tolerance=tolerance, finite_inputs=finite,
+            grad_check=grad_check,
             notes=tuple(dict.fromkeys(self.notes)),
         )
 
@@ -251,21 +252,23 @@ class RuleResolver:
             if name not in self.used_captures and name not in self.untyped:
                 self.error(span, f"'{name}' is declared in given: but the pattern does not use it")
 
-    def decorators(self) -> tuple[Tolerance | None, bool]:
-        """``@tolerance(atol=, rtol=)`` and ``@finite_inputs``: how the rule is verified."""
+    def decorators(self) -> tuple[Tolerance | None, bool, bool]:
+        """``@tolerance(atol=, rtol=)``, ``@finite_inputs()`` and ``@no_grad_check()``: how the rule is
+        verified (its tolerance, whether it draws finite inputs only, whether it compares gradients)."""
         tolerance = None
-        finite = False
+        flags = {"finite_inputs": False, "no_grad_check": False}
         for decorator in self.decl.decorators:
-            if decorator.name == "finite_inputs":
+            if decorator.name in flags:
                 if decorator.args or decorator.keywords:
-                    self.error(decorator.span, "@finite_inputs takes no arguments")
-                finite = True
+                    self.error(decorator.span, f"@{decorator.name} takes no arguments")
+                flags[decorator.name] = True
             elif decorator.name == "tolerance":
                 tolerance = self.tolerance(decorator)
             else:
                 self.error(decorator.span, f"unknown decorator '@{decorator.name}'",
-                           "the decorators are @tolerance(atol=..., rtol=...) and @finite_inputs()")
-        return tolerance, finite
+                           "the decorators are @tolerance(atol=..., rtol=...), @finite_inputs() and "
+                           "@no_grad_check()")
+        return tolerance, flags["finite_inputs"], not flags["no_grad_check"]
 
     def tolerance(self, decorator: st.Decorator) -> Tolerance:
         values: dict[str, float | None] = {"atol": None, "rtol": None}

@@ -5,23 +5,26 @@ Public, for use in your own hypothesis tests::
     @given(fxrules.testing.examples(rule))
     def test_my_rule(example): ...
 
-What is drawn for each capture:
+What is drawn for each capture is everything the matcher accepts there (``apply`` matches a node whatever
+its dtype, shape or layout), narrowed only by what the rule declares:
 
-* ``given`` tensor types: their dims (symbolic dims drawn once and shared,
-  ``...`` as 0-2 extra dims) and dtypes (one of the declared ones);
-* untyped tensor captures: float32 tensors (or one of
-  :attr:`DrawSettings.dtypes`) of one small base shape (or a
-  broadcast-compatible variant of it); an input of a module gets the rank
-  that module takes;
-* literal captures: from their ``given`` type, or from the annotation of the
-  parameter they are passed to (``dim0: int``);
-* module captures: built by a factory that sees the module's actual input,
-  with random parameters, in eval mode (:func:`register_module`).
+* tensors: every dtype (:data:`ALL_DTYPES`) unless the ``given`` type lists some; ranks 0 to 3 and sizes
+  that include 0 and 8 (so ``K % 8 == 0`` holds often); size-1 dims that broadcast; contiguous,
+  column-major and channels-last layouts, and views into a larger base;
+* ``given`` tensor types: their dims (symbolic dims drawn once and shared, ``...`` as 0-2 extra dims);
+  an input of a module gets the rank and dtype (float32) that module takes;
+* literal captures: from their ``given`` type, or from the annotation of the parameter they are passed to
+  (``dim0: int``);
+* module captures: built by a factory that sees the module's actual input, with random parameters, in eval
+  mode (:func:`register_module`).
 
-Element values are mostly small numbers, sometimes ``nan``, ``inf``,
-``-inf``, ``-0.0``.  Inputs on which the pattern raises or the guard is false
-(or raises) are rejected (``assume``); :class:`Rejections` counts why.
-:class:`DrawSettings` narrows what is drawn (the largest side, the dtypes).
+Element values are mostly small numbers, sometimes values at the edges of the dtype: ``nan``, ``inf``,
+``-inf``, ``-0.0``, halfway values, subnormals, and magnitudes near the dtype's overflow (the integer
+dtypes' extremes).  ``@finite_inputs()`` drops the non-finite and near-overflow ones.  Inputs on which the
+pattern raises or the guard is false are rejected (``assume``).
+
+:class:`DrawSettings` narrows what is drawn (the largest side, the dtypes); :class:`Rejections` counts why
+inputs were discarded.
 """
 
 from __future__ import annotations
@@ -56,12 +59,37 @@ from fxrules.matcher import unify_dims
 from fxrules.metadata import MissingMetadata, TensorInfo
 from fxrules.standalone import attribute_names, build_pattern, input_names, replacement_dims
 
+#: Every dtype a graph's tensor may have, float32 first (hypothesis shrinks toward it).
+ALL_DTYPES = (torch.float32, torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+              torch.float16, torch.bfloat16, torch.float64, torch.complex64, torch.complex128)
 #: Halfway values (0.5, -1.5, 2.5) are where rounding rules go wrong (round half to even vs floor(x + 0.5)):
 #: random floats almost never hit them.
 HALFWAY_FLOATS = (0.5, -1.5, 2.5)
-SPECIAL_FLOATS = (math.nan, math.inf, -math.inf, -0.0, 0.0, 1.0, -1.0, *HALFWAY_FLOATS)
 FINITE_SPECIALS = (-0.0, 0.0, 1.0, -1.0, 100.0, *HALFWAY_FLOATS)
-FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+SPECIAL_FLOATS = (math.nan, math.inf, -math.inf, *FINITE_SPECIALS)
+#: Sizes of a dim: small ones twice as likely, 8 and 16 so that guards like ``K % 8 == 0`` hold, and 0.
+SIZES = (1, 2, 3, 4, 1, 2, 3, 4, 8, 16, 0)
+#: Memory layouts of a drawn tensor, the plain one first (hypothesis shrinks toward it).
+LAYOUTS = ("contiguous", "permuted", "view")
+
+
+def edge_values(dtype: torch.dtype, finite: bool) -> tuple[float, ...]:
+    """Values at the edges of ``dtype``: near overflow, subnormal, the extremes of an integer dtype.
+
+    ``finite`` (a rule's ``@finite_inputs()``) keeps the subnormals only: such a rule claims soundness for
+    finite inputs of a moderate size, where nothing overflows.
+    """
+    if dtype == torch.bool:
+        return (0, 1)
+    if not (dtype.is_floating_point or dtype.is_complex):
+        info = torch.iinfo(dtype)
+        return (info.min, info.max, info.max - 1, 0, -1 if info.min < 0 else 1)
+    info = torch.finfo(dtype)
+    subnormal = (info.smallest_normal / 2, -info.smallest_normal / 4)
+    if finite:
+        return subnormal
+    return (*subnormal, info.max, -info.max, info.max / 2, float(info.max) * 0.75)
+
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
 ModuleFactory = Callable[[Draw, torch.Tensor], torch.nn.Module]
@@ -153,6 +181,7 @@ class Example:
     seed: int
     attributes: tuple[str, ...] = ()  # which of the values are Attr captures (buffers, not inputs)
     expected: Any = None  # what the pattern computed on these inputs (it ran to instantiate the modules)
+    left: Mapping[str, Any] = attrs.Factory(dict)  # the graph inputs as the pattern left them (it ran on these)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         """What hypothesis prints for a drawn example: the short description, not every field."""
@@ -163,15 +192,20 @@ class Example:
         return {**self.modules, **{name: self.values[name] for name in self.attributes}}
 
     def describe(self) -> list[str]:
-        lines = []
-        for name, value in self.values.items():
-            if isinstance(value, torch.Tensor):
-                lines.append(f"{name}: Tensor{list(value.shape)} {value.dtype} = {_show_tensor(value)}")
-            else:
-                lines.append(f"{name} = {value!r}")
+        """One line per input: its dtype, shape, strides and whether it is a view, then its values."""
+        lines = [f"{name}: {describe_tensor(value)}" if isinstance(value, torch.Tensor) else f"{name} = {value!r}"
+                 for name, value in self.values.items()]
         lines += [f"{name} = {module!r} (parameters from torch.manual_seed({self.seed}))"
                   for name, module in self.modules.items()]
         return lines
+
+
+def describe_tensor(tensor: torch.Tensor) -> str:
+    """``Tensor[2, 3] torch.int64 strides (1, 2), a view at offset 1 of a base of 12 = [[...]]``."""
+    layout = "" if tensor.is_contiguous() else f" strides {tensor.stride()}"
+    if tensor._base is not None:
+        layout += f", a view at offset {tensor.storage_offset()} of a base of {tensor._base.numel()}"
+    return f"Tensor{list(tensor.shape)} {tensor.dtype}{layout} = {_show_tensor(tensor)}"
 
 
 def _show_tensor(tensor: torch.Tensor) -> str:
@@ -252,9 +286,48 @@ def module_input_ranks(rule: Rule) -> dict[str, tuple[int, ...]]:
 def _element(dtype: torch.dtype, finite: bool) -> st.SearchStrategy[Any]:
     if dtype == torch.bool:
         return st.booleans()
-    if not dtype.is_floating_point:
-        return st.integers(-5, 5)
-    return st.one_of(st.floats(-4, 4, width=32), st.sampled_from(FINITE_SPECIALS if finite else SPECIAL_FLOATS))
+    edges = st.sampled_from(edge_values(dtype, finite))
+    if not (dtype.is_floating_point or dtype.is_complex):
+        return st.one_of(st.integers(-5, 5), edges)
+    specials = st.sampled_from(FINITE_SPECIALS if finite else SPECIAL_FLOATS)
+    # ties drawn on their own too: the edges and specials around them would make them rare
+    return st.one_of(st.floats(-4, 4, width=32), specials, st.sampled_from(HALFWAY_FLOATS), edges)
+
+
+def _carrier(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a tensor of ``dtype`` is built in: wide enough for every value drawn for it."""
+    if dtype.is_complex:
+        return torch.complex128
+    return torch.float64 if dtype.is_floating_point else torch.int64
+
+
+def _layout(draw: Draw, tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``'s values in a drawn memory layout: as is; permuted in memory (channels-last for 4-D,
+    column-major for 2-D and more); or a view into a larger base whose other elements differ (so that a
+    write outside the view shows)."""
+    layout = draw(st.sampled_from(LAYOUTS))
+    if layout == "permuted" and tensor.ndim == 4:
+        return tensor.contiguous(memory_format=torch.channels_last)
+    if layout == "permuted" and tensor.ndim >= 2:  # not a view: its own storage, laid out column-major
+        strides = tensor.transpose(-1, -2).contiguous().transpose(-1, -2).stride()
+        return torch.empty_strided(tensor.shape, strides, dtype=tensor.dtype).copy_(tensor)
+    if layout != "contiguous":
+        base = torch.stack([torch.ones_like(tensor), tensor], dim=-1)
+        return base[..., 1]
+    return tensor
+
+
+def replica(value: Any) -> Any:
+    """A copy of ``value`` with the same strides (and, for a view, a base of its own in the same place):
+    what each side of a rule runs on, so that neither sees what the other wrote."""
+    if isinstance(value, list | tuple):
+        return type(value)(replica(v) for v in value)
+    if not isinstance(value, torch.Tensor):
+        return value
+    if value._base is None:
+        return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype).copy_(value)
+    base = value._base.clone()
+    return base.as_strided(value.shape, value.stride(), value.storage_offset())
 
 
 def _reshaped(draw: Draw, base: tuple[int, ...]) -> tuple[int, ...]:
@@ -279,8 +352,9 @@ def _broadcast_variant(draw: Draw, base: tuple[int, ...]) -> tuple[int, ...]:
 class _Drawer:
     """Draws every input of one rule for one example.
 
-    Shapes share what they can: one base shape for untyped tensors, one size per symbolic dim, and one
-    tuple of leading dims for every ``...``, so that most draws are inputs the pattern accepts.
+    Shapes share what they can: one base shape for untyped tensors, one size per symbolic dim, one tuple
+    of leading dims for every ``...``, and one dtype that most tensors take, so that most draws are inputs
+    the pattern accepts.
     """
 
     draw: Draw
@@ -289,12 +363,16 @@ class _Drawer:
     dims: dict[str, int] = attrs.Factory(dict)
     base: tuple[int, ...] = ()
     rest: tuple[int, ...] | None = None
+    dtype: torch.dtype = torch.float32
 
     def values(self) -> dict[str, Any]:
         square = self.draw(st.booleans())
-        rank = self.draw(st.integers(1, self.settings.max_rank))
-        side = self.draw(self.settings.sides)
-        self.base = tuple(side if square else self.draw(self.settings.sides) for _ in range(rank))
+        rank = self.draw(st.integers(0, self.settings.max_rank))
+        side = self.size()
+        self.base = tuple(side if square else self.size() for _ in range(rank))
+        dtypes = self.untyped_dtypes  # float32 half the time: the dtype most rules are written for
+        self.dtype = self.draw(st.one_of(st.just(torch.float32) if torch.float32 in dtypes else st.nothing(),
+                                         st.sampled_from(dtypes)))
         roles = capture_roles(self.rule)
         module_ranks = module_input_ranks(self.rule)
         dims = replacement_dims(self.rule)
@@ -304,15 +382,41 @@ class _Drawer:
             values[name] = self.dims[name] if name in self.dims else self.draw(self.settings.sides)
         return values
 
+    @property
+    def untyped_dtypes(self) -> tuple[torch.dtype, ...]:
+        """What a tensor capture without declared dtypes takes: every dtype, or those of the settings."""
+        return self.settings.dtypes or ALL_DTYPES
+
+    def size(self) -> int:
+        return self.draw(st.sampled_from(tuple(s for s in SIZES if s <= self.settings.max_side)))
+
+    def symbol_size(self) -> int:
+        """A fresh size, or half the time one another symbol already has: a pattern often needs two dims to
+        agree (the input channels of a convolution and of its weight), and independent draws rarely do."""
+        if self.dims and self.draw(st.booleans()):
+            return self.draw(st.sampled_from(sorted(set(self.dims.values()))))
+        return self.size()
+
+    def tensor_dtype(self, allowed: tuple[torch.dtype, ...] = ()) -> torch.dtype:
+        """One of ``allowed`` (every dtype when empty): mostly the example's shared dtype, sometimes another
+        (mixed dtypes promote)."""
+        if allowed:
+            return self.dtype if self.dtype in allowed else self.draw(st.sampled_from(allowed))
+        dtypes = self.untyped_dtypes
+        return self.dtype if self.draw(st.integers(0, 7)) else self.draw(st.sampled_from(dtypes))
+
     def value(self, name: str, role: str, module_ranks: tuple[int, ...] | None) -> Any:
         declared = self.rule.types.get(name)
         if isinstance(declared, TensorType) and declared.or_none and self.draw(st.booleans()):
             return None
+        attribute = name in attribute_names(self.rule)  # a buffer that helpers read: contiguous
         if isinstance(declared, TensorType):
-            dtype = self.draw(st.sampled_from(self.settings.narrow(name, declared.dtypes or (torch.float32,))))
+            dtype = self.tensor_dtype(self.settings.narrow(name, declared.dtypes) if declared.dtypes else ())
             shape = self.shape(declared) if declared.dims is not None else _broadcast_variant(self.draw, self.base)
-            tensor = self.tensor(shape, dtype)
-            return tensor.abs() if role == "variance" else tensor
+            tensor = self.tensor(shape, dtype, laid_out=not attribute)
+            if role == "variance" and not (dtype == torch.bool or dtype.is_complex):  # as a batch norm keeps it
+                return tensor.abs()
+            return tensor
         if isinstance(declared, ScalarType):
             return self.literal(declared.name)
         if isinstance(declared, SequenceType) and declared.element != "Tensor":  # a literal: a shape, say
@@ -320,24 +424,20 @@ class _Drawer:
             return tuple(items) if declared.name == "tuple" else items
         if isinstance(declared, SequenceType) or role == "tensor_list":
             count = self.draw(st.integers(1, 3))
-            return [self.tensor(self.base, self.untyped_dtype()) for _ in range(count)]
+            return [self.tensor(self.base, self.tensor_dtype()) for _ in range(count)]
         if role not in {"tensor", "tensor_list", "variance"} and declared is None:
             return self.literal(role)
-        if module_ranks is not None:
+        if module_ranks is not None:  # a module's parameters are float32: other dtypes only raise
             rank = self.draw(st.sampled_from(module_ranks))
             return self.tensor(tuple(self.draw(self.settings.sides) for _ in range(rank)), torch.float32)
-        return self.tensor(_broadcast_variant(self.draw, self.base), self.untyped_dtype())
-
-    def untyped_dtype(self) -> torch.dtype:
-        """The dtype of an untyped tensor capture: float32, or one of the settings' dtypes."""
-        return self.draw(st.sampled_from(self.settings.dtypes or (torch.float32,)))
+        return self.tensor(_broadcast_variant(self.draw, self.base), self.tensor_dtype(), laid_out=not attribute)
 
     def shape(self, declared: TensorType) -> tuple[int, ...]:
         shape: list[int] = []
         for dim in declared.dims or ():
             if isinstance(dim, DimSymbol):
                 if dim.name not in self.dims:
-                    self.dims[dim.name] = self.draw(self.settings.sides)
+                    self.dims[dim.name] = self.symbol_size()
                 shape.append(self.dims[dim.name])
             elif isinstance(dim, DimRest):
                 if self.rest is None:
@@ -348,38 +448,48 @@ class _Drawer:
                 shape.append(dim)
         return tuple(shape)
 
-    def tensor(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-        """Zeros or seeded random values, with a few drawn elements (often nan, inf, -0.0) set on top.
+    def tensor(self, shape: tuple[int, ...], dtype: torch.dtype, laid_out: bool = True) -> torch.Tensor:
+        """Zeros, small seeded random values, or values near the dtype's overflow (or subnormal), with a few
+        drawn elements (often nan, inf, -0.0 or an edge value) set on top; then laid out in memory.
 
         Drawing every element through hypothesis is slow for 4-D inputs; a seed plus a few overrides is fast,
         still varied, and shrinks to zeros with the one element that matters.
         """
         count = math.prod(shape)
-        base = self.draw(st.sampled_from(["zeros", "random"]))
+        finite = self.rule.finite_inputs
+        base = self.draw(st.sampled_from(["zeros", "random", "random", "edge"]))
         generator = torch.Generator().manual_seed(self.draw(st.integers(0, 2**16)))
-        if base == "zeros":
-            tensor = torch.zeros(count, dtype=torch.float64)
-        elif dtype.is_floating_point:
-            tensor = torch.randn(count, generator=generator, dtype=torch.float64) * 2
+        carrier = _carrier(dtype)
+        if base == "zeros" or (dtype == torch.bool and base == "edge"):
+            tensor = torch.zeros(count, dtype=carrier)
+        elif not (dtype.is_floating_point or dtype.is_complex):
+            low, high = (0, 2) if dtype == torch.bool else (0, 6) if dtype == torch.uint8 else (-5, 6)
+            tensor = torch.randint(low, high, (count,), generator=generator)
+            if base == "edge":
+                tensor *= torch.iinfo(dtype).max // 8
         else:
-            tensor = torch.randint(-5, 6, (count,), generator=generator).double()
+            tensor = torch.randn(count, generator=generator, dtype=carrier) * 2
+            if base == "edge":  # magnitudes near overflow, or subnormal ones
+                tensor *= max(abs(v) for v in edge_values(dtype, finite)) / 8
         if count:
-            element = _element(dtype, self.rule.finite_inputs)
+            element = _element(dtype, finite)
             for _ in range(self.draw(st.integers(0, min(count, 4)))):
-                tensor[self.draw(st.integers(0, count - 1))] = float(self.draw(element))
-        return tensor.reshape(shape).to(dtype)
+                tensor[self.draw(st.integers(0, count - 1))] = self.draw(element)
+        tensor = torch.empty(shape, dtype=dtype).copy_(tensor.reshape(shape))  # not a view of the flat tensor
+        return _layout(self.draw, tensor) if laid_out else tensor
 
     def literal(self, kind: str) -> Any:
         rank = max(len(self.base), 1)
         draw = self.draw
-        specials = FINITE_SPECIALS if self.rule.finite_inputs else SPECIAL_FLOATS
+        finite = self.rule.finite_inputs
+        specials = (*(FINITE_SPECIALS if finite else SPECIAL_FLOATS), *edge_values(torch.float32, finite))
         strategies: dict[str, Callable[[], Any]] = {
             "int": lambda: draw(st.integers(-3, 3)),
             "dim": lambda: draw(st.integers(-rank, rank - 1)),
             "dims": lambda: draw(st.lists(st.integers(0, rank - 1), min_size=1, max_size=rank, unique=True)),
             "permutation": lambda: tuple(draw(st.permutations(range(len(self.base))))),
             "shape": lambda: _reshaped(draw, self.base),
-            "dtype": lambda: draw(st.sampled_from(FLOAT_DTYPES)),
+            "dtype": lambda: draw(st.sampled_from(ALL_DTYPES)),
             "slice": lambda: slice(draw(st.one_of(st.none(), st.integers(-3, 3))),
                                    draw(st.one_of(st.none(), st.integers(-3, 3)))),
             "float": lambda: draw(st.one_of(st.floats(-4, 4), st.sampled_from(specials))),
@@ -431,25 +541,34 @@ class _Instantiating(torch.fx.Interpreter):
         return self.built[name](*args, **kwargs)
 
 
+@attrs.frozen
+class PatternRun:
+    """The pattern run on one example: its output, its inputs as it left them, the modules it built and the
+    interior values guards read."""
+
+    output: Any
+    inputs: Mapping[str, Any]
+    modules: Mapping[str, torch.nn.Module]
+    interior: Mapping[str, Any]
+
+
 def _run_pattern(rule: Rule, draw: Draw, values: dict[str, Any], seed: int, choice: Mapping[int, int],
-                 rejections: Rejections) -> tuple[_Instantiating, Any]:
-    """Run the pattern (the ``choice`` of its alternatives) on copies of the inputs: its output, and the
-    runner holding the modules it built and the interior values guards read."""
+                 rejections: Rejections) -> PatternRun:
+    """Run the pattern (the ``choice`` of its alternatives) on replicas of the inputs."""
     module_names = [n for n, t in rule.types.items() if isinstance(t, ModuleType)]
     constants: dict[str, Any] = {name: torch.nn.Identity() for name in module_names}
     constants.update({name: values[name] for name in attribute_names(rule)})
     pattern, interior = build_pattern(rule, constants, choice)
     runner = _Instantiating(pattern, draw, rule.types, seed, interior)
-    inputs = [value.clone() if isinstance(value, torch.Tensor) else value
-              for value in (values[name] for name in input_names(rule))]
+    inputs = {name: replica(values[name]) for name in input_names(rule)}
     try:
         with torch.no_grad():
-            output = runner.run(*inputs)
+            output = runner.run(*inputs.values())
     except Exception as error:  # an input the pattern rejects is outside the rule's domain
         rejections.pattern_raised += 1
         rejections.pattern_error = f"{type(error).__name__}: {error}"
         assume(False)
-    return runner, output
+    return PatternRun(output, inputs, runner.built, runner.interior)
 
 
 def guard_allows(rule: Rule, values: Mapping[str, Any], modules: Mapping[str, torch.nn.Module],
@@ -490,13 +609,13 @@ def examples(rule: Rule, settings: DrawSettings | None = None, choice: Mapping[i
         drawer = _Drawer(draw, rule, settings)
         values = drawer.values()
         seed = draw(st.integers(0, 2**16))
-        runner, output = _run_pattern(rule, draw, values, seed, choice or {}, rejections)
+        run = _run_pattern(rule, draw, values, seed, choice or {}, rejections)
         dims = dict(drawer.dims)
         for name, declared in rule.types.items():
             if isinstance(declared, TensorType) and declared.dims and values.get(name) is not None:
                 dims.update(_dims_of(declared, values[name]))
-        assume(guard_allows(rule, {**values, **runner.interior}, runner.built, dims, rejections))
-        return Example(values, runner.built, seed, attribute_names(rule), output)
+        assume(guard_allows(rule, {**values, **run.interior}, run.modules, dims, rejections))
+        return Example(values, run.modules, seed, attribute_names(rule), run.output, run.inputs)
 
     return example()
 

@@ -21,11 +21,13 @@ import enum
 import json
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
 import torch
+import torch.fx
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
@@ -36,8 +38,8 @@ from fxrules.diagnostics import FxrError, FxrUsageError, did_you_mean
 from fxrules.engine import RulesArgument, load_rules
 from fxrules.ir import HelperTemplate, Rule, RuleSet, walk
 from fxrules.report import counted
-from fxrules.standalone import alternative_choices, build_replacement, input_names
-from fxrules.testing import Example, NoGeneratorError, Rejections, examples
+from fxrules.standalone import alternative_choices, build_pattern, build_replacement, input_names
+from fxrules.testing import Example, NoGeneratorError, Rejections, examples, replica
 from fxrules.verify_options import (
     DEFAULT_EXAMPLES,
     DEFAULT_MAX_SIDE,
@@ -51,6 +53,15 @@ TOLERANCES: Mapping[torch.dtype, tuple[float, float]] = {
     torch.float16: (1e-3, 1e-5), torch.bfloat16: (1.6e-2, 1e-5), torch.float32: (1.3e-6, 1e-5),
     torch.float64: (1e-7, 1e-7),
 }
+
+
+#: Candidates tried while shrinking a counterexample (hypothesis would try up to 500, at ~50 ms each).
+SHRINK_CALLS = 100
+
+#: What a sound rule that changes aliasing means, shown with it.
+ALIASING_CONTRACT = ("sound only as apply rewrites it: after the rewrite an in-place write into the output "
+                     "(out.add_(1)) or the input also changes the other, so apply skips a match where either "
+                     "is written in place through any view, or is a graph output")
 
 
 class Verdict(enum.Enum):
@@ -80,11 +91,17 @@ class RuleVerdict:
     reason: str = ""
     counterexample: Counterexample | None = None
     seconds: float = 0.0
+    #: How the replacement's outputs alias its inputs differently from the pattern's, for a sound rule:
+    #: sound only as ``apply`` rewrites it (see :data:`ALIASING_CONTRACT`).
+    aliasing: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         head = f"{self.location}: {self.rule}: "
         if self.verdict is Verdict.SOUND:
-            return head + f"sound ({self.examples} examples)"
+            if not self.aliasing:
+                return head + f"sound ({self.examples} examples)"
+            changes = "; ".join(self.aliasing)
+            return head + f"sound ({self.examples} examples; aliasing changes: {changes})\n  {ALIASING_CONTRACT}"
         if self.verdict in (Verdict.INCONCLUSIVE, Verdict.ERROR):
             return head + f"{self.verdict.value}: {self.reason}"
         assert self.counterexample is not None
@@ -145,14 +162,20 @@ class _UncomparableError(Exception):
     """The outputs are values verify cannot compare."""
 
 
-def compare(expected: Any, actual: Any, tolerance: tuple[float, float] | None) -> tuple[str, float | None,
-                                                                                         float | None] | None:
-    """None when ``actual`` agrees with ``expected``; else (problem, max abs diff, max rel diff)."""
+def compare(expected: Any, actual: Any, tolerance: tuple[float, float] | None,
+            signed_zeros: bool | None = None) -> tuple[str, float | None, float | None] | None:
+    """None when ``actual`` agrees with ``expected``; else (problem, max abs diff, max rel diff).
+
+    Dtype and shape must be equal, nan and inf in the same places, integers and booleans equal, floats
+    within ``tolerance`` (rtol, atol), never tighter than the dtype's own rounding (:data:`TOLERANCES`).
+    ``signed_zeros`` (by default: when there is no ``tolerance``, i.e. the rule claims exactness) also
+    tells ``-0.0`` from ``0.0``.
+    """
     if isinstance(expected, tuple | list):
         if not isinstance(actual, tuple | list) or len(actual) != len(expected):
             return f"the pattern returns {_kind(expected)} but the replacement returns {_kind(actual)}", None, None
         for index, (e, a) in enumerate(zip(expected, actual, strict=True)):
-            problem = compare(e, a, tolerance)
+            problem = compare(e, a, tolerance, signed_zeros)
             if problem is not None:
                 return (f"output {index}: {problem[0]}", problem[1], problem[2])
         return None
@@ -165,11 +188,13 @@ def compare(expected: Any, actual: Any, tolerance: tuple[float, float] | None) -
         return f"shape {tuple(actual.shape)} differs from the pattern's {tuple(expected.shape)}", None, None
     if actual.dtype != expected.dtype:
         return f"dtype {actual.dtype} differs from the pattern's {expected.dtype}", None, None
-    return _compare_values(expected, actual, tolerance)
+    if expected.is_complex():
+        expected, actual = torch.view_as_real(expected.resolve_conj()), torch.view_as_real(actual.resolve_conj())
+    return _compare_values(expected, actual, tolerance, tolerance is None if signed_zeros is None else signed_zeros)
 
 
-def _compare_values(expected: torch.Tensor, actual: torch.Tensor,
-                    tolerance: tuple[float, float] | None) -> tuple[str, float | None, float | None] | None:
+def _compare_values(expected: torch.Tensor, actual: torch.Tensor, tolerance: tuple[float, float] | None,
+                    signed_zeros: bool) -> tuple[str, float | None, float | None] | None:
     if not expected.dtype.is_floating_point:
         if torch.equal(expected, actual):
             return None
@@ -181,7 +206,10 @@ def _compare_values(expected: torch.Tensor, actual: torch.Tensor,
     infinite = e.isinf() | a.isinf()
     if not torch.equal(e[infinite], a[infinite]):
         return "inf appears in different places", None, None
-    rtol, atol = tolerance or TOLERANCES.get(expected.dtype, (1.3e-6, 1e-5))
+    zeros = (e == 0) & (a == 0)
+    if signed_zeros and not torch.equal(e[zeros].signbit(), a[zeros].signbit()):
+        return "the sign of a zero differs (-0.0 and 0.0)", None, None
+    rtol, atol = map(max, zip(tolerance or (0.0, 0.0), TOLERANCES.get(expected.dtype, (1.3e-6, 1e-5)), strict=True))
     finite = ~(e.isnan() | infinite)
     diff = (e[finite] - a[finite]).abs()
     if not diff.numel():
@@ -200,23 +228,29 @@ def _kind(value: Any) -> str:
 
 
 class _RuleCheck:
-    """Runs one rule's pattern and replacement on one example."""
+    """Runs one rule's replacement on one example and checks it against what the pattern did there."""
 
     def __init__(self, rule: Rule, helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int]) -> None:
         self.rule = rule
         self.helpers = helpers
         self.choice = choice
         self.tolerance = (rule.tolerance.rtol or 0.0, rule.tolerance.atol or 0.0) if rule.tolerance else None
+        self.names = input_names(rule)
         self.valid = 0
+        self.aliasing: dict[str, None] = {}  # every change of aliasing seen, first seen first
 
     def check(self, example: Example) -> None:
         """Compare the replacement with the pattern's output, computed when the example was drawn (inputs
-        the pattern rejects are never drawn)."""
-        names = input_names(self.rule)
+        the pattern rejects are never drawn): outputs, inputs as left, aliasing, then gradients."""
         self.valid += 1
-        with torch.no_grad():
-            actual = _call(lambda: build_replacement(self.rule, example.constants(), self.helpers, self.choice,
-                                                     example.values).forward(*self._inputs(example, names)))
+        inputs = {name: replica(example.values[name]) for name in self.names}
+        replacement = _call(lambda: build_replacement(self.rule, example.constants(), self.helpers, self.choice,
+                                                      example.values))
+        if isinstance(replacement, _Raised):  # a helper raised, or the replacement cannot be built
+            actual = replacement
+        else:
+            with torch.no_grad():
+                actual = _call(lambda: replacement.forward(*inputs.values()))
         if isinstance(actual, _Raised) and actual.rule_error:
             raise _RuleError(actual.text)
         if isinstance(actual, _Raised):  # a replacement must not fail where the pattern works
@@ -225,12 +259,131 @@ class _RuleCheck:
         if isinstance(problem, _Raised):
             raise _UncomparableError(f"verify cannot compare the pattern's {_kind(example.expected)} with the "
                                      f"replacement's {_kind(actual)} ({problem.text})")
+        self.expect(problem, example)
+        for name in self.names:
+            if not _same_state(example.left[name], inputs[name]):
+                raise _Disagreement(f"input {name} is left different from how the pattern leaves it",
+                                    example, None, None)
+        self.aliasing.update(dict.fromkeys(aliasing_changes(example.expected, example.left, actual, inputs)))
+        if self.rule.grad_check:
+            self.check_gradients(example, replacement)
+
+    def check_gradients(self, example: Example, replacement: torch.fx.GraphModule) -> None:
+        """For float inputs: which outputs are differentiable, and the gradients of a fixed weighted sum of
+        them with respect to each float input, must agree."""
+        names = [n for n in self.names if _differentiable(example.values[n])]
+        if not names or _has_empty(example.values.values()) or _has_empty(_flat(example.expected)):
+            return  # an empty tensor has no gradient to compare, and some backward kernels crash on one (SIGFPE)
+        pattern, _ = build_pattern(self.rule, example.constants(), self.choice)
+        expected = _gradients(pattern, self.names, names, example)
+        if isinstance(expected, _Raised):  # the pattern has no gradient here (say an in-place write to an input)
+            return
+        actual = _gradients(replacement, self.names, names, example)
+        if isinstance(actual, _Raised):
+            raise _Disagreement(f"the replacement's gradient raises {actual.text}", example, None, None)
+        for index, (e, a) in enumerate(zip(expected[0], actual[0], strict=True)):
+            if e != a:
+                which = "is" if a else "is not"
+                raise _Disagreement(f"output {index} {which} differentiable in the replacement, unlike in the "
+                                    "pattern", example, None, None)
+        for name, e, a in zip(names, expected[1], actual[1], strict=True):
+            problem = compare(e, a, _gradient_tolerance(self.tolerance, e), signed_zeros=False)
+            if problem is not None:
+                problem = (f"the gradient with respect to {name}: {problem[0]}", *problem[1:])
+            self.expect(problem, example)
+
+    @staticmethod
+    def expect(problem: tuple[str, float | None, float | None] | None, example: Example) -> None:
         if problem is not None:
             raise _Disagreement(problem[0], example, problem[1], problem[2])
 
-    @staticmethod
-    def _inputs(example: Example, names: tuple[str, ...]) -> list[Any]:
-        return [_clone(example.values[name]) for name in names]
+
+def _gradient_tolerance(tolerance: tuple[float, float] | None, gradient: torch.Tensor) -> tuple[float, float]:
+    """Rounding accumulates over a backward pass, in proportion to the largest terms summed, not to each
+    result: a gradient is compared within ten times the forward tolerance, relative to its largest element
+    (as an absolute tolerance)."""
+    rtol, atol = map(max, zip(tolerance or (0.0, 0.0), TOLERANCES.get(gradient.dtype, (1.3e-6, 1e-5)),
+                              strict=True))
+    finite = gradient[gradient.isfinite()] if gradient.is_floating_point() else gradient
+    largest = float(finite.abs().max()) if finite.numel() else 0.0
+    return 10 * rtol, 10 * (atol + rtol * largest)
+
+
+def _has_empty(values: Iterable[Any]) -> bool:
+    return any(_has_empty(v) if isinstance(v, list | tuple) else isinstance(v, torch.Tensor) and not v.numel()
+               for v in values)
+
+
+def _differentiable(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.dtype.is_floating_point
+
+
+def _gradients(graph: torch.fx.GraphModule, order: tuple[str, ...], names: list[str],
+               example: Example) -> tuple[tuple[bool, ...], tuple[torch.Tensor, ...]] | _Raised:
+    """Which outputs of ``graph`` require grad, and the gradients of their sum weighted by seeded random
+    cotangents with respect to the inputs ``names`` (leaves of the same strides); or what raised."""
+    leaves = {name: replica(example.values[name]).requires_grad_() for name in names}
+    inputs = [leaves[name] if name in leaves else replica(example.values[name]) for name in order]
+
+    def run() -> tuple[tuple[bool, ...], tuple[torch.Tensor, ...]]:
+        with torch.enable_grad():
+            outputs = [o for o in _flat(graph.forward(*inputs)) if isinstance(o, torch.Tensor)]
+            differentiable = [o for o in outputs if o.requires_grad]
+            generator = torch.Generator().manual_seed(example.seed)
+            weights = [torch.randn(o.shape, generator=generator, dtype=o.dtype) for o in differentiable]
+            grads = torch.autograd.grad(differentiable, list(leaves.values()), weights,
+                                        allow_unused=True) if differentiable else (None,) * len(leaves)
+        return (tuple(o.requires_grad for o in outputs),
+                tuple(torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves.values(), grads,
+                                                                                    strict=True)))
+
+    return _call(run)
+
+
+def _flat(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, tuple | list) else [value]
+
+
+def _same_state(left: Any, right: Any) -> bool:
+    """Whether two replicas of an input hold the same bits, in the view and in the rest of its base."""
+    if isinstance(left, list | tuple):
+        return all(_same_state(a, b) for a, b in zip(left, right, strict=True))
+    if not isinstance(left, torch.Tensor):
+        return True
+    return all(torch.equal(_bits(a), _bits(b)) for a, b in ((left, right), (_root(left), _root(right))))
+
+
+def _root(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor if tensor._base is None else tensor._base
+
+
+def _bits(tensor: torch.Tensor) -> torch.Tensor:
+    flat = torch.empty(tensor.numel(), dtype=tensor.dtype)  # contiguous even when empty (its strides count)
+    return flat.copy_(tensor.detach().reshape(-1)).view(torch.uint8)
+
+
+def aliasing_changes(expected: Any, pattern_inputs: Mapping[str, Any], actual: Any,
+                     inputs: Mapping[str, Any]) -> list[str]:
+    """How the replacement's outputs alias its inputs differently from the pattern's: an output that is an
+    input (``x * 1 => x``), or a view of one (a copy become a view), on one side only."""
+    changes = []
+    for index, (e, a) in enumerate(zip(_flat(expected), _flat(actual), strict=False)):
+        before, after = _relation(e, pattern_inputs), _relation(a, inputs)
+        if before != after:
+            changes.append(f"output {index} is {after} (in the pattern: {before})")
+    return changes
+
+
+def _relation(output: Any, inputs: Mapping[str, Any]) -> str:
+    if not isinstance(output, torch.Tensor):
+        return "not a tensor"
+    storage = output.untyped_storage()._cdata
+    for name, value in inputs.items():
+        if output is value:
+            return f"input {name}"
+        if isinstance(value, torch.Tensor) and value.untyped_storage()._cdata == storage:
+            return f"a view of input {name}"
+    return "a new tensor"
 
 
 @attrs.frozen
@@ -251,10 +404,6 @@ def _call(run: Callable[[], Any]) -> Any:
         return _Raised(f"{type(error).__name__}: {error}", rule_error=False)
 
 
-def _clone(value: Any) -> Any:
-    return value.clone() if isinstance(value, torch.Tensor) else value
-
-
 def reproduction(rule: Rule, example: Example) -> str:
     """Python lines that rebuild the inputs and run both sides."""
     lines = ["import torch", "import fxrules", "from fxrules.standalone import build"]
@@ -262,8 +411,7 @@ def reproduction(rule: Rule, example: Example) -> str:
                  else f"rule = ...  # the rule {rule.name} of {rule.file}")
     for name, value in example.values.items():
         if isinstance(value, torch.Tensor):
-            literal = repr(value.tolist()).replace("nan", "float('nan')").replace("inf", "float('inf')")
-            lines.append(f"{name} = torch.tensor({literal}, dtype={value.dtype})")
+            lines.append(f"{name} = {_tensor_source(value)}")
         else:
             lines.append(f"{name} = {value!r}")
     constants = [f"{name!r}: {name}" for name in example.attributes]
@@ -276,13 +424,30 @@ def reproduction(rule: Rule, example: Example) -> str:
     return "\n".join(lines)
 
 
+def _tensor_source(value: torch.Tensor) -> str:
+    """Python that rebuilds ``value`` with its values, strides, and base if it is a view."""
+    def literal(tensor: torch.Tensor) -> str:
+        text = repr(tensor.tolist()).replace("nan", "float('nan')").replace("inf", "float('inf')")
+        return f"torch.tensor({text}, dtype={tensor.dtype})"
+
+    if value._base is not None:
+        return f"{literal(value._base)}.as_strided({tuple(value.shape)}, {value.stride()}, {value.storage_offset()})"
+    if value.is_contiguous():
+        return literal(value)
+    return f"torch.empty_strided({tuple(value.shape)}, {value.stride()}, dtype={value.dtype}).copy_({literal(value)})"
+
+
 @contextlib.contextmanager
 def _one_thread() -> Iterator[None]:
-    """Inputs are tiny: torch's intra-op threads only cost (4x slower on a busy 2-core machine)."""
+    """Inputs are tiny: torch's intra-op threads only cost (4x slower on a busy 2-core machine). Torch's
+    warnings about the drawn inputs (a complex value cast to real, a convolution of 0 channels) are the
+    point of drawing them, not news to the user: they are silenced."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
     finally:
         torch.set_num_threads(threads)
 
@@ -329,6 +494,7 @@ def _verify_rule(rule: Rule, options: VerifyOptions, helpers: Mapping[str, Calla
     choices = alternative_choices(rule)
     # the examples are shared among the alternatives, at least 10 each (unless fewer were asked for in all)
     per_choice = max(min(10, options.max_examples), options.max_examples // len(choices))
+    aliasing: dict[str, None] = {}
     for choice in choices:
         check = _RuleCheck(rule, helpers, choice)
         rejections = Rejections()
@@ -336,9 +502,10 @@ def _verify_rule(rule: Rule, options: VerifyOptions, helpers: Mapping[str, Calla
         if verdict is not None:
             return verdict
         total += check.valid
+        aliasing.update(check.aliasing)
         if check.valid < max(1, per_choice // 10):
             return _verdict(rule, Verdict.INCONCLUSIVE, _few_inputs(check.valid, rejections), check.valid)
-    return _verdict(rule, Verdict.SOUND, "", total)
+    return attrs.evolve(_verdict(rule, Verdict.SOUND, "", total), aliasing=tuple(aliasing))
 
 
 def _few_inputs(valid: int, rejections: Rejections) -> str:
@@ -370,7 +537,14 @@ def _run_hypothesis(rule: Rule, check: _RuleCheck, rejections: Rejections,
                                                                               Phase.shrink])
     @given(st.data())
     def property_(data: st.DataObject) -> None:
-        check.check(data.draw(examples(rule, options.draws, check.choice, rejections)))
+        example = data.draw(examples(rule, options.draws, check.choice, rejections))
+        if budget.spent():  # every later candidate passes, so the shrinker stops
+            return
+        try:
+            check.check(example)
+        except _Disagreement as disagreement:
+            budget.found = disagreement
+            raise
 
     # The seed as hypothesis.seed() sets it, without the database=None that seed() also imposes; the database
     # key keeps one rule's saved inputs apart from another's (they share this function's source), and holds
@@ -378,8 +552,9 @@ def _run_hypothesis(rule: Rule, check: _RuleCheck, rejections: Rejections,
     property_._hypothesis_internal_use_seed = options.seed  # type: ignore[attr-defined]
     property_._hypothesis_internal_database_key = (  # type: ignore[attr-defined]
         f"fxrules verify {rule.file}::{rule.name}::{sorted(check.choice.values())}".encode())
+    budget = _ShrinkBudget()
     try:
-        property_()
+        budget.run(property_)
     except _Disagreement as found:
         counterexample = Counterexample(tuple(found.example.describe()), found.problem, found.abs_diff,
                                         found.rel_diff, reproduction(rule, found.example))
@@ -396,6 +571,35 @@ def _run_hypothesis(rule: Rule, check: _RuleCheck, rejections: Rejections,
         return _verdict(rule, Verdict.INCONCLUSIVE, "the outcome changed when an input was run again: the pattern "
                                                     "or the replacement is not deterministic", check.valid)
     return None
+
+
+@attrs.define
+class _ShrinkBudget:
+    """Shrinking a counterexample is most of verify's time (each candidate draws and runs the pattern): it
+    stops after :data:`SHRINK_CALLS` candidates, with the smallest failing example found so far."""
+
+    found: _Disagreement | None = None
+    calls: int = 0
+
+    def spent(self) -> bool:
+        if self.found is None:
+            return False
+        self.calls += 1
+        return self.calls > SHRINK_CALLS
+
+    def run(self, test: Callable[[], None]) -> None:
+        """Run ``test``; raise the last disagreement found, also when hypothesis could not replay it
+        (stopped shrinking, or a kernel that rounds differently on its first call)."""
+        try:
+            test()
+        except Flaky:
+            if self.found is None:
+                raise
+            raise self.found from None
+        except _Disagreement as found:
+            raise self.found or found from None
+        if self.found is not None:
+            raise self.found
 
 
 def verify(rules: RulesArgument, *, max_examples: int = DEFAULT_EXAMPLES, seed: int | None = DEFAULT_SEED,

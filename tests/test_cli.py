@@ -379,17 +379,23 @@ def test_allow_lets_check_and_verify_reach_a_module_the_rules_name(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A rule file that needs ``allow=`` can be checked and verified from the command line too."""
     rules = write(tmp_path / "cm.fxr", """\
+        @finite_inputs()
         rule scale_back:
-            torch.neg(torch.neg(x)) => x * cmath.e / cmath.e
+            given:
+                x: Tensor[dtype=float32]
+            pattern:
+                return torch.neg(torch.neg(x))
+            replace:
+                return x * cmath.e / cmath.e
         """)
     assert main(["check", str(rules)]) == 1
     _, err = capsys.readouterr()
-    assert f"{rules}:2:36: error: 'cmath' is not bound by the pattern" in err
+    assert f"{rules}:8:20: error: 'cmath' is not bound by the pattern" in err
     assert "hint: or, for the module 'cmath', pass allow=['cmath']" in err
     assert main(["check", "--allow", "cmath", str(rules)]) == 0
     out, _ = capsys.readouterr()
     assert out == f"{rules}: 1 rule, 0 errors\n"
     assert main(["verify", "--allow", "cmath", "--examples", "20", "--seed", "1", str(rules)]) == 0
     out, _ = capsys.readouterr()
-    assert out == (f"{rules}:1:6: scale_back: sound (20 examples)\n"
+    assert out == (f"{rules}:2:6: scale_back: sound (20 examples)\n"
                    "1 rule: 1 sound, 0 unsound, 0 inconclusive, 0 errors (seed 1)\n")

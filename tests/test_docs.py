@@ -269,7 +269,7 @@ EXAMPLES: list[Example] = [
     Example("docs", "hardswish_from_parts", _HardswishParts, randn(4, 6), ["hardswish"]),
     Example("docs", "max_abs", lambda: lambda a: torch.maximum(torch.neg(a), a), randn(4, 6), ["abs"]),
     Example("docs", "log_softmax_fused", _LogSoftmax, randn(3, 5), ["log_softmax"]),
-    Example("docs", "gelu_from_erf", lambda: _gelu_erf, randn(4, 6), ["gelu"]),
+    Example("docs", "gelu_from_erf", lambda: _gelu_erf, randn(4, 6), ["gelu"], example_inputs=True),
     Example("docs", "relu_idempotent", lambda: lambda a: torch.relu(torch.relu(a)), randn(4, 6), ["relu"]),
     # §3
     Example("docs", "add_neg_zero", lambda: lambda a: (a + -0.0) * 2, randn(4, 6), ["mul"]),
