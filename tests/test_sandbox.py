@@ -393,7 +393,7 @@ class _SpyModel(torch.nn.Module):
 
 class _LeafSpy(torch.fx.Tracer):
     def is_leaf_module(self, m: torch.nn.Module, qualified_name: str) -> bool:
-        return isinstance(m, _Spy) or super().is_leaf_module(m, qualified_name)
+        return isinstance(m, _Spy | _SpySoftmax) or super().is_leaf_module(m, qualified_name)
 
 
 @pytest.mark.parametrize(("guard", "fires"), [
@@ -412,6 +412,35 @@ def test_guards_read_module_data_without_running_properties(guard: str, fires: b
     assert _Spy.calls == []
     if "scale" in guard:
         assert "(guard error): relu: '_Spy.scale' is a property; guards read plain data attributes only" in str(report)
+
+
+class _SpySoftmax(torch.nn.Softmax):
+    """An ``nn.Softmax`` whose ``dim`` is a property that records each time it runs."""
+
+    reads: ClassVar[list[str]] = []
+
+    def __init__(self) -> None:
+        torch.nn.Module.__init__(self)  # nn.Softmax's own would assign dim
+
+    @property  # type: ignore[override]
+    def dim(self) -> int:
+        _SpySoftmax.reads.append("dim")
+        return 1
+
+
+def test_a_module_family_member_reads_its_parameters_without_running_properties() -> None:
+    """A module member of a family takes the family's parameters from the module's plain data attributes; a
+    property there is never run, and the module does not match."""
+    root = torch.nn.Sequential(_SpySoftmax())
+    gm = torch.fx.GraphModule(root, _LeafSpy().trace(root))
+    rules = fxrules.parse("family sm = torch.softmax | nn.Softmax\n"
+                          "rule r:\n    pattern:\n        return sm(x, 1)\n    replace:\n        return torch.neg(x)\n")
+    _SpySoftmax.reads.clear()
+    report = fxrules.apply(gm, rules)
+    assert _SpySoftmax.reads == []
+    assert report.counts() == {}
+    plain = torch.fx.symbolic_trace(torch.nn.Sequential(torch.nn.Softmax(dim=1)))
+    assert fxrules.apply(plain, rules).counts() == {"r": 1}
 
 
 # ---------------------------------------------------------------- fuzzing under an audit hook
