@@ -17,9 +17,12 @@ path, never raw ``UnicodeError`` or ``OSError``.
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
+import os
 import re
+import stat
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -80,12 +83,26 @@ def _read_bundled(name: str) -> SourceFile | None:
 
 def _read_path(path: Path) -> SourceFile:
     """The file as UTF-8 text; FxrLoadError at its first byte that is not UTF-8, OSError if it cannot be read."""
-    data = path.read_bytes()
+    data = _regular_file_bytes(path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise FxrLoadError([_undecodable(str(path), data, error)]) from None
     return SourceFile(str(path), text, path.resolve().parent)
+
+
+def _regular_file_bytes(path: Path) -> bytes:
+    """The bytes of a regular file.  A named pipe, device or socket may never end (a FIFO called x.fxr waits
+    for a writer): it is opened without blocking and refused, checked on the open descriptor itself."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(descriptor, "rb") as file:
+        mode = os.fstat(descriptor).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        os.set_blocking(descriptor, True)
+        return file.read()
 
 
 def _undecodable(name: str, data: bytes, error: UnicodeDecodeError) -> Diagnostic:

@@ -3,6 +3,7 @@ loop check whose cost grows linearly with the number of rules."""
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from pathlib import Path
@@ -115,6 +116,19 @@ def test_an_included_directory_is_an_error_at_the_quoted_name(tmp_path: Path) ->
         "            ^")
 
 
+
+def test_an_included_fifo_is_an_error_not_a_wait_for_a_writer(tmp_path: Path) -> None:
+    """A named pipe called x.fxr has no end until someone writes to it: including it is refused at once
+    (as is any file that is not a regular file), not a load that blocks forever."""
+    os.mkfifo(tmp_path / "pipe.fxr")
+    (tmp_path / "top.fxr").write_text('include "pipe.fxr"\n')
+    started = time.monotonic()
+    with pytest.raises(FxrLoadError) as info:
+        fxrules.load(tmp_path / "top.fxr")
+    assert time.monotonic() - started < 5
+    assert [(str(d.span), d.message) for d in info.value.diagnostics] == [
+        (f"{tmp_path / 'top.fxr'}:1:9", "cannot read included file 'pipe.fxr': not a regular file")]
+
 def test_an_include_name_no_file_can_have_is_not_found_and_shown_escaped(tmp_path: Path) -> None:
     """A NUL (written as the escape \\0) names no file; the message shows it escaped."""
     (tmp_path / "top.fxr").write_text('include "a\\0.fxr"\n')
@@ -127,6 +141,7 @@ def test_an_include_name_no_file_can_have_is_not_found_and_shown_escaped(tmp_pat
 @pytest.mark.parametrize(("make", "reason"), [
     (lambda root: root / ("b" * 300 + ".fxr"), "File name too long"),
     (lambda root: (root / "rules.fxr").mkdir() or root / "rules.fxr", "Is a directory"),
+    (lambda root: os.mkfifo(root / "pipe.fxr") or root / "pipe.fxr", "not a regular file"),
 ])
 def test_loading_a_path_that_cannot_be_read_is_a_usage_error(tmp_path: Path, make, reason: str) -> None:
     path = make(tmp_path)
