@@ -26,6 +26,7 @@ import stat
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -44,7 +45,7 @@ from fxrules.ir import Rule, RuleSet
 from fxrules.loops import loop_warnings
 from fxrules.parser import parse_partial
 from fxrules.resolve import RuleResolver, Scope, ScopeResolver
-from fxrules.targets import Namespace
+from fxrules.targets import Namespace, allow_entries
 
 
 @attrs.frozen
@@ -274,8 +275,8 @@ def _shortened(name: str, limit: int = 80) -> str:
 
 
 def _load_source(source: SourceFile, allow: Iterable[str]) -> RuleSet:
-    allowed = tuple(allow)
-    key = (source.identity, allowed)
+    allowed = allow_entries(allow)
+    key = (source.identity, tuple(entry if isinstance(entry, str) else _Identity(entry) for entry in allowed))
     cached = _cache.get(key)
     if cached is not None and _still_current(cached[0], source):
         return cached[1]
@@ -290,6 +291,19 @@ def _load_source(source: SourceFile, allow: Iterable[str]) -> RuleSet:
         warnings.warn(warning.render(), FxrLoopWarning, stacklevel=3)
     _cache[key] = ([(f, _digest(f.text)) for f in loading.files.values()], ruleset)
     return ruleset
+
+
+@attrs.frozen(eq=False)
+class _Identity:
+    """An ``allow=`` object in the load cache's key, by identity: a callable need not be hashable."""
+
+    value: Any
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Identity) and other.value is self.value
+
+    def __hash__(self) -> int:
+        return id(self.value)
 
 
 def _still_current(files: list[tuple[SourceFile, str]], source: SourceFile) -> bool:

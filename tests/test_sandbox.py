@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+import attrs
 import pytest
 import torch
 import torch.utils.benchmark  # imported, as in a user's process: the names under it exist and must be refused
@@ -300,6 +301,42 @@ def test_an_allowed_module_admits_its_public_callables_only() -> None:
 def test_allow_of_something_that_does_not_exist_is_a_usage_error() -> None:
     with pytest.raises(FxrUsageError, match=r"allow=\['no_such_module_xyz'\]: cannot import"):
         fxrules.parse("rule r: torch.neg(x) => x\n", allow=["no_such_module_xyz"])
+
+
+@pytest.mark.parametrize(("allow", "message"), [
+    ([[1]], "allow=[[1]]: expected a dotted name, a module, an operator namespace or a callable, not a list"),
+    ([{}], "allow=[{}]: expected a dotted name, a module, an operator namespace or a callable, not a dict"),
+    ([3], "allow=[3]: expected a dotted name, a module, an operator namespace or a callable, not a int"),
+    ([b"os"], "allow=[b'os']: expected a dotted name, a module, an operator namespace or a callable, not a bytes"),
+    ([""], "allow=['']: '' is not a dotted name"),
+    (["..."], "allow=['...']: '...' is not a dotted name"),
+    (["os..path"], "allow=['os..path']: 'os..path' is not a dotted name"),
+    ("torch", "allow='torch': allow= takes a list of entries (allow=['torch']), not one string"),
+])
+def test_an_allow_entry_that_names_nothing_is_a_usage_error(allow: Any, message: str) -> None:
+    """Every ``allow=`` entry that is not a name, a module, an operator namespace or a callable is an
+    FxrUsageError saying what was expected, never a raw TypeError or ValueError (from the load cache too)."""
+    for load in (lambda: fxrules.parse("rule r: torch.neg(x) => x\n", allow=allow),
+                 lambda: fxrules.load("algebra.fxr", allow=allow)):
+        with pytest.raises(FxrUsageError) as info:
+            load()
+        assert str(info.value) == message
+
+
+def test_an_unhashable_callable_in_allow_is_allowed_and_cached_by_identity() -> None:
+    """A callable object that cannot be hashed may still be allowed: the load cache keys it by identity."""
+
+    @attrs.define  # eq without hash: unhashable
+    class Scale:
+        factor: float
+
+        def __call__(self, x: torch.Tensor) -> torch.Tensor:
+            return x * self.factor
+
+    scale = Scale(2.0)
+    first = fxrules.load("algebra.fxr", allow=[scale])
+    assert fxrules.load("algebra.fxr", allow=[scale]) is first
+    assert fxrules.load("algebra.fxr", allow=[Scale(2.0)]) is not first
 
 
 # ---------------------------------------------------------------- helpers
