@@ -143,6 +143,11 @@ def _prelude_scope() -> Scope:
     return scope
 
 
+#: How deep includes may nest: each level is a few Python frames, and Python's recursion limit is not a
+#: message a rule author can act on.
+MAX_INCLUDE_DEPTH = 64
+
+
 @attrs.define
 class _Loading:
     """One ``load``: the include chain (for cycles) and the files read (for the cache)."""
@@ -215,6 +220,9 @@ class _Loading:
         if included is None:
             sink.error(item.span, f"included file '{_shortened(item.path)}' not found",
                        f"looked next to {source.name} and among the bundled rulesets: {bundled.ruleset_names()}")
+            return []
+        if len(self.chain) >= MAX_INCLUDE_DEPTH:
+            sink.error(item.span, f"includes are nested more than {MAX_INCLUDE_DEPTH} files deep")
             return []
         if included.identity in self.chain:
             cycle = [*self.chain[self.chain.index(included.identity):], included.identity]

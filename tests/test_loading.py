@@ -117,6 +117,18 @@ def test_an_included_directory_is_an_error_at_the_quoted_name(tmp_path: Path) ->
 
 
 
+def test_an_include_chain_deeper_than_the_limit_is_an_error_at_the_include_that_goes_over(tmp_path: Path) -> None:
+    """Each file including the next, 500 deep: a load error naming the limit at the include that exceeds it,
+    not a message about nested expressions from Python's recursion limit."""
+    for index in range(500):
+        (tmp_path / f"c{index}.fxr").write_text(f'include "c{index + 1}.fxr"\n')
+    (tmp_path / "c500.fxr").write_text("rule r: torch.neg(x) => x\n")
+    with pytest.raises(FxrLoadError) as info:
+        fxrules.load(tmp_path / "c0.fxr")
+    assert [(str(d.span), d.message) for d in info.value.diagnostics] == [
+        (f"{tmp_path / 'c63.fxr'}:1:1", "includes are nested more than 64 files deep")]
+    assert [r.name for r in fxrules.load(tmp_path / "c437.fxr").rules] == ["r"]
+
 def test_an_included_fifo_is_an_error_not_a_wait_for_a_writer(tmp_path: Path) -> None:
     """A named pipe called x.fxr has no end until someone writes to it: including it is refused at once
     (as is any file that is not a regular file), not a load that blocks forever."""
