@@ -57,7 +57,7 @@ def _too_large_to_compute(function: Callable[..., Any], args: tuple[Any, ...], k
         return f"{_call(function, args, kwargs)} would have more than {MAX_INT_BITS} bits"
     if function in (operator.mul, operator.imul):
         for sequence, count in ((left, right), (right, left)):
-            if isinstance(sequence, _SEQUENCES) and _is_int(count) and len(sequence) * count > MAX_LENGTH:
+            if isinstance(sequence, _SEQUENCES) and _is_int(count) and _items(sequence) * count > MAX_LENGTH:
                 return f"repeating a sequence {count} times would make more than {MAX_LENGTH} items"
     return None
 
@@ -93,7 +93,28 @@ def _too_large(value: Any, described: Callable[[], str]) -> str | None:
         return f"{described()} an integer of {value.bit_length()} bits (the bound is {MAX_INT_BITS})"
     if isinstance(value, _SEQUENCES) and len(value) > MAX_LENGTH:
         return f"{described()} {len(value)} items long (the bound is {MAX_LENGTH})"
+    if isinstance(value, _SEQUENCES) and _items(value) > MAX_LENGTH:
+        return f"{described()} more than {MAX_LENGTH} items long, nested ones included (the bound is {MAX_LENGTH})"
     return None
+
+
+def _items(value: Any, seen: dict[int, int] | None = None) -> int:
+    """How many items ``value`` holds, nested ones included and a list repeated by reference counted at each
+    place (``[[0] * 65536] * 65536`` costs nothing to build, but 2 ** 32 steps to compare); counting stops a
+    little over the bound, and each distinct list is walked once."""
+    if isinstance(value, str | bytes):
+        return len(value)
+    if not isinstance(value, list | tuple):
+        return 0
+    seen = {} if seen is None else seen
+    if id(value) not in seen:
+        total = 0
+        for item in value:
+            total += 1 + _items(item, seen)
+            if total > MAX_LENGTH:
+                break
+        seen[id(value)] = total
+    return seen[id(value)]
 
 
 def _is_int(value: Any) -> bool:

@@ -48,6 +48,11 @@ def load_error(text: str) -> str:
     ("3 ** 3000", "3 ** 3000 is an integer of 4755 bits (the bound is 4096)"),
     ("[0] * 10 ** 9", "repeating a sequence 1000000000 times would make more than 65536 items"),
     ("'ab' * 40000", "repeating a sequence 40000 times would make more than 65536 items"),
+    ("[[0] * 65536] * 2", "repeating a sequence 2 times would make more than 65536 items"),
+    ("[[[0] * 255] * 255] * 2", "repeating a sequence 2 times would make more than 65536 items"),
+    ("[[0] * 40000] + [[1] * 40000]",
+     "[[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ...]] + [[1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, ...]] is more "
+     "than 65536 items long, nested ones included (the bound is 65536)"),
     ("[0] * 40000 + [1] * 40000", "[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ...] + [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, "
                                   "1, 1, 1, 1, ...] is 80000 items long (the bound is 65536)"),
 ])
@@ -96,6 +101,14 @@ def test_a_math_function_of_literals_over_the_bound_is_a_load_error(expression: 
 def test_math_functions_of_literals_within_the_bound_load(expression: str) -> None:
     rules = timed(lambda: fxrules.parse(f"rule r:\n    torch.neg(x) => torch.add(x, {expression})\n"))
     assert [rule.name for rule in rules] == ["r"]
+
+
+def test_comparing_nested_literals_cannot_take_longer_than_the_bound_allows() -> None:
+    """The bound counts nested items: a list of 65,536 references to one list of 65,536 items cost nothing to
+    build but seconds to compare, and each further level multiplied that by 65,536 (a hang in fxrules check)."""
+    nested = "[[[0] * 65536] * 65536] * 2"
+    error = load_error(f"rule huge:\n    x.reshape(operator.eq({nested}, {nested})) => x\n")
+    assert "error: literal too large: repeating a sequence 65536 times would make more than 65536 items" in error
 
 SQUARING = """
 rule squared_literal:
