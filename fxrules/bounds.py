@@ -50,6 +50,9 @@ def _too_large_to_compute(function: Callable[..., Any], args: tuple[Any, ...], k
     if len(args) != 2:
         return None
     left, right = args
+    if function in (operator.mod, operator.imod) and isinstance(left, str | bytes):
+        # '%0999999999d' % 1: a width or precision may be any size, and the result is only known once made.
+        return f"{_call(function, args, kwargs)}: string formatting is not computed in rule files"
     integers = _is_int(left) and _is_int(right)
     if function is operator.pow and integers and right > 0 and (abs(left).bit_length() - 1) * right > MAX_INT_BITS:
         return f"{_call(function, args, kwargs)} would have more than {MAX_INT_BITS} bits"
