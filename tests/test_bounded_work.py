@@ -50,8 +50,8 @@ def load_error(text: str) -> str:
     ("'ab' * 40000", "repeating a sequence 40000 times would make more than 65536 items"),
     ("'%0999999999d' % 1", "'%0999999999d' % 1: string formatting is not computed in rule files"),
     ("operator.mod('%*d' * 40, (10 ** 9, 1) * 40)",
-     "'%*d%*d%*d%*d%*d%*d%*d%*d%*d%*d%*d%*d... % (1000000000, 1, 1000000000, 1, 1000000000, ...): string formatting is not "
-     "computed in rule files"),
+     "'%*d%*d%*d%*d%*d%*d%*d%*d%*d%*d%*d%*d... % (1000000000, 1, 1000000000, 1, 1000000000, ...): "
+     "string formatting is not computed in rule files"),
     ("[[0] * 65536] * 2", "repeating a sequence 2 times would make more than 65536 items"),
     ("[[[0] * 255] * 255] * 2", "repeating a sequence 2 times would make more than 65536 items"),
     ("[[0] * 40000] + [[1] * 40000]",
