@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 import torch
 
+from fxrules.guards import GuardError, module_parameter
 from fxrules.ir import Family, FamilyMember, OpKind
 from fxrules.signatures import BoundCall, constructor_defaults, holds_default
 
@@ -76,19 +77,30 @@ def map_member_call(
             return MemberCall(None, f"{member} argument '{name}' is not at its default")
     defaults = {mapping[name]: value for name, value in bound.defaults.items() if name in mapping}
     if module is not None:
-        # The module's attributes supply the family's other parameters (nn.Softmax.dim, nn.Dropout.training) ...
-        for name in family_params:
-            value = getattr(module, name, _MISSING)
-            if name not in explicit and value is not _MISSING and not callable(value):
-                explicit[name] = value
-        # ... and its other constructor arguments must hold their defaults (nn.ReLU(inplace=True) is not relu).
-        for name, default in constructor_defaults(type(module)).items():
-            value = getattr(module, name, _MISSING)
-            if name not in family_params and value is not _MISSING and not holds_default(value, default):
-                return MemberCall(None, f"{type(module).__name__}.{name} is {value!r}, not its default {default!r}")
+        try:
+            reason = _module_arguments(module, family_params, explicit)
+        except GuardError as error:  # a property of the user's class: not run
+            reason = str(error)
+        if reason:
+            return MemberCall(None, reason)
     for name, value in family_defaults(family).items():
         defaults.setdefault(name, value)
     return MemberCall(BoundCall(explicit, defaults))
+
+
+def _module_arguments(module: torch.nn.Module, family_params: tuple[str, ...], explicit: dict[str, Any]) -> str:
+    """Add the family parameters a module member holds as attributes to ``explicit`` (``nn.Softmax.dim``),
+    read statically as guards read them (no property or ``__getattr__`` of the module runs); the reason the
+    module does not match when another constructor argument is not at its default (``nn.ReLU(inplace=True)``)."""
+    for name in family_params:
+        value = module_parameter(module, name, _MISSING)
+        if name not in explicit and value is not _MISSING:
+            explicit[name] = value
+    for name, default in constructor_defaults(type(module)).items():
+        value = module_parameter(module, name, _MISSING)
+        if name not in family_params and value is not _MISSING and not holds_default(value, default):
+            return f"{type(module).__name__}.{name} is {value!r}, not its default {default!r}"
+    return ""
 
 
 def family_defaults(family: Family) -> Mapping[str, Any]:

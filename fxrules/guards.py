@@ -313,6 +313,16 @@ def read_module_attribute(module: torch.nn.Module, attr: str) -> Any:
     return value
 
 
+def module_parameter(module: torch.nn.Module, attr: str, default: Any) -> Any:
+    """A family parameter held by a module (``nn.Softmax.dim``), read as a guard reads it: ``default`` when the
+    module has no such attribute or it is a method; :class:`GuardError` when it is a property or other code."""
+    value = _static_module_attribute(module, attr)
+    if value is _ABSENT or (callable(value) and not _is_module_data(value)
+                            and not isinstance(value, property | staticmethod | classmethod)):
+        return default
+    return read_module_attribute(module, attr)
+
+
 def _static_module_attribute(module: torch.nn.Module, attr: str) -> Any:
     state = vars(module)
     for store in ("_parameters", "_buffers", "_modules"):

@@ -17,12 +17,16 @@ path, never raw ``UnicodeError`` or ``OSError``.
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
+import os
 import re
+import stat
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -41,7 +45,7 @@ from fxrules.ir import Rule, RuleSet
 from fxrules.loops import loop_warnings
 from fxrules.parser import parse_partial
 from fxrules.resolve import RuleResolver, Scope, ScopeResolver
-from fxrules.targets import Namespace
+from fxrules.targets import Namespace, allow_entries
 
 
 @attrs.frozen
@@ -80,12 +84,26 @@ def _read_bundled(name: str) -> SourceFile | None:
 
 def _read_path(path: Path) -> SourceFile:
     """The file as UTF-8 text; FxrLoadError at its first byte that is not UTF-8, OSError if it cannot be read."""
-    data = path.read_bytes()
+    data = _regular_file_bytes(path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise FxrLoadError([_undecodable(str(path), data, error)]) from None
     return SourceFile(str(path), text, path.resolve().parent)
+
+
+def _regular_file_bytes(path: Path) -> bytes:
+    """The bytes of a regular file.  A named pipe, device or socket may never end (a FIFO called x.fxr waits
+    for a writer): it is opened without blocking and refused, checked on the open descriptor itself."""
+    descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(descriptor, "rb") as file:
+        mode = os.fstat(descriptor).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "not a regular file")
+        os.set_blocking(descriptor, True)
+        return file.read()
 
 
 def _undecodable(name: str, data: bytes, error: UnicodeDecodeError) -> Diagnostic:
@@ -123,6 +141,11 @@ def _prelude_scope() -> Scope:
     scope = Scope(Namespace.create(), {}, set())
     _Loading(()).resolve(source, scope)
     return scope
+
+
+#: How deep includes may nest: each level is a few Python frames, and Python's recursion limit is not a
+#: message a rule author can act on.
+MAX_INCLUDE_DEPTH = 64
 
 
 @attrs.define
@@ -198,6 +221,9 @@ class _Loading:
             sink.error(item.span, f"included file '{_shortened(item.path)}' not found",
                        f"looked next to {source.name} and among the bundled rulesets: {bundled.ruleset_names()}")
             return []
+        if len(self.chain) >= MAX_INCLUDE_DEPTH:
+            sink.error(item.span, f"includes are nested more than {MAX_INCLUDE_DEPTH} files deep")
+            return []
         if included.identity in self.chain:
             cycle = [*self.chain[self.chain.index(included.identity):], included.identity]
             sink.error(item.span, "include cycle: " + " -> ".join(Path(c).name for c in cycle))
@@ -257,8 +283,8 @@ def _shortened(name: str, limit: int = 80) -> str:
 
 
 def _load_source(source: SourceFile, allow: Iterable[str]) -> RuleSet:
-    allowed = tuple(allow)
-    key = (source.identity, allowed)
+    allowed = allow_entries(allow)
+    key = (source.identity, tuple(entry if isinstance(entry, str) else _Identity(entry) for entry in allowed))
     cached = _cache.get(key)
     if cached is not None and _still_current(cached[0], source):
         return cached[1]
@@ -273,6 +299,19 @@ def _load_source(source: SourceFile, allow: Iterable[str]) -> RuleSet:
         warnings.warn(warning.render(), FxrLoopWarning, stacklevel=3)
     _cache[key] = ([(f, _digest(f.text)) for f in loading.files.values()], ruleset)
     return ruleset
+
+
+@attrs.frozen(eq=False)
+class _Identity:
+    """An ``allow=`` object in the load cache's key, by identity: a callable need not be hashable."""
+
+    value: Any
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Identity) and other.value is self.value
+
+    def __hash__(self) -> int:
+        return id(self.value)
 
 
 def _still_current(files: list[tuple[SourceFile, str]], source: SourceFile) -> bool:

@@ -538,6 +538,9 @@ def _parse_tree(text: str) -> object:
     return fxr_parser().parse(text)
 
 
+NESTED_TOO_DEEPLY = "expressions are nested too deeply to read"
+
+
 def _build(text: str, filename: str) -> File:
     """Parse and build the syntax tree; a literal Python cannot hold, or nesting deeper than Python's
     recursion allows, is a syntax error with a location rather than a crash."""
@@ -548,9 +551,10 @@ def _build(text: str, filename: str) -> File:
         meta = getattr(error.obj, "meta", None)
         line = token.line if token is not None else getattr(meta, "line", 1)
         column = token.column if token is not None else getattr(meta, "column", 1)
-        message = f"this literal cannot be read: {error.orig_exc}"
+        message = (NESTED_TOO_DEEPLY if isinstance(error.orig_exc, RecursionError)
+                   else f"this literal cannot be read: {error.orig_exc}")
     except RecursionError:
-        line, column, message = 1, 1, "expressions are nested too deeply to read"
+        line, column, message = 1, 1, NESTED_TOO_DEEPLY
     sink = DiagnosticSink(text, filename)
     sink.error(Span(filename, line or 1, column or 1), message)
     sink.raise_if_any(FxrSyntaxError)

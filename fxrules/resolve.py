@@ -836,6 +836,10 @@ def _return_span(statements: tuple[st.Statement, ...]) -> Span | None:
     return None
 
 
+#: Modules whose functions of literals are folded at load time, within the literal bound: the arithmetic of
+#: ``operator`` and the pure functions of ``math`` (``math.factorial(10 ** 7)`` is minutes of work).
+FOLDED_MODULES = ("_operator", "math")
+
 #: What :func:`folded_literal` returns for a template that is not made of literals alone.
 NOT_LITERAL = object()
 
@@ -851,14 +855,15 @@ def folded_literal(template: Template) -> Any:
         if any(item is NOT_LITERAL for item in items):
             return NOT_LITERAL
         return tuple(items) if template.is_tuple else items
-    if not (isinstance(template, OpTemplate) and template.kind is OpKind.FUNCTION and not template.kwargs
-            and getattr(template.target, "__module__", None) == "_operator"):
+    if not (isinstance(template, OpTemplate) and template.kind is OpKind.FUNCTION
+            and getattr(template.target, "__module__", None) in FOLDED_MODULES):
         return NOT_LITERAL
     args = [folded_literal(arg) for arg in template.args]
-    if any(arg is NOT_LITERAL for arg in args):
+    kwargs = {name: folded_literal(value) for name, value in template.kwargs}
+    if any(arg is NOT_LITERAL for arg in (*args, *kwargs.values())):
         return NOT_LITERAL
     try:
-        return bounded(template.target, *args)
+        return bounded(template.target, *args, **kwargs)
     except LiteralTooLarge:
         raise
     except Exception:  # 1 // 0, 1 @ 2: not a literal, as before folding was checked

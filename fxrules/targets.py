@@ -280,7 +280,7 @@ class Allowance:
         op_namespaces: list[str] = []
         objects: dict[int, Any] = {}
         roots: dict[str, Any] = {}
-        for entry in allow:
+        for entry in allow_entries(allow):
             value = _allowed_object(entry)
             if isinstance(value, torch._ops._OpNamespace):  # a module too: tested first
                 op_namespaces.append(value.name)
@@ -297,6 +297,22 @@ class Allowance:
 
     def has_object(self, value: Any) -> bool:
         return self.objects.get(id(value), _MISSING) is value
+
+
+def allow_entries(allow: Iterable[Any]) -> tuple[Any, ...]:
+    """The entries of ``allow=``, each a dotted name, a module, an operator namespace or a callable
+    (:class:`FxrUsageError` for anything else, and for one string where a list was meant)."""
+    if isinstance(allow, str):
+        raise FxrUsageError(f"allow={allow!r}: allow= takes a list of entries (allow=[{allow!r}]), not one string")
+    entries = tuple(allow)
+    for entry in entries:
+        if isinstance(entry, str):
+            if not all(part.isidentifier() for part in entry.split(".")):
+                raise FxrUsageError(f"allow=[{entry!r}]: {entry!r} is not a dotted name")
+        elif not (isinstance(entry, types.ModuleType) or callable(entry)):
+            raise FxrUsageError(f"allow=[{entry!r}]: expected a dotted name, a module, an operator namespace or "
+                                f"a callable, not a {type(entry).__name__}")
+    return entries
 
 
 def _allowed_object(entry: Any) -> Any:

@@ -48,8 +48,17 @@ def load_error(text: str) -> str:
     ("3 ** 3000", "3 ** 3000 is an integer of 4755 bits (the bound is 4096)"),
     ("[0] * 10 ** 9", "repeating a sequence 1000000000 times would make more than 65536 items"),
     ("'ab' * 40000", "repeating a sequence 40000 times would make more than 65536 items"),
-    ("[0] * 40000 + [1] * 40000", "[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ... + [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, ... "
-                                  "is 80000 items long (the bound is 65536)"),
+    ("'%0999999999d' % 1", "'%0999999999d' % 1: string formatting is not computed in rule files"),
+    ("operator.mod('%*d' * 40, (10 ** 9, 1) * 40)",
+     "'%*d%*d%*d%*d%*d%*d%*d%*d%*d%*d%*d%*d... % (1000000000, 1, 1000000000, 1, 1000000000, ...): "
+     "string formatting is not computed in rule files"),
+    ("[[0] * 65536] * 2", "repeating a sequence 2 times would make more than 65536 items"),
+    ("[[[0] * 255] * 255] * 2", "repeating a sequence 2 times would make more than 65536 items"),
+    ("[[0] * 40000] + [[1] * 40000]",
+     "[[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ...]] + [[1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, ...]] is more "
+     "than 65536 items long, nested ones included (the bound is 65536)"),
+    ("[0] * 40000 + [1] * 40000", "[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ...] + [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, "
+                                  "1, 1, 1, 1, ...] is 80000 items long (the bound is 65536)"),
 ])
 def test_a_written_literal_over_the_bound_is_a_load_error_at_the_expression(expression: str, message: str) -> None:
     error = load_error(f"rule huge:\n    x.reshape({expression}) => x\n")
@@ -69,6 +78,41 @@ def test_literals_within_the_bound_load(expression: str) -> None:
     rules = timed(lambda: fxrules.parse(f"rule r:\n    x.reshape({expression}) => x\n"))
     assert [rule.name for rule in rules] == ["r"]
 
+
+
+@pytest.mark.parametrize(("expression", "message"), [
+    ("math.factorial(10 ** 7)", "math.factorial(10000000) would have more than 4096 bits"),
+    ("math.comb(10 ** 7, 5 * 10 ** 6)", "math.comb(10000000, 5000000) would have more than 4096 bits"),
+    ("math.perm(10 ** 7)", "math.perm(10000000) would have more than 4096 bits"),
+    ("math.perm(2 ** 4000, 2)", "math.perm(<an integer of 4001 bits>, 2) would have more than 4096 bits"),
+    ("math.prod([2 ** 4000] * 60000)", "math.prod([<an integer of 4001 bits>, ...]) would have more than 4096 bits"),
+    ("math.prod([2 ** 4000] * 60000, start=3)",
+     "math.prod([<an integer of 4001 bits>, ...], start=3) would have more than 4096 bits"),
+    ("math.lcm(2 ** 4000 - 1, 2 ** 4000 + 1)",
+     "math.lcm(<an integer of 4000 bits>, <an integer of 4001 bits>) would have more than 4096 bits"),
+])
+def test_a_math_function_of_literals_over_the_bound_is_a_load_error(expression: str, message: str) -> None:
+    """``math`` functions of literals whose result grows without bound are refused before they are computed,
+    in a pattern or a replacement (``verify`` and the rewritten model would otherwise compute them)."""
+    for rule in (f"rule huge:\n    x.reshape({expression}) => x\n",
+                 f"rule huge:\n    torch.neg(x) => torch.add(x, {expression})\n"):
+        assert f"error: literal too large: {message}" in load_error(rule)
+
+
+@pytest.mark.parametrize("expression", [
+    "math.factorial(400)", "math.comb(10 ** 18, 2)", "math.perm(1000, 3)", "math.prod([2 ** 40] * 90)",
+    "math.lcm(12, 18)", "math.factorial(-1)", "math.sqrt(2.0)"])
+def test_math_functions_of_literals_within_the_bound_load(expression: str) -> None:
+    rules = timed(lambda: fxrules.parse(f"rule r:\n    torch.neg(x) => torch.add(x, {expression})\n"))
+    assert [rule.name for rule in rules] == ["r"]
+
+
+def test_comparing_nested_literals_cannot_take_longer_than_the_bound_allows() -> None:
+    """The bound counts nested items: a list of 65,536 references to one list of 65,536 items cost nothing to
+    build but seconds to compare, and each further level multiplied that by 65,536 (a hang in fxrules check)."""
+    nested = "[[[0] * 65536] * 65536] * 2"
+    error = load_error(f"rule huge:\n    x.reshape(operator.eq({nested}, {nested})) => x\n")
+    assert "error: literal too large: repeating a sequence 65536 times would make more than 65536 items" in error
 
 SQUARING = """
 rule squared_literal:

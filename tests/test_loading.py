@@ -3,6 +3,7 @@ loop check whose cost grows linearly with the number of rules."""
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import fxrules
-from fxrules import FxrLoadError, FxrUsageError
+from fxrules import FxrLoadError, FxrSyntaxError, FxrUsageError
 from fxrules.cli import main
 
 
@@ -115,6 +116,38 @@ def test_an_included_directory_is_an_error_at_the_quoted_name(tmp_path: Path) ->
         "            ^")
 
 
+
+def test_an_include_chain_deeper_than_the_limit_is_an_error_at_the_include_that_goes_over(tmp_path: Path) -> None:
+    """Each file including the next, 500 deep: a load error naming the limit at the include that exceeds it,
+    not a message about nested expressions from Python's recursion limit."""
+    for index in range(500):
+        (tmp_path / f"c{index}.fxr").write_text(f'include "c{index + 1}.fxr"\n')
+    (tmp_path / "c500.fxr").write_text("rule r: torch.neg(x) => x\n")
+    with pytest.raises(FxrLoadError) as info:
+        fxrules.load(tmp_path / "c0.fxr")
+    assert [(str(d.span), d.message) for d in info.value.diagnostics] == [
+        (f"{tmp_path / 'c63.fxr'}:1:1", "includes are nested more than 64 files deep")]
+    assert [r.name for r in fxrules.load(tmp_path / "c437.fxr").rules] == ["r"]
+
+def test_calls_nested_deeper_than_python_can_read_are_an_error_saying_so() -> None:
+    """Nesting that exhausts Python's recursion while the syntax tree is built is reported as nesting, not as
+    an unreadable literal quoting Python's RecursionError."""
+    with pytest.raises(FxrSyntaxError) as info:
+        fxrules.parse("rule deep:\n    x.reshape(" + "operator.neg(" * 400 + "1" + ")" * 400 + ") => x\n")
+    assert [d.message for d in info.value.diagnostics] == ["expressions are nested too deeply to read"]
+
+def test_an_included_fifo_is_an_error_not_a_wait_for_a_writer(tmp_path: Path) -> None:
+    """A named pipe called x.fxr has no end until someone writes to it: including it is refused at once
+    (as is any file that is not a regular file), not a load that blocks forever."""
+    os.mkfifo(tmp_path / "pipe.fxr")
+    (tmp_path / "top.fxr").write_text('include "pipe.fxr"\n')
+    started = time.monotonic()
+    with pytest.raises(FxrLoadError) as info:
+        fxrules.load(tmp_path / "top.fxr")
+    assert time.monotonic() - started < 5
+    assert [(str(d.span), d.message) for d in info.value.diagnostics] == [
+        (f"{tmp_path / 'top.fxr'}:1:9", "cannot read included file 'pipe.fxr': not a regular file")]
+
 def test_an_include_name_no_file_can_have_is_not_found_and_shown_escaped(tmp_path: Path) -> None:
     """A NUL (written as the escape \\0) names no file; the message shows it escaped."""
     (tmp_path / "top.fxr").write_text('include "a\\0.fxr"\n')
@@ -127,6 +160,7 @@ def test_an_include_name_no_file_can_have_is_not_found_and_shown_escaped(tmp_pat
 @pytest.mark.parametrize(("make", "reason"), [
     (lambda root: root / ("b" * 300 + ".fxr"), "File name too long"),
     (lambda root: (root / "rules.fxr").mkdir() or root / "rules.fxr", "Is a directory"),
+    (lambda root: os.mkfifo(root / "pipe.fxr") or root / "pipe.fxr", "not a regular file"),
 ])
 def test_loading_a_path_that_cannot_be_read_is_a_usage_error(tmp_path: Path, make, reason: str) -> None:
     path = make(tmp_path)

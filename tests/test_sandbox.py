@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
+import attrs
 import pytest
 import torch
 import torch.utils.benchmark  # imported, as in a user's process: the names under it exist and must be refused
@@ -302,6 +303,42 @@ def test_allow_of_something_that_does_not_exist_is_a_usage_error() -> None:
         fxrules.parse("rule r: torch.neg(x) => x\n", allow=["no_such_module_xyz"])
 
 
+@pytest.mark.parametrize(("allow", "message"), [
+    ([[1]], "allow=[[1]]: expected a dotted name, a module, an operator namespace or a callable, not a list"),
+    ([{}], "allow=[{}]: expected a dotted name, a module, an operator namespace or a callable, not a dict"),
+    ([3], "allow=[3]: expected a dotted name, a module, an operator namespace or a callable, not a int"),
+    ([b"os"], "allow=[b'os']: expected a dotted name, a module, an operator namespace or a callable, not a bytes"),
+    ([""], "allow=['']: '' is not a dotted name"),
+    (["..."], "allow=['...']: '...' is not a dotted name"),
+    (["os..path"], "allow=['os..path']: 'os..path' is not a dotted name"),
+    ("torch", "allow='torch': allow= takes a list of entries (allow=['torch']), not one string"),
+])
+def test_an_allow_entry_that_names_nothing_is_a_usage_error(allow: Any, message: str) -> None:
+    """Every ``allow=`` entry that is not a name, a module, an operator namespace or a callable is an
+    FxrUsageError saying what was expected, never a raw TypeError or ValueError (from the load cache too)."""
+    for load in (lambda: fxrules.parse("rule r: torch.neg(x) => x\n", allow=allow),
+                 lambda: fxrules.load("algebra.fxr", allow=allow)):
+        with pytest.raises(FxrUsageError) as info:
+            load()
+        assert str(info.value) == message
+
+
+def test_an_unhashable_callable_in_allow_is_allowed_and_cached_by_identity() -> None:
+    """A callable object that cannot be hashed may still be allowed: the load cache keys it by identity."""
+
+    @attrs.define  # eq without hash: unhashable
+    class Scale:
+        factor: float
+
+        def __call__(self, x: torch.Tensor) -> torch.Tensor:
+            return x * self.factor
+
+    scale = Scale(2.0)
+    first = fxrules.load("algebra.fxr", allow=[scale])
+    assert fxrules.load("algebra.fxr", allow=[scale]) is first
+    assert fxrules.load("algebra.fxr", allow=[Scale(2.0)]) is not first
+
+
 # ---------------------------------------------------------------- helpers
 
 
@@ -393,7 +430,7 @@ class _SpyModel(torch.nn.Module):
 
 class _LeafSpy(torch.fx.Tracer):
     def is_leaf_module(self, m: torch.nn.Module, qualified_name: str) -> bool:
-        return isinstance(m, _Spy) or super().is_leaf_module(m, qualified_name)
+        return isinstance(m, _Spy | _SpySoftmax) or super().is_leaf_module(m, qualified_name)
 
 
 @pytest.mark.parametrize(("guard", "fires"), [
@@ -412,6 +449,35 @@ def test_guards_read_module_data_without_running_properties(guard: str, fires: b
     assert _Spy.calls == []
     if "scale" in guard:
         assert "(guard error): relu: '_Spy.scale' is a property; guards read plain data attributes only" in str(report)
+
+
+class _SpySoftmax(torch.nn.Softmax):
+    """An ``nn.Softmax`` whose ``dim`` is a property that records each time it runs."""
+
+    reads: ClassVar[list[str]] = []
+
+    def __init__(self) -> None:
+        torch.nn.Module.__init__(self)  # nn.Softmax's own would assign dim
+
+    @property  # type: ignore[override]
+    def dim(self) -> int:
+        _SpySoftmax.reads.append("dim")
+        return 1
+
+
+def test_a_module_family_member_reads_its_parameters_without_running_properties() -> None:
+    """A module member of a family takes the family's parameters from the module's plain data attributes; a
+    property there is never run, and the module does not match."""
+    root = torch.nn.Sequential(_SpySoftmax())
+    gm = torch.fx.GraphModule(root, _LeafSpy().trace(root))
+    rules = fxrules.parse("family sm = torch.softmax | nn.Softmax\n"
+                          "rule r:\n    pattern:\n        return sm(x, 1)\n    replace:\n        return torch.neg(x)\n")
+    _SpySoftmax.reads.clear()
+    report = fxrules.apply(gm, rules)
+    assert _SpySoftmax.reads == []
+    assert report.counts() == {}
+    plain = torch.fx.symbolic_trace(torch.nn.Sequential(torch.nn.Softmax(dim=1)))
+    assert fxrules.apply(plain, rules).counts() == {"r": 1}
 
 
 # ---------------------------------------------------------------- fuzzing under an audit hook
