@@ -62,8 +62,14 @@ def slow_examples(default: int) -> int:
     return max(20, default // 3) if os.environ.get("CI") else default
 
 
-def fold_rule(name: str, helper: str) -> str:
-    """A conv+bn folding rule calling ``helper``: the rule several failure tests need."""
+EVAL_MODE_FOLD = "not bn.training and bn.track_running_stats and not c.training"
+
+
+def fold_rule(name: str, helper: str, where: str = "") -> str:
+    """A conv+bn folding rule calling ``helper`` (with guard ``where``, if any): the rule several tests need."""
+    guard = f"""    where:
+        {where}
+""" if where else ""
     return f"""
 rule {name}:
     given:
@@ -71,7 +77,7 @@ rule {name}:
         bn: nn.BatchNorm2d
     pattern:
         return bn(c(x))
-    replace:
+{guard}    replace:
         return @{helper}(c, bn)(x)
 """
 

@@ -31,6 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from torch._subclasses.fake_tensor import FakeTensor
 
 import fxrules
+from tests.conftest import EVAL_MODE_FOLD, fold_rule
 
 # ---------------------------------------------------------------- what "exactly as it was" means
 
@@ -94,18 +95,7 @@ class Traced(torch.nn.Module):
         return torch.neg(torch.neg(y)) * self.scale + torch.relu(torch.relu(y)) + torch.sigmoid(y)
 
 
-TRACED_RULES = fxrules.parse("""
-rule fold:
-    given:
-        c: nn.Conv2d
-        bn: nn.BatchNorm2d
-    pattern:
-        return bn(c(x))
-    where:
-        not bn.training and bn.track_running_stats and not c.training
-    replace:
-        return @fold_conv_bn(c, bn)(x)
-
+TRACED_RULES = fxrules.parse(fold_rule("fold", "fold_conv_bn", EVAL_MODE_FOLD) + """
 rule neg_twice:
     torch.neg(torch.neg(x)) => x + @zero()
 

@@ -12,6 +12,7 @@ import pytest
 import fxrules
 from fxrules.ir import Rule
 from fxrules.verification import ALIASING_CONTRACT, RuleVerdict, Verdict, verify_rule
+from tests.conftest import EVAL_MODE_FOLD, fold_rule
 
 SEED = 20261201
 EXAMPLES = 100
@@ -265,18 +266,7 @@ def test_fold_conv2d_bn_is_verified_on_the_declared_class_only() -> None:
     standardization, spectral norm) included; verify can only build the declared class itself, so it
     cannot find that subclass. What it can say about nn.Conv2d itself: the fold rounds differently from
     the two layers, beyond float32's tolerance for inputs near overflow, and the rule claims exactness."""
-    result = verdict('''
-rule fold_conv2d_bn:
-    given:
-        c: nn.Conv2d
-        bn: nn.BatchNorm2d
-    pattern:
-        return bn(c(x))
-    where:
-        not bn.training and bn.track_running_stats and not c.training
-    replace:
-        return @fold_conv_bn(c, bn)(x)
-''', examples=40)
+    result = verdict(fold_rule("fold_conv2d_bn", "fold_conv_bn", EVAL_MODE_FOLD), examples=40)
     assert result.verdict is Verdict.UNSOUND, str(result)
     assert result.reason == "values differ beyond tolerance"
     assert result.counterexample is not None
