@@ -15,7 +15,7 @@ from typing import Any
 
 #: The largest integer a fold may make, in bits (a size is far smaller; 4096 bits is 1233 decimal digits).
 MAX_INT_BITS = 4096
-#: The longest string, list or tuple a fold may make.
+#: The most items a string, list or tuple a fold makes may hold, the items of nested ones included.
 MAX_LENGTH = 1 << 16
 
 _SEQUENCES = (str, bytes, list, tuple)
@@ -33,7 +33,10 @@ def bounded(function: Callable[..., Any], *args: Any) -> Any:
     """
     problem = _too_large_to_compute(function, args)
     if problem is None:
-        result = function(*args)
+        try:
+            result = function(*args)
+        except OverflowError:  # a float beyond float64 (2.0 ** 100000): over the bound, not a failing rule
+            raise LiteralTooLarge(f"{_call(function, args)} overflows a float") from None
         problem = _too_large(result, lambda: f"{_call(function, args)} is")
         if problem is None:
             return result
@@ -51,7 +54,7 @@ def _too_large_to_compute(function: Callable[..., Any], args: tuple[Any, ...]) -
         return f"{_call(function, args)} would have more than {MAX_INT_BITS} bits"
     if function in (operator.mul, operator.imul):
         for sequence, count in ((left, right), (right, left)):
-            if isinstance(sequence, _SEQUENCES) and _is_int(count) and len(sequence) * count > MAX_LENGTH:
+            if isinstance(sequence, _SEQUENCES) and _is_int(count) and _items(sequence, {}) * count > MAX_LENGTH:
                 return f"repeating a sequence {count} times would make more than {MAX_LENGTH} items"
     return None
 
@@ -59,9 +62,23 @@ def _too_large_to_compute(function: Callable[..., Any], args: tuple[Any, ...]) -
 def _too_large(value: Any, described: Callable[[], str]) -> str | None:
     if _is_int(value) and value.bit_length() > MAX_INT_BITS:
         return f"{described()} an integer of {value.bit_length()} bits (the bound is {MAX_INT_BITS})"
-    if isinstance(value, _SEQUENCES) and len(value) > MAX_LENGTH:
-        return f"{described()} {len(value)} items long (the bound is {MAX_LENGTH})"
+    if isinstance(value, _SEQUENCES) and (items := _items(value, {})) > MAX_LENGTH:
+        return f"{described()} {items} items long (the bound is {MAX_LENGTH})"
     return None
+
+
+def _items(value: Any, counted: dict[int, int]) -> int:
+    """How many items ``value`` holds, a nested sequence's counted each time it appears: ``[[0] * 60000] * 60000``
+    is one small list in memory, but comparing, printing or converting it walks 3.6 billion items.  Each
+    distinct sequence is counted once (``counted``, by identity), so counting is as cheap as the memory."""
+    if isinstance(value, str | bytes):
+        return len(value)
+    if not isinstance(value, list | tuple):
+        return 0
+    known = counted.get(id(value))
+    if known is None:
+        known = counted[id(value)] = len(value) + sum(_items(item, counted) for item in value)
+    return known
 
 
 def _is_int(value: Any) -> bool:

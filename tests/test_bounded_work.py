@@ -50,6 +50,11 @@ def load_error(text: str) -> str:
     ("'ab' * 40000", "repeating a sequence 40000 times would make more than 65536 items"),
     ("[0] * 40000 + [1] * 40000", "[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ... + [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, ... "
                                   "is 80000 items long (the bound is 65536)"),
+    ("[[0] * 60000] * 60000", "repeating a sequence 60000 times would make more than 65536 items"),
+    ("[[[0] * 200] * 200] * 200", "repeating a sequence 200 times would make more than 65536 items"),
+    ("[[0] * 300] * 200 + [[0] * 300] * 20", "[[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,... + [[0, 0, 0, 0, 0, 0, 0, 0, 0, "
+                                            "0, 0, 0,... is 66220 items long (the bound is 65536)"),
+    ("2.0 ** 100000", "2.0 ** 100000 overflows a float"),
 ])
 def test_a_written_literal_over_the_bound_is_a_load_error_at_the_expression(expression: str, message: str) -> None:
     error = load_error(f"rule huge:\n    x.reshape({expression}) => x\n")
@@ -92,6 +97,30 @@ def test_a_replacement_that_squares_its_literal_stops_at_the_bound_with_a_skip()
     assert "(literal bound): mul_11: squaring.fxr:8:29:" in str(report)
     (mul,) = [node for node in gm.graph.nodes if node.op == "call_function"]
     assert mul.args[1] == 3 ** 2 ** 11
+
+
+def test_a_float_that_overflows_at_apply_is_a_literal_bound_skip() -> None:
+    """A captured float raised to a power beyond float64 skips the rewrite; the apply goes on."""
+    rules = fxrules.parse("rule r:\n    given:\n        c: float\n    pattern:\n        return torch.mul(x, c)\n"
+                          "    replace:\n        return torch.mul(x, c ** 400)\n", "overflow.fxr")
+    gm = trace(lambda x: torch.mul(x, 10.0))
+    report = timed(lambda: fxrules.apply(gm, rules))
+    (skip,) = report["r"].skipped
+    assert (skip.reason, skip.detail) == ("literal bound", "overflow.fxr:7:29: 10.0 ** 400 overflows a float")
+    x = torch.randn(3)
+    torch.testing.assert_close(gm(x), x * 10.0)
+
+
+@pytest.mark.parametrize("comparison", ["[[0] * 60000] * 60000 == [[0] * 60000] * 60000",
+                                        "max([[0] * 60000] * 60000) != [1]", "0 in [[0] * 60000] * 60000"])
+def test_a_guard_cannot_build_a_nested_sequence_over_the_bound(comparison: str) -> None:
+    """A list of 60000 lists of 60000 items is one small object in memory, but comparing it walks 3.6 billion
+    items: each guard evaluation is refused as a guard error instead of taking seconds."""
+    gm = trace(lambda x: torch.neg(x))
+    report = timed(lambda: fxrules.apply(gm, fxrules.parse(f"rule r: torch.neg(x) => x where {comparison}\n")))
+    (skip,) = report["r"].skipped
+    assert skip.reason == "guard error"
+    assert "repeating a sequence 60000 times would make more than 65536 items: too large for a guard" in skip.detail
 
 
 def test_guard_arithmetic_uses_the_same_bound() -> None:
