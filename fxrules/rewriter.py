@@ -31,6 +31,7 @@ from fxrules.ir import Capture, HelperTemplate, Literal, OpKind, OpTemplate, Rul
 from fxrules.matcher import Match, Skip
 from fxrules.memo import per_object
 from fxrules.metadata import has_metadata, has_side_effects, infer_metadata, tensor_info, written_in_place
+from fxrules.read_only import read_only
 from fxrules.sizes import SYMBOLIC, DynamicSize, dynamic_size, is_size_error, literal
 from fxrules.subgraphs import NO_NEW_TENSORS, OUTSIDE, TOP_LEVEL, CallContext, grad_modes
 from fxrules.transaction import Transaction
@@ -359,7 +360,8 @@ class Emitter:
         args = [self._helper_argument(self.emit(a)) for a in template.args]
         kwargs = {name: self._helper_argument(self.emit(v)) for name, v in template.kwargs}
         try:
-            return function(*args, **kwargs)
+            with read_only(template.name, [*args, *kwargs.values()]):
+                return function(*args, **kwargs)
         except Exception as error:
             if is_size_error(error):  # it read a symbolic size as a number: its result would bake the example's
                 raise Skip("dynamic size", str(dynamic_size(error, f"helper '@{template.name}'"))) from None
