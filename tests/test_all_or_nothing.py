@@ -463,9 +463,29 @@ def test_a_new_tensor_operation_on_literals_gets_metadata_without_running() -> N
     assert fxrules.apply(gm, rules, example_inputs=inputs).counts() == {"r": 1}
     assert torch.equal(torch.get_rng_state(), state)
     (rand,) = gm.graph.find_nodes(op="call_function", target=torch.rand)
-    assert (rand.meta["tensor_meta"].shape, rand.meta["tensor_meta"].dtype) == ((3,), torch.float32)
+    assert (rand.meta["val"].shape, rand.meta["val"].dtype) == ((3,), torch.float32)
     (add,) = [n for n in gm.graph.nodes if n.target is operator.add]
-    assert add.meta["tensor_meta"].shape == (2, 3)
+    (x,) = gm.graph.find_nodes(op="placeholder")
+    assert add.meta["val"].shape == x.meta["val"].shape  # the example's sizes as symbols
+
+
+def test_a_new_node_in_a_graph_of_symbolic_sizes_gets_metadata() -> None:
+    """An elementwise kernel asks whether a symbolic dim is 1 to choose strides; that question does not keep
+    the new node from getting metadata, so a later rule that reads it fires."""
+    rules = fxrules.parse("""
+rule nested:
+    torch.neg(torch.neg(x)) => torch.sigmoid(torch.relu(x))
+rule reads_the_new_node:
+    torch.sigmoid(y) => torch.tanh(y) where y.ndim == 2 and y.dtype == float32
+""")
+    gm = torch.fx.symbolic_trace(_double_neg)
+    report = fxrules.apply(gm, rules, example_inputs=[torch.randn(2, 3)])
+    assert report.counts() == {"nested": 1, "reads_the_new_node": 1}
+    (relu,) = gm.graph.find_nodes(op="call_function", target=torch.relu)
+    (x,) = gm.graph.find_nodes(op="placeholder")
+    assert relu.meta["val"].shape == x.meta["val"].shape
+    inputs = torch.randn(5, 4)
+    torch.testing.assert_close(gm(inputs), torch.tanh(torch.relu(inputs)) * 2)
 
 
 def test_an_aten_operator_on_literals_gets_fake_metadata_in_a_graph_of_fake_tensors() -> None:
