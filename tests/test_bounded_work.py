@@ -274,3 +274,41 @@ rule fma:
         assert report.fired("fma") == 3 and report["fma"].skip_counts == {}
         x, y = torch.randn(3), torch.randn(3)
         torch.testing.assert_close(gm(x, y), sites(x, y))
+
+
+MULTI_OUTPUT = fxrules.parse("""
+rule three_of_x:
+    pattern:
+        a = torch.relu(x)
+        b = torch.sigmoid(x)
+        c = torch.tanh(x)
+        return a, b, c
+    replace:
+        return torch.clamp_min(x, 0.0), torch.sigmoid(x), torch.tanh(x)
+""")
+
+
+def shared_input_graph(pairs: int, others: int, tanh: bool) -> torch.fx.GraphModule:
+    """``x`` used by ``pairs`` relu and sigmoid nodes, ``others`` neg nodes, and a tanh or not."""
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    targets = [torch.relu, torch.sigmoid] * pairs + [torch.neg] * others + ([torch.tanh] if tanh else [])
+    graph.output(tuple(graph.call_function(target, (x,)) for target in targets))
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+@pytest.mark.parametrize("explain", [False, True])
+def test_a_multi_output_pattern_over_a_shared_input_is_bounded_by_the_budget(explain: bool) -> None:
+    """Each node tried as a further output is a step: over an input with 700 users, matching the three outputs
+    at each relu is skipped with reason ``budget`` instead of scanning every user for every partial match."""
+    gm = shared_input_graph(100, 500, tanh=False)
+    report = timed(lambda: fxrules.apply(gm, MULTI_OUTPUT, explain=explain))
+    assert report["three_of_x"].skip_counts == {"budget": 100}
+
+
+def test_a_multi_output_pattern_over_a_few_users_still_matches() -> None:
+    gm = shared_input_graph(1, 20, tanh=True)
+    x = torch.randn(4)
+    expected = gm(x)
+    assert fxrules.apply(gm, MULTI_OUTPUT).counts() == {"three_of_x": 1}
+    torch.testing.assert_close(gm(x), expected)
