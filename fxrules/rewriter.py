@@ -308,6 +308,8 @@ class Emitter:
                 return bounded(target, *args)
             except LiteralTooLarge as error:
                 raise Skip("literal bound", f"{template.span}: {error}") from None
+            except ArithmeticError as error:  # `1.0 / c` where this match bound c = 0.0: not this match
+                raise Skip("fold error", f"{template.span}: {type(error).__name__}: {error}") from None
         family = target if kind is OpKind.FAMILY else None
         if family is not None:
             kind, target = family.primary.kind, family.primary.target

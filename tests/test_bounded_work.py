@@ -312,3 +312,18 @@ def test_a_multi_output_pattern_over_a_few_users_still_matches() -> None:
     expected = gm(x)
     assert fxrules.apply(gm, MULTI_OUTPUT).counts() == {"three_of_x": 1}
     torch.testing.assert_close(gm(x), expected)
+
+
+def test_a_fold_that_fails_on_one_match_skips_that_match_only() -> None:
+    """``1.0 / c`` folded where the match bound ``c = 0.0`` is a ``fold error`` skip there; elsewhere the rule
+    fires, and the apply does not fail."""
+    rules = fxrules.parse("rule reciprocal:\n    given:\n        c: float\n    pattern:\n"
+                          "        return torch.div(x, c)\n    replace:\n        return torch.mul(x, 1.0 / c)\n",
+                          "fold.fxr")
+    gm = trace(lambda x: torch.div(x, 0.0) + torch.div(x, 2.0))
+    report = fxrules.apply(gm, rules)
+    rule = report["reciprocal"]
+    assert (rule.fired, rule.skip_counts) == (1, {"fold error": 1})
+    assert rule.skipped[0].detail == "fold.fxr:7:29: ZeroDivisionError: float division by zero"
+    x = torch.randn(3)
+    torch.testing.assert_close(gm(x), torch.div(x, 0.0) + x * 0.5)
