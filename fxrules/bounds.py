@@ -16,7 +16,7 @@ from typing import Any
 
 #: The largest integer a fold may make, in bits (a size is far smaller; 4096 bits is 1233 decimal digits).
 MAX_INT_BITS = 4096
-#: The longest string, list or tuple a fold may make.
+#: The most items a string, list or tuple a fold makes may hold, the items of nested ones included.
 MAX_LENGTH = 1 << 16
 
 _SEQUENCES = (str, bytes, list, tuple)
@@ -36,7 +36,10 @@ def bounded(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """
     problem = _too_large_to_compute(function, args, kwargs)
     if problem is None:
-        result = function(*args, **kwargs)
+        try:
+            result = function(*args, **kwargs)
+        except OverflowError:  # a float beyond float64 (2.0 ** 100000): over the bound, not a failing rule
+            raise LiteralTooLarge(f"{_call(function, args, kwargs)} overflows a float") from None
         problem = _too_large(result, lambda: f"{_call(function, args, kwargs)} is")
         if problem is None:
             return result

@@ -53,7 +53,13 @@ def broadcasts_to(shape: Any, target: Any) -> bool:
     """True when a tensor of ``shape`` broadcasts to ``target`` without making it larger."""
     if len(shape) > len(target):
         return False
-    return all(size in (1, other) for size, other in zip(reversed(shape), reversed(target), strict=False))
+    return all(_broadcasts(size, other) for size, other in zip(reversed(shape), reversed(target), strict=False))
+
+
+def _broadcasts(size: Any, other: Any) -> bool:
+    """Whether a dim of ``size`` broadcasts to one of ``other``, asking first what is known for every size: a
+    plain 1 broadcasts to anything, a symbolic dim equals itself, but whether it is 1 depends on the size."""
+    return size in (1, other) if isinstance(size, int) else size in (other, 1)
 
 
 def is_static(value: Any) -> bool:

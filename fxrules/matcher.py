@@ -300,6 +300,7 @@ class Matcher:
             yield from self._other_outputs(tail, state)
             return
         for candidate in self._candidates_near(state):
+            self.budget.step()  # each node tried as a further output: a shared input may have thousands of users
             for next_state in self.match_template(head, candidate, state):
                 yield from self._other_outputs(tail, next_state)
 

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+from torch.fx.experimental import _config as symbolic_config
 from torch.fx.passes.shape_prop import TensorMetadata, _extract_tensor_metadata
 
 
@@ -375,7 +376,9 @@ def infer_metadata(node: torch.fx.Node) -> None:
         kwargs = torch.fx.node.map_aggregate(node.kwargs, lambda value: _fake_input(value, mode))
         if not _is_tensor_operation(node, args, kwargs):
             return
-        with _without_fallback_kernels(mode), mode:
+        # size-obliviously, as shapes are propagated: a kernel asking whether a symbolic dim is 1 to pick
+        # strides gets "no" rather than failing on the guard a rewrite may not add (sizes.fixed)
+        with _without_fallback_kernels(mode), mode, symbolic_config.patch(backed_size_oblivious=True):
             result = _run(node, args, kwargs)
     except Exception:
         return

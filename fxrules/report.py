@@ -33,7 +33,8 @@ class SkippedMatch:
     """A pattern that matched but could not be used, and why."""
 
     reason: str  # escaping user, impure, cycle, guard false, guard error, missing metadata, overlap, grad mode,
-    # dynamic size, budget (matching took over MATCH_BUDGET steps), literal bound (a folded literal over the bound)...
+    # dynamic size, budget (matching took over MATCH_BUDGET steps), literal bound (a folded literal over the bound),
+    # fold error (the match's literals cannot be folded: 1.0 / c with c = 0.0)...
     node: str
     detail: str
 

@@ -40,6 +40,7 @@ from fxrules.metadata import (
     tensor_info,
     view_base,
 )
+from fxrules.read_only import read_only
 from fxrules.sizes import SYMBOLIC, DynamicSize, dynamic_size, is_size_error, literal
 from fxrules.subgraphs import NO_NEW_TENSORS, OUTSIDE, TOP_LEVEL, CallContext, grad_modes
 from fxrules.transaction import Transaction
@@ -343,6 +344,8 @@ class Emitter:
                 return bounded(target, *args)
             except LiteralTooLarge as error:
                 raise Skip("literal bound", f"{template.span}: {error}") from None
+            except ArithmeticError as error:  # `1.0 / c` where this match bound c = 0.0: not this match
+                raise Skip("fold error", f"{template.span}: {type(error).__name__}: {error}") from None
         family = target if kind is OpKind.FAMILY else None
         if family is not None:
             kind, target = family.primary.kind, family.primary.target
@@ -395,7 +398,8 @@ class Emitter:
         args = [self._helper_argument(self.emit(a)) for a in template.args]
         kwargs = {name: self._helper_argument(self.emit(v)) for name, v in template.kwargs}
         try:
-            return function(*args, **kwargs)
+            with read_only(template.name, [*args, *kwargs.values()]):
+                return function(*args, **kwargs)
         except Exception as error:
             if is_size_error(error):  # it read a symbolic size as a number: its result would bake the example's
                 raise Skip("dynamic size", str(dynamic_size(error, f"helper '@{template.name}'"))) from None

@@ -10,8 +10,12 @@ FakeTensors and on fake copies of the module's parameters and buffers.
 is a plain int only where the graph itself fixes it (a constant, a
 parameter's shape, ``x.view(4, 3)``), and a ``SymInt`` elsewhere.  What the
 graph's operations need of the sizes for the example to run (broadcast dims
-equal, a dim not 1 where the operation depends on it) the shape environment
-records, as ``torch.export`` does.
+equal) the shape environment records, as ``torch.export`` does.  The run
+reasons size-obliviously (torch's ``backed_size_oblivious``): a kernel that
+asks whether a dim is 1 only to pick strides gets "no" without a guard, so an
+example with a batch of 1 does not fix the batch at 1 for every rule.  Only
+an example that runs solely because a dim broadcasts at 1 is propagated
+again without it, that dim then fixed at 1, as ``torch.export`` fixes it.
 
 With ``static_shapes=True`` every dim is a plain int, the example's.
 
@@ -30,6 +34,7 @@ import torch
 import torch.fx
 from torch._subclasses import fake_tensor
 from torch._subclasses.fake_tensor import FakeCopyMode, FakeTensor, FakeTensorMode
+from torch.fx.experimental import _config as symbolic_config
 from torch.fx.experimental.proxy_tensor import snapshot_fake
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 from torch.utils._pytree import tree_map_only
@@ -68,17 +73,25 @@ def propagate_shapes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                 node.meta.pop(key, None)
             node.meta.update(kept)
 
-    fake_mode = FakeTensorMode(shape_env=ShapeEnv(specialize_zero_one=False, duck_shape=False))
     try:
-        with FakeCopyMode(fake_mode), warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # torch's deprecations met copying a pytree codegen
-            fake_module = copy.deepcopy(gm)  # parameters and buffers as FakeTensors of the same (static) sizes
-        inputs = tree_map_only(torch.Tensor, lambda t: _fake_input(fake_mode, t, static_shapes), example_inputs)
-        _Propagation(fake_module, gm.graph, fake_mode, _described(gm, example_inputs)).propagate(inputs)
+        try:
+            with symbolic_config.patch(backed_size_oblivious=True):
+                _propagate(gm, example_inputs, static_shapes)
+        except FxrUsageError:  # the example runs only with a size it broadcasts fixed at 1, as torch.export fixes it
+            _propagate(gm, example_inputs, static_shapes)
     except BaseException:
         restore_metadata()
         raise
     return restore_metadata
+
+
+def _propagate(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], static_shapes: bool) -> None:
+    fake_mode = FakeTensorMode(shape_env=ShapeEnv(specialize_zero_one=False, duck_shape=False))
+    with FakeCopyMode(fake_mode), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch's deprecations met copying a pytree codegen
+        fake_module = copy.deepcopy(gm)  # parameters and buffers as FakeTensors of the same (static) sizes
+    inputs = tree_map_only(torch.Tensor, lambda t: _fake_input(fake_mode, t, static_shapes), example_inputs)
+    _Propagation(fake_module, gm.graph, fake_mode, _described(gm, example_inputs)).propagate(inputs)
 
 
 def _fake_input(fake_mode: FakeTensorMode, tensor: torch.Tensor, static_shapes: bool) -> FakeTensor:

@@ -455,7 +455,27 @@ def test_a_new_tensor_operation_on_literals_gets_metadata_without_running() -> N
     (rand,) = gm.graph.find_nodes(op="call_function", target=torch.rand)
     assert (rand.meta["val"].shape, rand.meta["val"].dtype) == ((3,), torch.float32)
     (add,) = [n for n in gm.graph.nodes if n.target is operator.add]
-    assert add.meta["val"].shape == gm.graph.find_nodes(op="placeholder")[0].meta["val"].shape
+    (x,) = gm.graph.find_nodes(op="placeholder")
+    assert add.meta["val"].shape == x.meta["val"].shape  # the example's sizes as symbols
+
+
+def test_a_new_node_in_a_graph_of_symbolic_sizes_gets_metadata() -> None:
+    """An elementwise kernel asks whether a symbolic dim is 1 to choose strides; that question does not keep
+    the new node from getting metadata, so a later rule that reads it fires."""
+    rules = fxrules.parse("""
+rule nested:
+    torch.neg(torch.neg(x)) => torch.sigmoid(torch.relu(x))
+rule reads_the_new_node:
+    torch.sigmoid(y) => torch.tanh(y) where y.ndim == 2 and y.dtype == float32
+""")
+    gm = torch.fx.symbolic_trace(_double_neg)
+    report = fxrules.apply(gm, rules, example_inputs=[torch.randn(2, 3)])
+    assert report.counts() == {"nested": 1, "reads_the_new_node": 1}
+    (relu,) = gm.graph.find_nodes(op="call_function", target=torch.relu)
+    (x,) = gm.graph.find_nodes(op="placeholder")
+    assert relu.meta["val"].shape == x.meta["val"].shape
+    inputs = torch.randn(5, 4)
+    torch.testing.assert_close(gm(inputs), torch.tanh(torch.relu(inputs)) * 2)
 
 
 def test_an_aten_operator_on_literals_gets_fake_metadata_in_a_graph_of_fake_tensors() -> None:
@@ -497,3 +517,89 @@ def test_a_python_function_a_rule_names_is_never_run_to_infer_metadata(
     x = torch.randn(2, 3)
     torch.testing.assert_close(gm(x), x * 2)
     assert len(calls) == 1
+
+
+# ---------------------------------------------------------------- a helper cannot change what it is given
+
+
+class Scaled(torch.nn.Module):
+    """A Linear, a ReLU after it, and a buffer the result is scaled by."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+        self.register_buffer("scale", torch.full((3,), 2.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.lin(x)) * self.scale
+
+
+HELPER_RULES = fxrules.parse("""
+rule linear_relu:
+    given:
+        lin: nn.Linear
+    pattern:
+        return torch.relu(lin(x))
+    replace:
+        return @fused(lin)(x)
+
+rule scaled:
+    given:
+        s: Attr
+    pattern:
+        return x * s
+    replace:
+        return x * @factor(s)
+""", filename="helpers.fxr")
+
+
+def _write_weight_then_raise(lin: torch.nn.Linear) -> torch.nn.Module:
+    with torch.no_grad():
+        lin.weight.mul_(2)
+    raise ValueError("gave up")
+
+
+def _add_attribute_then_raise(lin: torch.nn.Linear) -> torch.nn.Module:
+    lin.weight = torch.nn.Parameter(torch.zeros(3, 3))
+    lin.extra = torch.nn.ReLU()
+    raise ValueError("gave up")
+
+
+def _replace_weight(lin: torch.nn.Linear) -> torch.nn.Module:
+    lin.weight = torch.nn.Parameter(torch.zeros(3, 3))
+    return torch.nn.Sequential(lin, torch.nn.ReLU())
+
+
+def _write_buffer(s: torch.Tensor) -> float:
+    s.add_(1)
+    return 2.0
+
+
+@pytest.mark.parametrize(("helpers", "error"), [
+    ({"fused": _write_weight_then_raise, "factor": lambda s: 1.0},
+     "helpers.fxr:2:6: rule linear_relu failed at node 'relu': ArgumentWriteError: helper '@fused' tried to write in "
+     "place into Linear.weight (aten.mul_.Tensor); a helper must return new values, not change its arguments"),
+    ({"fused": _add_attribute_then_raise, "factor": lambda s: 1.0},
+     "helpers.fxr:2:6: rule linear_relu failed at node 'relu': ValueError: gave up"),
+    ({"fused": _replace_weight, "factor": lambda s: 1.0},
+     "helpers.fxr:2:6: rule linear_relu failed at node 'relu': ArgumentWriteError: helper '@fused' changed the "
+     "attributes of a Linear it was given (put back); a helper must return new values, not change its arguments"),
+    ({"fused": lambda lin: torch.nn.Sequential(lin, torch.nn.ReLU()), "factor": _write_buffer},
+     "helpers.fxr:10:6: rule scaled failed at node 'mul': ArgumentWriteError: helper '@factor' tried to write in "
+     "place into a tensor (aten.add_.Tensor); a helper must return new values, not change its arguments"),
+], ids=["writes a parameter, then raises", "replaces a parameter, then raises", "replaces a parameter",
+        "writes a buffer"])
+def test_a_helper_that_changes_its_arguments_leaves_the_module_as_it_was(
+        helpers: dict[str, Callable[..., Any]], error: str) -> None:
+    """A helper is given the real captured modules and tensors; a write into them is refused before it
+    happens, and a changed attribute is put back, so ``apply`` fails with the module exactly as it was."""
+    gm = torch.fx.symbolic_trace(Scaled())
+    x = torch.randn(2, 3)
+    expected = gm(x)
+    before = snapshot(gm)
+    with pytest.raises(fxrules.FxrApplyError) as raised:
+        fxrules.apply(gm, HELPER_RULES, helpers=helpers)
+    assert str(raised.value).startswith(error), str(raised.value)
+    assert_unchanged(before, gm)
+    assert not hasattr(gm.lin, "extra")
+    torch.testing.assert_close(gm(x), expected)

@@ -59,6 +59,12 @@ def load_error(text: str) -> str:
      "than 65536 items long, nested ones included (the bound is 65536)"),
     ("[0] * 40000 + [1] * 40000", "[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ...] + [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, "
                                   "1, 1, 1, 1, ...] is 80000 items long (the bound is 65536)"),
+    ("[[0] * 60000] * 60000", "repeating a sequence 60000 times would make more than 65536 items"),
+    ("[[[0] * 200] * 200] * 200", "repeating a sequence 200 times would make more than 65536 items"),
+    ("[[0] * 300] * 200 + [[0] * 300] * 20",
+     "[[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ...], ...] + [[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, ...], ...] "
+     "is more than 65536 items long, nested ones included (the bound is 65536)"),
+    ("2.0 ** 100000", "2.0 ** 100000 overflows a float"),
 ])
 def test_a_written_literal_over_the_bound_is_a_load_error_at_the_expression(expression: str, message: str) -> None:
     error = load_error(f"rule huge:\n    x.reshape({expression}) => x\n")
@@ -136,6 +142,30 @@ def test_a_replacement_that_squares_its_literal_stops_at_the_bound_with_a_skip()
     assert "(literal bound): mul_11: squaring.fxr:8:29:" in str(report)
     (mul,) = [node for node in gm.graph.nodes if node.op == "call_function"]
     assert mul.args[1] == 3 ** 2 ** 11
+
+
+def test_a_float_that_overflows_at_apply_is_a_literal_bound_skip() -> None:
+    """A captured float raised to a power beyond float64 skips the rewrite; the apply goes on."""
+    rules = fxrules.parse("rule r:\n    given:\n        c: float\n    pattern:\n        return torch.mul(x, c)\n"
+                          "    replace:\n        return torch.mul(x, c ** 400)\n", "overflow.fxr")
+    gm = trace(lambda x: torch.mul(x, 10.0))
+    report = timed(lambda: fxrules.apply(gm, rules))
+    (skip,) = report["r"].skipped
+    assert (skip.reason, skip.detail) == ("literal bound", "overflow.fxr:7:29: 10.0 ** 400 overflows a float")
+    x = torch.randn(3)
+    torch.testing.assert_close(gm(x), x * 10.0)
+
+
+@pytest.mark.parametrize("comparison", ["[[0] * 60000] * 60000 == [[0] * 60000] * 60000",
+                                        "max([[0] * 60000] * 60000) != [1]", "0 in [[0] * 60000] * 60000"])
+def test_a_guard_cannot_build_a_nested_sequence_over_the_bound(comparison: str) -> None:
+    """A list of 60000 lists of 60000 items is one small object in memory, but comparing it walks 3.6 billion
+    items: each guard evaluation is refused as a guard error instead of taking seconds."""
+    gm = trace(lambda x: torch.neg(x))
+    report = timed(lambda: fxrules.apply(gm, fxrules.parse(f"rule r: torch.neg(x) => x where {comparison}\n")))
+    (skip,) = report["r"].skipped
+    assert skip.reason == "guard error"
+    assert "repeating a sequence 60000 times would make more than 65536 items: too large for a guard" in skip.detail
 
 
 def test_guard_arithmetic_uses_the_same_bound() -> None:
@@ -289,3 +319,56 @@ rule fma:
         assert report.fired("fma") == 3 and report["fma"].skip_counts == {}
         x, y = torch.randn(3), torch.randn(3)
         torch.testing.assert_close(gm(x, y), sites(x, y))
+
+
+MULTI_OUTPUT = fxrules.parse("""
+rule three_of_x:
+    pattern:
+        a = torch.relu(x)
+        b = torch.sigmoid(x)
+        c = torch.tanh(x)
+        return a, b, c
+    replace:
+        return torch.clamp_min(x, 0.0), torch.sigmoid(x), torch.tanh(x)
+""")
+
+
+def shared_input_graph(pairs: int, others: int, tanh: bool) -> torch.fx.GraphModule:
+    """``x`` used by ``pairs`` relu and sigmoid nodes, ``others`` neg nodes, and a tanh or not."""
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    targets = [torch.relu, torch.sigmoid] * pairs + [torch.neg] * others + ([torch.tanh] if tanh else [])
+    graph.output(tuple(graph.call_function(target, (x,)) for target in targets))
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+@pytest.mark.parametrize("explain", [False, True])
+def test_a_multi_output_pattern_over_a_shared_input_is_bounded_by_the_budget(explain: bool) -> None:
+    """Each node tried as a further output is a step: over an input with 700 users, matching the three outputs
+    at each relu is skipped with reason ``budget`` instead of scanning every user for every partial match."""
+    gm = shared_input_graph(100, 500, tanh=False)
+    report = timed(lambda: fxrules.apply(gm, MULTI_OUTPUT, explain=explain))
+    assert report["three_of_x"].skip_counts == {"budget": 100}
+
+
+def test_a_multi_output_pattern_over_a_few_users_still_matches() -> None:
+    gm = shared_input_graph(1, 20, tanh=True)
+    x = torch.randn(4)
+    expected = gm(x)
+    assert fxrules.apply(gm, MULTI_OUTPUT).counts() == {"three_of_x": 1}
+    torch.testing.assert_close(gm(x), expected)
+
+
+def test_a_fold_that_fails_on_one_match_skips_that_match_only() -> None:
+    """``1.0 / c`` folded where the match bound ``c = 0.0`` is a ``fold error`` skip there; elsewhere the rule
+    fires, and the apply does not fail."""
+    rules = fxrules.parse("rule reciprocal:\n    given:\n        c: float\n    pattern:\n"
+                          "        return torch.div(x, c)\n    replace:\n        return torch.mul(x, 1.0 / c)\n",
+                          "fold.fxr")
+    gm = trace(lambda x: torch.div(x, 0.0) + torch.div(x, 2.0))
+    report = fxrules.apply(gm, rules)
+    rule = report["reciprocal"]
+    assert (rule.fired, rule.skip_counts) == (1, {"fold error": 1})
+    assert rule.skipped[0].detail == "fold.fxr:7:29: ZeroDivisionError: float division by zero"
+    x = torch.randn(3)
+    torch.testing.assert_close(gm(x), torch.div(x, 0.0) + x * 0.5)

@@ -282,3 +282,46 @@ def test_demo_encoder_rewritten_at_one_size_computes_the_model_at_every_size() -
         for batch, length in itertools.product((1, 2, 3), (5, 8, 13)):
             inputs = encoder_inputs(batch, length)
             torch.testing.assert_close(gm(*inputs), encoder(*inputs), atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize(("guard", "example"), [
+    ("x.shape[0] == 1", (1, 3)),
+    ("x.shape[1] == 1", (4, 1)),
+    ("x.shape[1] != 1", (4, 3)),
+    ("x.shape[0] > 1", (4, 3)),
+])
+def test_an_elementwise_operation_does_not_fix_a_size_to_the_example(guard: str, example: tuple[int, ...]) -> None:
+    """torch's elementwise kernels ask whether a dim is 1 while computing strides; that question about the
+    example is not the graph's contract, so a guard on it is still a dynamic size."""
+    rules = fxrules.parse(f"rule r: torch.relu(x) => torch.sigmoid(x) where {guard}")
+    gm = trace(lambda x: torch.relu(x) + 1)
+    report = fxrules.apply(gm, rules, example_inputs=[torch.randn(*example)])
+    assert skips(report) == {"r": {"dynamic size": 1}}
+    gm = trace(lambda x: torch.relu(x) + 1)
+    assert fxrules.apply(gm, rules, example_inputs=[torch.randn(*example)], static_shapes=True).counts() == {"r": 1}
+
+
+def test_a_batch_of_one_is_not_folded_into_the_model() -> None:
+    """A model traced and rewritten with a batch of one computes the model at other batch sizes."""
+    class Scaled(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(x).sum(0) / x.shape[0]
+
+    gm = trace(Scaled())
+    report = fxrules.apply(gm, ALL, example_inputs=[torch.randn(1, 3)])
+    assert skips(report)["static_shape_attribute"] == {"dynamic size": 1}
+    x = torch.randn(5, 3)
+    torch.testing.assert_close(gm(x), torch.relu(x).mean(0))
+
+
+def test_an_example_that_broadcasts_a_size_of_one_still_propagates() -> None:
+    """Where the example runs only with a dim broadcast at 1, that dim is fixed at 1, as torch.export fixes
+    it; the other sizes stay symbolic."""
+    rules = fxrules.parse("rule r: torch.relu(x) => torch.sigmoid(x) where x.shape[0] == 1")
+    gm = trace(lambda x, y: torch.relu(y) + x)
+    report = fxrules.apply(gm, rules, example_inputs=[torch.randn(4, 3), torch.randn(1, 3)])
+    assert report.counts() == {"r": 1}
+    rules = fxrules.parse("rule r: torch.relu(x) => torch.sigmoid(x) where x.shape[1] == 3")
+    gm = trace(lambda x, y: torch.relu(y) + x)
+    report = fxrules.apply(gm, rules, example_inputs=[torch.randn(4, 3), torch.randn(1, 3)])
+    assert skips(report) == {"r": {"dynamic size": 1}}
