@@ -156,11 +156,14 @@ rule flatten_rows:
     replace:
         return x.reshape(M * K)
 """)
-    gm = trace(lambda x: torch.flatten(x))
+    def flattened(x: torch.Tensor) -> torch.Tensor:
+        return torch.flatten(x) * 2  # not returned as is: the alias check keeps a returned view of an input
+
+    gm = trace(flattened)
     report = fxrules.apply(gm, rules, example_inputs=[torch.randn(4, 3)])
     assert skips(report) == {"flatten_rows": {"dynamic size": 1}}
     assert report["flatten_rows"].skipped[0].detail.startswith("'M' depends on a size the graph leaves symbolic (")
-    gm = trace(lambda x: torch.flatten(x))
+    gm = trace(flattened)
     assert fxrules.apply(gm, rules, example_inputs=[torch.randn(4, 3)], static_shapes=True).counts() == \
         {"flatten_rows": 1}
     assert "reshape(12)" in gm.code

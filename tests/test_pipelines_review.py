@@ -191,8 +191,9 @@ def test_post_grad_pass_keeps_decomposed_operators_out_of_cond_branches() -> Non
 
 
 def test_a_shape_guard_on_a_dynamic_dim_specializes_the_compiled_graph() -> None:
-    """A typed capture ``Tensor[5, K]`` compared with a symbolic batch: Dynamo must guard on it, so a batch
-    of 7 recompiles rather than reusing the graph rewritten for 5 rows."""
+    """A typed capture ``Tensor[5, K]`` compared with a symbolic batch: skipped as ``dynamic size`` unless
+    ``static_shapes=True``; then Dynamo must guard on it, so a batch of 7 recompiles rather than reusing the
+    graph rewritten for 5 rows."""
     rules = fxrules.parse("""
 rule five_rows:
     given:
@@ -202,9 +203,15 @@ rule five_rows:
     replace:
         return torch.neg(x)
 """, "rows.fxr")  # deliberately unsound: it shows which graph ran
-    backend = fxrules.backend(rules, then="eager")
-    compiled = torch.compile(torch.relu, backend=backend, dynamic=True)
     five, seven = torch.randn(5, 3), torch.randn(7, 3)
+    backend = fxrules.backend(rules, then="eager")  # a graph compiled for dynamic shapes keeps them
+    compiled = torch.compile(torch.relu, backend=backend, dynamic=True)
+    torch.testing.assert_close(compiled(five), torch.relu(five))
+    torch.testing.assert_close(compiled(seven), torch.relu(seven))
+    assert [dict(report["five_rows"].skip_counts) for report in backend.reports] == [{"dynamic size": 1}]
+    torch._dynamo.reset()
+    backend = fxrules.backend(rules, then="eager", static_shapes=True)  # specializing: Dynamo guards the size
+    compiled = torch.compile(torch.relu, backend=backend, dynamic=True)
     torch.testing.assert_close(compiled(five), torch.neg(five))
     torch.testing.assert_close(compiled(seven), torch.relu(seven))
     assert [report.counts() for report in backend.reports] == [{"five_rows": 1}, {}]
