@@ -153,6 +153,14 @@ class _Disagreement(Exception):  # noqa: N818 - hypothesis re-raises it on the s
         self.abs_diff = abs_diff
         self.rel_diff = rel_diff
 
+    @property
+    def outcome(self) -> tuple[str, float | None, float | None]:
+        return self.problem, self.abs_diff, self.rel_diff
+
+
+class _NondeterministicError(Exception):
+    """The rule disagreed on an input, then not in the same way when that input was run again."""
+
 
 class _RuleError(Exception):
     """Building or running the replacement raised an fxrules error: the rule cannot run as written."""
@@ -243,6 +251,18 @@ class _RuleCheck:
         """Compare the replacement with the pattern's output, computed when the example was drawn (inputs
         the pattern rejects are never drawn): outputs, inputs as left, aliasing, then gradients."""
         self.valid += 1
+        self.compare(example)
+
+    def reproduces(self, example: Example, found: _Disagreement) -> bool:
+        """Whether running ``example`` again disagrees the same way, to the same differences (verify runs on
+        one thread, where a deterministic rule gives the same bits every time; a random one seldom does)."""
+        try:
+            self.compare(example)
+        except _Disagreement as again:
+            return repr(again.outcome) == repr(found.outcome)
+        return False
+
+    def compare(self, example: Example) -> None:
         inputs = {name: replica(example.values[name]) for name in self.names}
         replacement = _call(lambda: build_replacement(self.rule, example.constants(), self.helpers, self.choice,
                                                       example.values))
@@ -543,7 +563,13 @@ def _run_hypothesis(rule: Rule, check: _RuleCheck, rejections: Rejections,
         try:
             check.check(example)
         except _Disagreement as disagreement:
-            budget.found = disagreement
+            if not check.reproduces(example, disagreement):
+                if budget.found is not None:
+                    return  # a random outcome is no smaller counterexample of the one found
+                budget.found = _NondeterministicError()  # and shrinking one would find nothing
+                budget.calls = SHRINK_CALLS
+            else:
+                budget.found = disagreement
             raise
 
     # The seed as hypothesis.seed() sets it, without the database=None that seed() also imposes; the database
@@ -563,13 +589,13 @@ def _run_hypothesis(rule: Rule, check: _RuleCheck, rejections: Rejections,
         return _verdict(rule, Verdict.ERROR, str(error), check.valid)
     except _UncomparableError as error:
         return _verdict(rule, Verdict.INCONCLUSIVE, str(error), check.valid)
+    except (Flaky, _NondeterministicError):
+        return _verdict(rule, Verdict.INCONCLUSIVE, "the outcome changed when an input was run again: the pattern "
+                                                    "or the replacement is not deterministic", check.valid)
     except Unsatisfiable:
         return _verdict(rule, Verdict.INCONCLUSIVE, _few_inputs(0, rejections))
     except NoGeneratorError as missing:
         return _verdict(rule, Verdict.INCONCLUSIVE, str(missing))
-    except Flaky:
-        return _verdict(rule, Verdict.INCONCLUSIVE, "the outcome changed when an input was run again: the pattern "
-                                                    "or the replacement is not deterministic", check.valid)
     return None
 
 
@@ -578,7 +604,7 @@ class _ShrinkBudget:
     """Shrinking a counterexample is most of verify's time (each candidate draws and runs the pattern): it
     stops after :data:`SHRINK_CALLS` candidates, with the smallest failing example found so far."""
 
-    found: _Disagreement | None = None
+    found: _Disagreement | _NondeterministicError | None = None
     calls: int = 0
 
     def spent(self) -> bool:
@@ -588,8 +614,8 @@ class _ShrinkBudget:
         return self.calls > SHRINK_CALLS
 
     def run(self, test: Callable[[], None]) -> None:
-        """Run ``test``; raise the last disagreement found, also when hypothesis could not replay it
-        (stopped shrinking, or a kernel that rounds differently on its first call)."""
+        """Run ``test``; raise the last disagreement found (or that the rule is not deterministic), also when
+        hypothesis could not replay it (it stopped shrinking)."""
         try:
             test()
         except Flaky:
