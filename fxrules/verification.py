@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import json
+import keyword
 import os
 import time
 import warnings
@@ -430,18 +431,21 @@ def reproduction(rule: Rule, example: Example) -> str:
     lines.append(f"rule = fxrules.load({rule.file!r})[{rule.name!r}]" if not rule.file.startswith("<")
                  else f"rule = ...  # the rule {rule.name} of {rule.file}")
     for name, value in example.values.items():
-        if isinstance(value, torch.Tensor):
-            lines.append(f"{name} = {_tensor_source(value)}")
-        else:
-            lines.append(f"{name} = {value!r}")
-    constants = [f"{name!r}: {name}" for name in example.attributes]
+        source = _tensor_source(value) if isinstance(value, torch.Tensor) else repr(value)
+        lines.append(f"{_variable(name)} = {source}")
+    constants = [f"{name!r}: {_variable(name)}" for name in example.attributes]
     constants += [f"{name!r}: ...  # {module!r}, parameters from torch.manual_seed({example.seed})"
                   for name, module in example.modules.items()]
     lines.append("constants = {" + ", ".join(constants) + "}")
     lines.append("graphs = build(rule, constants, {})")
-    arguments = ", ".join(input_names(rule))
+    arguments = ", ".join(map(_variable, input_names(rule)))
     lines.append(f"print(graphs.pattern({arguments}), graphs.replacement({arguments}))")
     return "\n".join(lines)
+
+
+def _variable(capture: str) -> str:
+    """The Python variable holding ``capture``'s value: a capture may be named like a keyword (``lambda``)."""
+    return f"{capture}_" if keyword.iskeyword(capture) else capture
 
 
 def _tensor_source(value: torch.Tensor) -> str:

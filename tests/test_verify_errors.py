@@ -35,6 +35,16 @@ def test_captures_named_like_python_keywords_or_builtins_are_verified(name: str)
     assert (result.verdict, result.examples) == (Verdict.SOUND, 20)
 
 
+def test_the_reproduction_of_a_capture_named_like_a_keyword_is_valid_python() -> None:
+    """A counterexample's reproduction names a keyword capture's variable ``lambda_``."""
+    result = verdict_of("rule r: torch.relu(lambda) => torch.neg(lambda)")
+    assert result.counterexample is not None
+    reproduction = result.counterexample.reproduction
+    compile(reproduction, "reproduction", "exec")
+    assert "lambda_ = torch.tensor(" in reproduction
+    assert reproduction.endswith("print(graphs.pattern(lambda_), graphs.replacement(lambda_))")
+
+
 @pytest.mark.parametrize(("replacement", "raised"), [
     ("x.transpose(0, 5)", "IndexError: Dimension out of range (expected to be in range of [-1, 0], but got 5)"),
     ("torch.relu(x)[(1, 2, 3, 4, 5)]", "IndexError: too many indices for tensor of dimension 0"),
