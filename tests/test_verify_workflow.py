@@ -32,7 +32,7 @@ def spying_rule() -> tuple[fxrules.RuleSet, dict[str, Callable[..., Any]], list[
         seen.append((tuple(x.shape), x.dtype))
         return 0
 
-    rules = fxrules.parse("rule spy: torch.neg(torch.neg(x)) => x + @zero(x)\n", filename="spy.fxr")
+    rules = fxrules.parse("rule spy: torch.neg(torch.neg(x)) => x - @zero(x)\n", filename="spy.fxr")  # x + 0 loses -0.0
     return rules, {"zero": zero}, seen
 
 
