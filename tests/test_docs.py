@@ -348,8 +348,8 @@ EXAMPLES: list[Example] = [
     Example("docs", "masked_where_method", lambda: lambda a, m: a.where(m, 0.0),
             lambda: [torch.randn(4, 6), torch.randn(4, 6) > 0], ["where"]),
     # the first file and the DAG of §3.2
-    Example("docs", "double_neg", lambda: lambda a: torch.neg(torch.neg(a)) * 1 + 0, randn(4, 6), [],
-            fired={"double_neg": 1, "mul_one": 1, "add_zero": 1}),
+    Example("docs", "double_neg", lambda: lambda a: torch.relu(torch.neg(torch.neg(a)) * 1 - 0), randn(4, 6),
+            ["relu"], example_inputs=True, fired={"double_neg": 1, "mul_one": 1, "sub_zero": 1}),
     Example("docs", "split_sum_of_cat", lambda: _split_sum_of_cat, lambda: [torch.randn(3), torch.randn(5)],
             ["method:sum", "method:sum", "add", "method:numel", "method:numel", "add", "truediv"],
             example_inputs=True),
