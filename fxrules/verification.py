@@ -249,8 +249,7 @@ class _RuleCheck:
         self.aliasing: dict[str, None] = {}  # every change of aliasing seen, first seen first
 
     def check(self, example: Example) -> None:
-        """Compare the replacement with the pattern's output, computed when the example was drawn (inputs
-        the pattern rejects are never drawn): outputs, inputs as left, aliasing, then gradients."""
+        """Count ``example`` as reaching the comparison, and compare it."""
         self.valid += 1
         self.compare(example)
 
@@ -264,6 +263,8 @@ class _RuleCheck:
         return False
 
     def compare(self, example: Example) -> None:
+        """Compare the replacement with the pattern's output, computed when the example was drawn (inputs
+        the pattern rejects are never drawn): outputs, inputs as left, aliasing, then gradients."""
         inputs = {name: replica(example.values[name]) for name in self.names}
         replacement = _call(lambda: build_replacement(self.rule, example.constants(), self.helpers, self.choice,
                                                       example.values))
