@@ -489,7 +489,7 @@ class _Drawer:
             "dims": lambda: draw(st.lists(st.integers(0, rank - 1), min_size=1, max_size=rank, unique=True)),
             "permutation": lambda: tuple(draw(st.permutations(range(len(self.base))))),
             "shape": lambda: _reshaped(draw, self.base),
-            "dtype": lambda: draw(st.sampled_from(ALL_DTYPES)),
+            "dtype": lambda: draw(st.sampled_from(self.untyped_dtypes)),
             "slice": lambda: slice(draw(st.one_of(st.none(), st.integers(-3, 3))),
                                    draw(st.one_of(st.none(), st.integers(-3, 3)))),
             "float": lambda: draw(st.one_of(st.floats(-4, 4), st.sampled_from(specials))),

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import json
+import keyword
 import os
 import time
 import warnings
@@ -153,6 +154,14 @@ class _Disagreement(Exception):  # noqa: N818 - hypothesis re-raises it on the s
         self.abs_diff = abs_diff
         self.rel_diff = rel_diff
 
+    @property
+    def outcome(self) -> tuple[str, float | None, float | None]:
+        return self.problem, self.abs_diff, self.rel_diff
+
+
+class _NondeterministicError(Exception):
+    """The rule disagreed on an input, then not in the same way when that input was run again."""
+
 
 class _RuleError(Exception):
     """Building or running the replacement raised an fxrules error: the rule cannot run as written."""
@@ -240,9 +249,22 @@ class _RuleCheck:
         self.aliasing: dict[str, None] = {}  # every change of aliasing seen, first seen first
 
     def check(self, example: Example) -> None:
+        """Count ``example`` as reaching the comparison, and compare it."""
+        self.valid += 1
+        self.compare(example)
+
+    def reproduces(self, example: Example, found: _Disagreement) -> bool:
+        """Whether running ``example`` again disagrees the same way, to the same differences (verify runs on
+        one thread, where a deterministic rule gives the same bits every time; a random one seldom does)."""
+        try:
+            self.compare(example)
+        except _Disagreement as again:
+            return repr(again.outcome) == repr(found.outcome)
+        return False
+
+    def compare(self, example: Example) -> None:
         """Compare the replacement with the pattern's output, computed when the example was drawn (inputs
         the pattern rejects are never drawn): outputs, inputs as left, aliasing, then gradients."""
-        self.valid += 1
         inputs = {name: replica(example.values[name]) for name in self.names}
         replacement = _call(lambda: build_replacement(self.rule, example.constants(), self.helpers, self.choice,
                                                       example.values))
@@ -410,18 +432,21 @@ def reproduction(rule: Rule, example: Example) -> str:
     lines.append(f"rule = fxrules.load({rule.file!r})[{rule.name!r}]" if not rule.file.startswith("<")
                  else f"rule = ...  # the rule {rule.name} of {rule.file}")
     for name, value in example.values.items():
-        if isinstance(value, torch.Tensor):
-            lines.append(f"{name} = {_tensor_source(value)}")
-        else:
-            lines.append(f"{name} = {value!r}")
-    constants = [f"{name!r}: {name}" for name in example.attributes]
+        source = _tensor_source(value) if isinstance(value, torch.Tensor) else repr(value)
+        lines.append(f"{_variable(name)} = {source}")
+    constants = [f"{name!r}: {_variable(name)}" for name in example.attributes]
     constants += [f"{name!r}: ...  # {module!r}, parameters from torch.manual_seed({example.seed})"
                   for name, module in example.modules.items()]
     lines.append("constants = {" + ", ".join(constants) + "}")
     lines.append("graphs = build(rule, constants, {})")
-    arguments = ", ".join(input_names(rule))
+    arguments = ", ".join(map(_variable, input_names(rule)))
     lines.append(f"print(graphs.pattern({arguments}), graphs.replacement({arguments}))")
     return "\n".join(lines)
+
+
+def _variable(capture: str) -> str:
+    """The Python variable holding ``capture``'s value: a capture may be named like a keyword (``lambda``)."""
+    return f"{capture}_" if keyword.iskeyword(capture) else capture
 
 
 def _tensor_source(value: torch.Tensor) -> str:
@@ -543,7 +568,13 @@ def _run_hypothesis(rule: Rule, check: _RuleCheck, rejections: Rejections,
         try:
             check.check(example)
         except _Disagreement as disagreement:
-            budget.found = disagreement
+            if not check.reproduces(example, disagreement):
+                if budget.found is not None:
+                    return  # a random outcome is no smaller counterexample of the one found
+                budget.found = _NondeterministicError()  # and shrinking one would find nothing
+                budget.calls = SHRINK_CALLS
+            else:
+                budget.found = disagreement
             raise
 
     # The seed as hypothesis.seed() sets it, without the database=None that seed() also imposes; the database
@@ -563,13 +594,13 @@ def _run_hypothesis(rule: Rule, check: _RuleCheck, rejections: Rejections,
         return _verdict(rule, Verdict.ERROR, str(error), check.valid)
     except _UncomparableError as error:
         return _verdict(rule, Verdict.INCONCLUSIVE, str(error), check.valid)
+    except (Flaky, _NondeterministicError):
+        return _verdict(rule, Verdict.INCONCLUSIVE, "the outcome changed when an input was run again: the pattern "
+                                                    "or the replacement is not deterministic", check.valid)
     except Unsatisfiable:
         return _verdict(rule, Verdict.INCONCLUSIVE, _few_inputs(0, rejections))
     except NoGeneratorError as missing:
         return _verdict(rule, Verdict.INCONCLUSIVE, str(missing))
-    except Flaky:
-        return _verdict(rule, Verdict.INCONCLUSIVE, "the outcome changed when an input was run again: the pattern "
-                                                    "or the replacement is not deterministic", check.valid)
     return None
 
 
@@ -578,7 +609,7 @@ class _ShrinkBudget:
     """Shrinking a counterexample is most of verify's time (each candidate draws and runs the pattern): it
     stops after :data:`SHRINK_CALLS` candidates, with the smallest failing example found so far."""
 
-    found: _Disagreement | None = None
+    found: _Disagreement | _NondeterministicError | None = None
     calls: int = 0
 
     def spent(self) -> bool:
@@ -588,8 +619,8 @@ class _ShrinkBudget:
         return self.calls > SHRINK_CALLS
 
     def run(self, test: Callable[[], None]) -> None:
-        """Run ``test``; raise the last disagreement found, also when hypothesis could not replay it
-        (stopped shrinking, or a kernel that rounds differently on its first call)."""
+        """Run ``test``; raise the last disagreement found (or that the rule is not deterministic), also when
+        hypothesis could not replay it (it stopped shrinking)."""
         try:
             test()
         except Flaky:

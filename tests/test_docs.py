@@ -266,13 +266,14 @@ EXAMPLES: list[Example] = [
     Example("docs", "neg_sub", lambda: _neg_sub, lambda: [torch.randn(4, 6), torch.randn(4, 6)], ["sub"]),
     Example("docs", "square_self", lambda: lambda a: a * a, randn(4, 6), ["square"]),
     Example("docs", "relu6_after_relu", lambda: lambda a: F.relu6(torch.relu(a)), randn(4, 6), ["relu6"]),
-    Example("docs", "hardswish_from_parts", _HardswishParts, randn(4, 6), ["hardswish"]),
-    Example("docs", "max_abs", lambda: lambda a: torch.maximum(torch.neg(a), a), randn(4, 6), ["abs"]),
+    Example("docs", "hardswish_from_parts", _HardswishParts, randn(4, 6), ["hardswish"], example_inputs=True),
+    Example("docs", "max_abs", lambda: lambda a: torch.maximum(torch.neg(a), a), randn(4, 6), ["abs"],
+            example_inputs=True),
     Example("docs", "log_softmax_fused", _LogSoftmax, randn(3, 5), ["log_softmax"]),
     Example("docs", "gelu_from_erf", lambda: _gelu_erf, randn(4, 6), ["gelu"], example_inputs=True),
     Example("docs", "relu_idempotent", lambda: lambda a: torch.relu(torch.relu(a)), randn(4, 6), ["relu"]),
     # §3
-    Example("docs", "add_neg_zero", lambda: lambda a: (a + -0.0) * 2, randn(4, 6), ["mul"]),
+    Example("docs", "add_neg_zero", lambda: lambda a: (a + -0.0) * 2, randn(4, 6), ["mul"], example_inputs=True),
     Example("docs", "first_column", lambda: lambda a: a[:, 0], randn(4, 6), ["select"]),
     Example("docs", "drop_eval_dropout", lambda: lambda a: torch.dropout(a, 0.3, False) * 2, randn(4, 6), ["mul"]),
     Example("docs", "mul_by_one_guarded", lambda: lambda a: a * 1.0 * 2, randn(4, 6), ["mul"]),
@@ -280,7 +281,7 @@ EXAMPLES: list[Example] = [
     Example("docs", "sum_and_mean", lambda: lambda a: (torch.sum(a, 0), torch.mean(a, 0)), randn(4, 6),
             ["sum", "getattr", "getitem", "truediv"], example_inputs=True),
     # §4
-    Example("docs", "square_pow", lambda: lambda a: a**2, randn(4, 6), ["mul"]),
+    Example("docs", "square_pow", lambda: lambda a: a**2, randn(4, 6), ["mul"], example_inputs=True),
     Example("docs", "transpose_01_twice", lambda: lambda a: a.transpose(0, 1).transpose(0, 1) * 2, randn(4, 6),
             ["mul"]),
     Example("docs", "addmm_spelled_out",
@@ -294,13 +295,14 @@ EXAMPLES: list[Example] = [
             example_inputs=True),
     Example("docs", "cat_of_one", lambda: lambda a: torch.cat([a], dim=1) * 2, randn(4, 6), ["mul"]),
     # §6
-    Example("docs", "keep_nan", lambda: lambda a: torch.where(torch.isnan(a), math.nan, a) * 2, _with_nan, ["mul"]),
+    Example("docs", "keep_nan", lambda: lambda a: torch.where(torch.isnan(a), math.nan, a) * 2, _with_nan, ["mul"],
+            example_inputs=True),
     Example("docs", "softmax_in_float32", lambda: lambda a: F.softmax(a, -1, dtype=torch.float32), randn(4, 6),
             ["method:float", "softmax"]),
     Example("docs", "clamp_upper_only", lambda: lambda a: torch.clamp(a, None, 6.0), randn(4, 6), ["clamp_max"]),
     Example("docs", "trunc_div", lambda: lambda a, b: torch.div(a, b, rounding_mode="trunc"),
-            lambda: [torch.randn(4, 6) * 10, torch.rand(4, 6) + 0.5], ["truediv", "trunc"]),
-    Example("docs", "deg2rad", lambda: lambda a: a * math.pi / 180.0, randn(4, 6), ["deg2rad"]),
+            lambda: [torch.randn(4, 6) * 10, torch.rand(4, 6) + 0.5], ["truediv", "trunc"], example_inputs=True),
+    Example("docs", "deg2rad", lambda: lambda a: a * math.pi / 180.0, randn(4, 6), ["deg2rad"], example_inputs=True),
     Example("docs", "identity_permute", lambda: lambda a: a.permute(0, 1) * 2, randn(4, 6), ["mul"]),
     # §7
     Example("docs", "expit", lambda: lambda a: F.sigmoid(a) * 2, randn(4, 6), ["special_expit", "mul"]),
@@ -308,7 +310,7 @@ EXAMPLES: list[Example] = [
     Example("docs", "sum_of_same_sigmoid", lambda: _sigmoid_twice, randn(4, 6), ["method:sigmoid", "mul"]),
     # §9
     Example("docs", "relu_twice_is_relu", lambda: nn.Sequential(nn.ReLU(), nn.ReLU()), randn(4, 6), ["relu"]),
-    Example("docs", "silu_from_sigmoid", lambda: lambda a: a * a.sigmoid(), randn(4, 6), ["silu"]),
+    Example("docs", "silu_from_sigmoid", lambda: lambda a: a * a.sigmoid(), randn(4, 6), ["silu"], example_inputs=True),
     Example("docs", "mean_of_neg", lambda: lambda a: (-a).mean(-1), randn(4, 6), ["mean", "neg"]),
     Example("docs", "view_of_view", lambda: lambda a: a.view(24).view((6, 4)), randn(4, 6), ["method:view"]),
     # §10
@@ -317,7 +319,7 @@ EXAMPLES: list[Example] = [
     Example("docs", "float_of_float", lambda: lambda a: a.float() * 2, randn(4, 6), ["mul"], example_inputs=True),
     Example("docs", "leaky_one_is_identity", lambda: lambda a: F.leaky_relu(a, 1.0) * 2, randn(4, 6), ["mul"]),
     Example("docs", "relu_of_cat", lambda: lambda a, b: torch.relu(torch.cat([a, b], 1)), _cat_inputs,
-            ["getitem", "relu", "getitem", "relu", "cat"]),
+            ["getitem", "relu", "getitem", "relu", "cat"], example_inputs=True),
     Example("docs", "to_same_dtype_twice", lambda: lambda a: a.to(torch.float64).to(torch.float64) * 2, randn(4, 6),
             ["method:to", "mul"]),
     Example("docs", "slice_before_neg", lambda: lambda a: torch.neg(a)[1:], randn(4, 6), ["getitem", "neg"]),
@@ -332,7 +334,7 @@ EXAMPLES: list[Example] = [
     Example("docs", "drop_fresh_clone", lambda: lambda a: torch.relu(a).clone(), randn(4, 6), ["relu"]),
     # §12, §13
     Example("docs", "merge_scales", _TwoScales, randn(4, 6), ["attr:product", "mul"],
-            helpers=DOC_HELPERS),
+            helpers=DOC_HELPERS, example_inputs=True),
     Example("docs", "mean_as_sum", lambda: lambda a: torch.mean(a, 1), randn(3, 5), ["sum", "truediv"],
             example_inputs=True, static_shapes=True, helpers=DOC_HELPERS),
     Example("docs", "mean_last_as_sum", lambda: lambda a: torch.mean(a, -1), randn(2, 3, 5), ["sum", "truediv"],
@@ -348,8 +350,8 @@ EXAMPLES: list[Example] = [
     Example("docs", "masked_where_method", lambda: lambda a, m: a.where(m, 0.0),
             lambda: [torch.randn(4, 6), torch.randn(4, 6) > 0], ["where"]),
     # the first file and the DAG of §3.2
-    Example("docs", "double_neg", lambda: lambda a: torch.neg(torch.neg(a)) * 1 + 0, randn(4, 6), [],
-            fired={"double_neg": 1, "mul_one": 1, "add_zero": 1}),
+    Example("docs", "double_neg", lambda: lambda a: torch.relu(torch.neg(torch.neg(a)) * 1 - 0), randn(4, 6),
+            ["relu"], example_inputs=True, fired={"double_neg": 1, "mul_one": 1, "sub_zero": 1}),
     Example("docs", "split_sum_of_cat", lambda: _split_sum_of_cat, lambda: [torch.randn(3), torch.randn(5)],
             ["method:sum", "method:sum", "add", "method:numel", "method:numel", "add", "truediv"],
             example_inputs=True),
@@ -683,9 +685,11 @@ def test_sequence_element_types(declared: str, literal_fires: int, computed_fire
 
 
 def test_list_of_tensors_matches_nodes() -> None:
-    _, report = apply_rule("docs", "relu_of_cat", lambda a, b: torch.relu(torch.cat([a, b], 1)), _cat_inputs())
+    _, report = apply_rule("docs", "relu_of_cat", lambda a, b: torch.relu(torch.cat([a, b], 1)), _cat_inputs(),
+                           example_inputs=_cat_inputs())
     assert report.fired("relu_of_cat") == 1
-    _, report = apply_rule("docs", "relu_of_cat", lambda a: torch.relu(torch.cat([a, a * 2], 1)), [torch.randn(2, 3)])
+    _, report = apply_rule("docs", "relu_of_cat", lambda a: torch.relu(torch.cat([a, a * 2], 1)), [torch.randn(2, 3)],
+                           example_inputs=[torch.randn(2, 3)])
     assert report.fired("relu_of_cat") == 1
 
 

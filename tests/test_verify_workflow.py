@@ -32,7 +32,7 @@ def spying_rule() -> tuple[fxrules.RuleSet, dict[str, Callable[..., Any]], list[
         seen.append((tuple(x.shape), x.dtype))
         return 0
 
-    rules = fxrules.parse("rule spy: torch.neg(torch.neg(x)) => x + @zero(x)\n", filename="spy.fxr")
+    rules = fxrules.parse("rule spy: torch.neg(torch.neg(x)) => x - @zero(x)\n", filename="spy.fxr")  # x + 0 loses -0.0
     return rules, {"zero": zero}, seen
 
 
@@ -116,7 +116,7 @@ def test_max_side_bounds_every_drawn_dim() -> None:
     rules, helpers, seen = spying_rule()
     fxrules.verify(rules, max_examples=40, max_side=2, helpers=helpers)
     sizes = {size for shape, _ in seen for size in shape}
-    assert sizes == {1, 2}
+    assert sizes == {0, 1, 2}  # 0-size dims are drawn too
 
 
 def test_dtypes_choose_the_dtypes_of_untyped_tensors() -> None:
@@ -126,6 +126,22 @@ def test_dtypes_choose_the_dtypes_of_untyped_tensors() -> None:
     seen.clear()
     fxrules.verify(rules, max_examples=10, dtypes=[torch.float16], helpers=helpers)
     assert {dtype for _, dtype in seen} == {torch.float16}
+
+
+def test_dtypes_narrow_declared_captures_and_dtype_arguments() -> None:
+    """A declared capture is drawn only with its dtypes that are also to be drawn, and a captured dtype
+    argument (``x.to(d)``) names only dtypes to be drawn."""
+    seen: list[torch.dtype] = []
+
+    def spy(x: Any, d: torch.dtype) -> int:
+        seen.extend((x.dtype, d))
+        return 0
+
+    rules = fxrules.parse("rule r:\n    given:\n        x: Tensor[..., dtype=float32|float64|int64]\n"
+                          "    pattern:\n        return torch.neg(torch.neg(x.to(d)))\n"
+                          "    replace:\n        return x.to(d) + @spy(x, d)\n", filename="typed.fxr")
+    result = fxrules.verify(rules, max_examples=30, dtypes="float64,int32", helpers={"spy": spy})["r"]
+    assert (result.verdict, set(seen)) == (Verdict.SOUND, {torch.float64, torch.int32}), str(result)
 
 
 def test_dtypes_leaving_none_of_a_declared_capture_is_inconclusive() -> None:
