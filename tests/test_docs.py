@@ -269,7 +269,7 @@ EXAMPLES: list[Example] = [
     Example("docs", "hardswish_from_parts", _HardswishParts, randn(4, 6), ["hardswish"], example_inputs=True),
     Example("docs", "max_abs", lambda: lambda a: torch.maximum(torch.neg(a), a), randn(4, 6), ["abs"],
             example_inputs=True),
-    Example("docs", "log_softmax_fused", _LogSoftmax, randn(3, 5), ["log_softmax"]),
+    Example("docs", "log_softmax_fused", _LogSoftmax, randn(3, 5), ["log_softmax"], example_inputs=True),
     Example("docs", "gelu_from_erf", lambda: _gelu_erf, randn(4, 6), ["gelu"], example_inputs=True),
     Example("docs", "relu_idempotent", lambda: lambda a: torch.relu(torch.relu(a)), randn(4, 6), ["relu"]),
     # §3
@@ -482,7 +482,8 @@ def test_family_member_with_non_default_extra_does_not_match(fn: Any) -> None:
 
 
 def test_family_module_member_maps_its_attributes() -> None:
-    gm, report = apply_rule("docs", "log_softmax_fused", _LogSoftmax(dim=0), [torch.randn(3, 5)])
+    inputs = [torch.randn(3, 5)]
+    gm, report = apply_rule("docs", "log_softmax_fused", _LogSoftmax(dim=0), inputs, example_inputs=inputs)
     assert report.fired("log_softmax_fused") == 1
     node = next(n for n in gm.graph.nodes if n.op == "call_function")
     assert node.args[1] == 0
@@ -492,7 +493,7 @@ def test_tolerance_decorator_is_kept_on_the_rule() -> None:
     rule = parse_block(block_defining("docs", "log_softmax_fused"))["log_softmax_fused"]
     assert rule.tolerance is not None
     assert (rule.tolerance.atol, rule.tolerance.rtol) == (1e-5, 1e-4)
-    assert rule.docstring == "log(softmax(x)) as one numerically stable op."
+    assert rule.docstring.startswith("log(softmax(x)) as one numerically stable op (where softmax underflows")
 
 
 def test_missing_metadata_is_reported_as_a_skip() -> None:
@@ -611,7 +612,7 @@ def test_finite_inputs_decorator_is_kept_on_the_rule() -> None:
     rule = parse_block(block_defining("docs", "gelu_from_erf"))["gelu_from_erf"]
     assert rule.finite_inputs
     assert rule.tolerance is not None and (rule.tolerance.atol, rule.tolerance.rtol) == (1e-6, 1e-5)
-    assert not parse_block(block_defining("docs", "log_softmax_fused"))["log_softmax_fused"].finite_inputs
+    assert not parse_block(block_defining("docs", "mul_ones_like"))["mul_ones_like"].finite_inputs
 
 
 def test_finite_inputs_rules_are_verified_without_nan_or_inf() -> None:
