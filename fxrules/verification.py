@@ -21,6 +21,7 @@ import enum
 import json
 import keyword
 import os
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -30,6 +31,7 @@ import attrs
 import torch
 import torch.fx
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import configuration as hypothesis_configuration
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import Flaky, Unsatisfiable
@@ -463,6 +465,20 @@ def _tensor_source(value: torch.Tensor) -> str:
 
 
 @contextlib.contextmanager
+def _private_hypothesis_storage() -> Iterator[None]:
+    """Hypothesis caches what it reads of the caller's own modules in ``.hypothesis/`` under the working
+    directory, database or not: while verify runs, that storage is a temporary directory, removed after, and
+    the caller's setting (which hypothesis keeps in a private global) is put back."""
+    previous = getattr(hypothesis_configuration, "__hypothesis_home_directory", None)
+    with tempfile.TemporaryDirectory(prefix="fxrules-verify-") as home:
+        hypothesis_configuration.set_hypothesis_home_dir(home)
+        try:
+            yield
+        finally:
+            hypothesis_configuration.set_hypothesis_home_dir(previous)
+
+
+@contextlib.contextmanager
 def _one_thread() -> Iterator[None]:
     """Inputs are tiny: torch's intra-op threads only cost (4x slower on a busy 2-core machine). Torch's
     warnings about the drawn inputs (a complex value cast to real, a convolution of 0 channels) are the
@@ -494,7 +510,7 @@ def verify_checked(rule: Rule, options: VerifyOptions,
     inconclusive."""
     started = time.perf_counter()
     try:
-        with _one_thread(), torch.random.fork_rng(devices=[]):
+        with _one_thread(), _private_hypothesis_storage(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(options.seed)  # random operations in a rule draw the same numbers on every run
             verdict = _verify_rule(rule, options, {**bundled_helpers.BUNDLED, **(helpers or {})})
     except FxrError as error:

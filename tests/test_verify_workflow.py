@@ -5,6 +5,8 @@ opts in."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -92,6 +94,18 @@ def test_verify_writes_no_file_in_the_working_directory(tmp_path: Path, monkeypa
     monkeypatch.chdir(work)
     assert main(["verify", str(rules), "--examples", "20"]) == 1
     assert not fxrules.verify(rules, max_examples=20).sound
+    assert list(work.iterdir()) == []
+
+
+def test_a_fresh_process_verifying_writes_no_file_in_the_working_directory(tmp_path: Path) -> None:
+    """Hypothesis caches what it reads of the caller's modules under ``.hypothesis/`` in the working directory,
+    once per process: a new process running ``fxrules verify`` leaves that directory as it found it."""
+    rules = write(tmp_path / "rules.fxr", UNSOUND)
+    work = tmp_path / "work"
+    work.mkdir()
+    finished = subprocess.run([sys.executable, "-m", "fxrules", "verify", str(rules), "--examples", "5"], cwd=work,
+                              capture_output=True, text=True, timeout=300, check=False)
+    assert finished.returncode == 1, finished.stderr
     assert list(work.iterdir()) == []
 
 
