@@ -65,12 +65,13 @@ def trace(model: Model) -> torch.fx.GraphModule:
     return torch.fx.symbolic_trace(copy.deepcopy(model) if isinstance(model, torch.nn.Module) else model)
 
 
-def rewrite_unobservably(model: Model, inputs: list[torch.Tensor], rules: Any, atol: float = 0.0
-                         ) -> tuple[Report, torch.fx.GraphModule]:
+def rewrite_unobservably(model: Model, inputs: list[torch.Tensor], rules: Any, atol: float = 0.0,
+                         static_shapes: bool = False) -> tuple[Report, torch.fx.GraphModule]:
     """Apply ``rules`` to a trace of ``model`` and assert that the rewritten graph and the original one show the
     same outputs and side effects (``atol``: for fused kernels, which round differently)."""
     original, rewritten = trace(model), trace(model)
-    report = fxrules.apply(rewritten, rules, example_inputs=[value.clone() for value in inputs])
+    report = fxrules.apply(rewritten, rules, example_inputs=[value.clone() for value in inputs],
+                           static_shapes=static_shapes)
     rewritten.graph.lint()
     expected, actual = observe(original, inputs), observe(rewritten, inputs)
     assert_same(actual.outputs, expected.outputs, "outputs", atol)
