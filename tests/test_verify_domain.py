@@ -61,9 +61,7 @@ rule add_zero:
     assert "-0.0" in result.counterexample.inputs[0]
 
 
-def test_a_rule_wrong_only_near_overflow_is_found() -> None:
-    """(x * 2) / 2 overflows to inf for float16 values above 32752; x stays finite."""
-    result = unsound("""
+DOUBLE_HALVE = """
 rule double_halve:
     given:
         x: Tensor[dtype=float16]
@@ -71,22 +69,18 @@ rule double_halve:
         return (x * 2) / 2
     replace:
         return x
-""")
+"""
+
+
+def test_a_rule_wrong_only_near_overflow_is_found() -> None:
+    """(x * 2) / 2 overflows to inf for float16 values above 32752; x stays finite."""
+    result = unsound(DOUBLE_HALVE)
     assert result.reason == "inf appears in different places"
 
 
 def test_finite_inputs_keeps_values_away_from_overflow() -> None:
     """@finite_inputs() claims soundness for finite inputs of a moderate size: the same rule is sound."""
-    result = verdict("""
-@finite_inputs()
-rule double_halve:
-    given:
-        x: Tensor[dtype=float16]
-    pattern:
-        return (x * 2) / 2
-    replace:
-        return x
-""")
+    result = verdict("@finite_inputs()" + DOUBLE_HALVE)
     assert result.verdict is Verdict.SOUND, str(result)
 
 
