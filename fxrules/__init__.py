@@ -1,15 +1,20 @@
 """fxrules: declarative pattern-rewrite rules for PyTorch FX graphs.
 
-Pipeline: ``grammar/fxr.lark`` -> :mod:`fxrules.parser` (syntax tree) ->
-:mod:`fxrules.resolve` (rule IR, :mod:`fxrules.ir`) -> :mod:`fxrules.matcher`
--> :mod:`fxrules.rewriter` -> :mod:`fxrules.report`, driven by
-:mod:`fxrules.engine`; :mod:`fxrules.loader` reads files and includes.
-On top: :mod:`fxrules.verification` (soundness on generated inputs, with
-:mod:`fxrules.testing` strategies and :mod:`fxrules.standalone` graphs), the
-pytest plugin and :mod:`fxrules.cli`; :mod:`fxrules.pipelines` (a torch.compile
-backend and an Inductor pass) and :mod:`fxrules.exported` (``ExportedProgram``
-in and out) put ``apply`` into compile pipelines.
+The package is layered as the pipeline runs (``docs/internals.md``):
+:mod:`fxrules.lang` (``.fxr`` text to rule IR) -> :mod:`fxrules.match` ->
+:mod:`fxrules.rewrite` -> :mod:`fxrules.engine` (``apply``, reports, loading
+with the loop check) -> :mod:`fxrules.verification` and
+:mod:`fxrules.integrations` (``torch.compile``, pytest) -> :mod:`fxrules.cli`.
+
+The names below are imported on first use: ``import fxrules`` costs no more
+than the diagnostics, so a CLI call or a user's import does not pay for
+Dynamo, Inductor or hypothesis until it uses them.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from fxrules.diagnostics import (
     Diagnostic,
@@ -22,13 +27,45 @@ from fxrules.diagnostics import (
     FxrUsageError,
     Span,
 )
-from fxrules.engine import apply, apply_program
-from fxrules.exported import RewrittenProgram
-from fxrules.ir import Rule, RuleSet
-from fxrules.loader import load, parse
-from fxrules.pipelines import backend, inductor_pass
-from fxrules.report import Report
-from fxrules.verification import VerifyReport, verify
+
+if TYPE_CHECKING:
+    from fxrules.engine.driver import apply, apply_program
+    from fxrules.engine.exported import RewrittenProgram
+    from fxrules.engine.loading import load, parse
+    from fxrules.engine.report import Report
+    from fxrules.integrations.pipelines import backend, inductor_pass
+    from fxrules.lang.ir import Rule, RuleSet
+    from fxrules.verification.soundness import VerifyReport, verify
+
+#: Each public name and the module that defines it.
+_LAZY = {
+    "apply": "fxrules.engine.driver",
+    "apply_program": "fxrules.engine.driver",
+    "RewrittenProgram": "fxrules.engine.exported",
+    "load": "fxrules.engine.loading",
+    "parse": "fxrules.engine.loading",
+    "Report": "fxrules.engine.report",
+    "backend": "fxrules.integrations.pipelines",
+    "inductor_pass": "fxrules.integrations.pipelines",
+    "Rule": "fxrules.lang.ir",
+    "RuleSet": "fxrules.lang.ir",
+    "VerifyReport": "fxrules.verification.soundness",
+    "verify": "fxrules.verification.soundness",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fxrules' has no attribute '{name}'")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup is a plain attribute read
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "Diagnostic",

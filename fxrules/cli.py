@@ -27,14 +27,13 @@ from typing import Any
 import torch
 import torch.fx
 
-from fxrules import bundled
 from fxrules.demo import run_demo
 from fxrules.diagnostics import FxrError, FxrLoadError, FxrUsageError
-from fxrules.engine import apply
-from fxrules.loader import load
-from fxrules.report import counted
-from fxrules.verification import verify
-from fxrules.verify_options import (
+from fxrules.engine.driver import apply
+from fxrules.engine.report import counted
+from fxrules.lang import bundled
+from fxrules.engine.loading import load
+from fxrules.verification.options import (
     DEFAULT_EXAMPLES,
     DEFAULT_MAX_SIDE,
     DEFAULT_SEED,
@@ -42,6 +41,7 @@ from fxrules.verify_options import (
     parse_dtypes,
     whole_number_problem,
 )
+from fxrules.verification.soundness import verify
 
 
 def _check(files: Sequence[str], allow: Sequence[str]) -> int:

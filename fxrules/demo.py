@@ -22,7 +22,7 @@ import torch
 import torch.fx
 import torch.nn.functional as F  # noqa: N812 - the conventional name
 
-from fxrules.engine import apply
+from fxrules.engine.driver import apply
 
 RULESETS = ["fusions.fxr", "algebra.fxr", "cleanup.fxr"]
 

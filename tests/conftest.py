@@ -11,8 +11,8 @@ import torch
 import torch.fx
 
 import fxrules
-from fxrules import engine
-from fxrules.matcher import NodeIndex
+from fxrules.engine import driver as engine
+from fxrules.match.matcher import NodeIndex
 
 
 def trace(fn: Callable[..., Any] | torch.nn.Module) -> torch.fx.GraphModule:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import torch.fx
 
-from fxrules.ir import RuleSet
-from fxrules.matcher import Matcher, Skip
+from fxrules.lang.ir import RuleSet
+from fxrules.match.matcher import Matcher, Skip
 
 #: (rule name, anchor node name) -> names of the nodes the match covers.
 Matches = dict[tuple[str, str], frozenset[str]]

@@ -13,7 +13,7 @@ import torch
 import torch.fx
 
 import fxrules
-from fxrules.report import Report
+from fxrules.engine.report import Report
 
 Model = Callable[..., Any] | torch.nn.Module
 

@@ -10,7 +10,7 @@ import torch
 import torch.fx
 
 import fxrules
-from fxrules import rewriter as rewriter_module
+from fxrules.rewrite import rewriter as rewriter_module
 from tests.conftest import assert_rewrites, fold_rule, ops, trace
 
 F = torch.nn.functional

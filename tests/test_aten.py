@@ -1,4 +1,4 @@
-"""Replacements in aten-level graphs are spelled as aten operators (fxrules.aten)."""
+"""Replacements in aten-level graphs are spelled as aten operators (fxrules.rewrite.aten)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 import torch.fx
 
 import fxrules
-from fxrules.aten import is_aten_graph
+from fxrules.rewrite.aten import is_aten_graph
 
 nn = torch.nn
 

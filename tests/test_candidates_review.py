@@ -36,11 +36,11 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import fxrules
-from fxrules import engine
-from fxrules.compiled import Candidates, compile_rule
-from fxrules.ir import RuleSet
-from fxrules.matcher import RuleIndex, Skip
-from fxrules.report import ReportBuilder
+from fxrules.engine import driver as engine
+from fxrules.engine.report import ReportBuilder
+from fxrules.lang.ir import RuleSet
+from fxrules.match.compiled import Candidates, compile_rule
+from fxrules.match.matcher import RuleIndex, Skip
 from tests.conftest import trace
 from tests.strategies import GeneratedGraph, graphs, with_metadata
 from tests.test_compiled import EXACT, TYPED, check_candidates

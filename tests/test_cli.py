@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 import fxrules
-from fxrules import bundled
 from fxrules.cli import main
+from fxrules.lang import bundled
 
 GOOD_RULES = """\
 rule double_neg:

@@ -1,4 +1,4 @@
-"""The compiled matchers (fxrules.compiled) against the generic matcher they stand in for.
+"""The compiled matchers (fxrules.match.compiled) against the generic matcher they stand in for.
 
 * On random graphs (with shape metadata on every node, on none, or on some), at every node, every
   compiled rule gives the generic matcher's answer: the same match (nodes, bindings in the same
@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from torch.fx.passes.shape_prop import ShapeProp
 
 import fxrules
-from fxrules.compiled import Candidates, compile_rule, compile_ruleset
-from fxrules.ir import Rule, RuleSet
-from fxrules.matcher import Match, Matcher, Skip
+from fxrules.lang.ir import Rule, RuleSet
+from fxrules.match.compiled import Candidates, compile_rule, compile_ruleset
+from fxrules.match.matcher import Match, Matcher, Skip
 from tests.conftest import slow_examples, trace
 from tests.strategies import GeneratedGraph, graphs, with_metadata
 from tests.test_differential import RULES as DIFFERENTIAL_RULES

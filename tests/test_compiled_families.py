@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from torch.fx.passes.shape_prop import ShapeProp
 
 import fxrules
-from fxrules.compiled import CompiledRuleSet, compile_rule, compile_ruleset
-from fxrules.matcher import Match, Skip
+from fxrules.match.compiled import CompiledRuleSet, compile_rule, compile_ruleset
+from fxrules.match.matcher import Match, Skip
 from tests.conftest import trace
 from tests.models import MODELS
 from tests.strategies import GeneratedGraph, graphs
@@ -215,7 +215,8 @@ def test_apply_gives_the_same_rewrites_with_and_without_compiled_matchers(monkey
     generic_gm = spellings_module(training=False)
     report = fxrules.apply(gm, FAMILY_RULES)
     with monkeypatch.context() as patched:
-        patched.setattr("fxrules.engine.compile_ruleset", lambda rules: _without_matchers(compile_ruleset(rules)))
+        patched.setattr("fxrules.engine.driver.compile_ruleset",
+                        lambda rules: _without_matchers(compile_ruleset(rules)))
         generic_report = fxrules.apply(generic_gm, FAMILY_RULES)
     assert report.counts() == generic_report.counts() and sum(report.counts().values()) >= 20
     assert gm.code == generic_gm.code

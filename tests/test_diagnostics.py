@@ -17,8 +17,8 @@ import pytest
 
 import fxrules
 from fxrules import FxrError, FxrLoadError, FxrSyntaxError
-from fxrules.bundled import ruleset_names
-from fxrules.guards import FUNCTIONS as GUARD_FUNCTIONS
+from fxrules.lang.bundled import ruleset_names
+from fxrules.lang.guards import FUNCTION_NAMES as GUARD_FUNCTIONS
 
 #: One expected diagnostic: (line, column, message) or (line, column, message, hint).
 Expected = tuple[int, int, str] | tuple[int, int, str, str | None]

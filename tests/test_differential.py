@@ -20,7 +20,7 @@ import torch.fx
 from hypothesis import HealthCheck, given, settings
 
 import fxrules
-from fxrules.matcher import RuleIndex
+from fxrules.match.matcher import RuleIndex
 from tests.conftest import slow_examples
 from tests.reference_matcher import Matches, predict_pass, reference_anchors, reference_matches
 from tests.strategies import GeneratedGraph, graphs, site_graphs

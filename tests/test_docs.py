@@ -33,11 +33,13 @@ from torch import nn
 
 import fxrules
 import fxrules.cli
-from fxrules import guards, helpers, resolve
-from fxrules.families import family_parameters
-from fxrules.testing import Example as DrawnExample
-from fxrules.testing import examples
-from fxrules.verification import Verdict
+from fxrules.lang import resolve
+from fxrules.lang.families import family_parameters
+from fxrules.match import guards
+from fxrules.rewrite import helpers
+from fxrules.verification.soundness import Verdict
+from fxrules.verification.strategies import Example as DrawnExample
+from fxrules.verification.strategies import examples
 from tests.conftest import ops, trace
 
 REPO = Path(__file__).resolve().parents[1]
@@ -909,7 +911,7 @@ def test_demo_is_a_command(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_documented_bundled_rulesets_are_the_bundled_ones() -> None:
-    from fxrules.bundled import ruleset_names
+    from fxrules.lang.bundled import ruleset_names
 
     text = DOCS.read_text(encoding="utf-8")
     listed = re.search(r"bundled rulesets \(([^)]*)\)\. Text given to", text)

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fxrules
-from fxrules.ir import RuleSet
+from fxrules.lang.ir import RuleSet
 from tests.conftest import apply_outcome, slow_examples, visit_everything
 
 F = torch.nn.functional

@@ -13,7 +13,7 @@ import torch
 
 import fxrules
 from fxrules.diagnostics import FxrLoadError
-from fxrules.verification import Verdict
+from fxrules.verification.soundness import Verdict
 from tests.conftest import trace
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import fxrules
-from fxrules.ir import (
+from fxrules.lang.ir import (
     AltTemplate,
     Capture,
     DimRest,

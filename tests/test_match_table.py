@@ -26,8 +26,8 @@ import torch.nn.functional as F  # noqa: N812 - the spelling the card uses
 from torch import nn
 
 import fxrules
-from fxrules.ir import RuleSet
-from fxrules.matcher import Matcher, RuleIndex, Skip
+from fxrules.lang.ir import RuleSet
+from fxrules.match.matcher import Matcher, RuleIndex, Skip
 from tests.conftest import trace
 from tests.reference_matcher import Matches, predict_pass
 

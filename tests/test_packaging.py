@@ -155,7 +155,7 @@ def test_installed_wheel_is_what_the_venv_imports(venv: Path, tmp_path: Path) ->
     script = (
         "import fxrules, sys\n"
         "from importlib import resources\n"
-        "from fxrules import bundled\n"
+        "from fxrules.lang import bundled\n"
         "print(fxrules.__file__)\n"
         "print(resources.files('fxrules.grammar').joinpath('fxr.lark'))\n"
         "print(resources.files('fxrules.rulesets').joinpath('prelude.fxr'))\n"

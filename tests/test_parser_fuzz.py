@@ -32,8 +32,8 @@ from hypothesis.extra.lark import from_lark
 from lark import Lark
 
 import fxrules
-from fxrules.bundled import grammar_text
-from fxrules.parser import parse_syntax
+from fxrules.lang.bundled import grammar_text
+from fxrules.lang.parser import parse_syntax
 from tests.conftest import slow_examples
 
 RULESETS = Path(__file__).resolve().parents[1] / "rulesets"

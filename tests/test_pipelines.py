@@ -14,7 +14,7 @@ import torch.fx
 from torch.export.graph_signature import InputKind
 
 import fxrules
-from fxrules.pipelines import FxrCompileError
+from fxrules.integrations.pipelines import FxrCompileError
 
 from .models import MODELS, cnn, run
 from .test_docs import extract_blocks

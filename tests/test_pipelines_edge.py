@@ -25,8 +25,8 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import OutputKind
 
 import fxrules
-from fxrules.pipelines import FxrCompileError
-from fxrules.subgraphs import NO_NEW_TENSORS
+from fxrules.graph.subgraphs import NO_NEW_TENSORS
+from fxrules.integrations.pipelines import FxrCompileError
 
 nn = torch.nn
 

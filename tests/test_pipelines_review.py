@@ -18,8 +18,8 @@ import torch.fx
 from torch.utils.checkpoint import checkpoint
 
 import fxrules
-from fxrules import matcher as matcher_module
-from fxrules.report import KEEP_EXAMPLES, KEEP_MISSES
+from fxrules.engine.report import KEEP_EXAMPLES, KEEP_MISSES
+from fxrules.match import matcher as matcher_module
 
 nn = torch.nn
 

@@ -23,7 +23,7 @@ import torch
 import torch.fx
 
 import fxrules
-from fxrules.bundled import ruleset_names
+from fxrules.lang.bundled import ruleset_names
 from tests.models import MODELS, VOCAB, ModelCase, run
 
 F = torch.nn.functional

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import fxrules
-import fxrules.rewriter
-from fxrules.matcher import Match
+import fxrules.rewrite.rewriter
+from fxrules.match.matcher import Match
 from tests.conftest import trace
 
 
@@ -78,15 +78,15 @@ def test_impure_producers_are_not_retired() -> None:
     gm = trace(f)
     in_place = next(n for n in gm.graph.nodes if n.target is torch.ops.aten.add_.Tensor)
     retired = []
-    original = fxrules.rewriter.Rewriter._retire_dead
+    original = fxrules.rewrite.rewriter.Rewriter._retire_dead
 
-    def retire_dead(self: fxrules.rewriter.Rewriter, match: Match) -> list[torch.fx.Node]:
+    def retire_dead(self: fxrules.rewrite.rewriter.Rewriter, match: Match) -> list[torch.fx.Node]:
         touched = original(self, match)
         retired.extend(self.transaction.retired)
         return touched
 
     with pytest.MonkeyPatch.context() as patched:
-        patched.setattr(fxrules.rewriter.Rewriter, "_retire_dead", retire_dead)
+        patched.setattr(fxrules.rewrite.rewriter.Rewriter, "_retire_dead", retire_dead)
         report = fxrules.apply(gm, rules)
     assert report.counts() == {"keep_first": 1}
     assert in_place not in retired and len(retired) == 1

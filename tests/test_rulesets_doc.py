@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 import fxrules
-from fxrules.bundled import ruleset_names
-from fxrules.ir import (
+from fxrules.lang.bundled import ruleset_names
+from fxrules.lang.ir import (
     AttrType,
     GuardAttr,
     GuardBinary,

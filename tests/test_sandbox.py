@@ -33,8 +33,8 @@ from hypothesis import strategies as st
 import fxrules
 from fxrules.cli import main
 from fxrules.diagnostics import FxrApplyError, FxrLoadError, FxrUsageError
-from fxrules.targets import DEFAULT_ROOTS, Namespace, ResolutionError, allowed_names
-from fxrules.verification import Verdict
+from fxrules.lang.targets import DEFAULT_ROOTS, Namespace, ResolutionError, allowed_names
+from fxrules.verification.soundness import Verdict
 from tests.conftest import trace
 
 NOT_ALLOWED = "is not a tensor operation or constant that rule files may name"

@@ -18,9 +18,9 @@ import torch.fx
 from hypothesis import HealthCheck, given, settings
 
 import fxrules
-from fxrules.compiled import compile_ruleset
-from fxrules.ir import RuleSet
-from fxrules.report import KEEP_EXAMPLES, ReportBuilder
+from fxrules.engine.report import KEEP_EXAMPLES, ReportBuilder
+from fxrules.lang.ir import RuleSet
+from fxrules.match.compiled import compile_ruleset
 from tests.conftest import apply_outcome, slow_examples, trace, visit_everything
 from tests.strategies import GeneratedGraph, graphs
 from tests.test_compiled import EXACT

@@ -10,7 +10,7 @@ import torch.fx
 from torch.fx.passes.shape_prop import ShapeProp
 
 import fxrules
-from fxrules.matcher import Match, Skip
+from fxrules.match.matcher import Match, Skip
 from tests.conftest import ops, trace
 from tests.test_compiled import compiled, generic, outcome
 

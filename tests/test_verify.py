@@ -10,7 +10,7 @@ import torch
 
 import fxrules
 from fxrules.cli import main
-from fxrules.verification import Verdict, compare, verify_rule
+from fxrules.verification.soundness import Verdict, compare, verify_rule
 from tests.conftest import fold_rule, slow_examples
 
 SEED = 20261129

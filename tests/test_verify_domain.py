@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 import fxrules
-from fxrules.ir import Rule
-from fxrules.verification import ALIASING_CONTRACT, RuleVerdict, Verdict, verify_rule
+from fxrules.lang.ir import Rule
+from fxrules.verification.soundness import ALIASING_CONTRACT, RuleVerdict, Verdict, verify_rule
 from tests.conftest import EVAL_MODE_FOLD, fold_rule
 
 SEED = 20261201

@@ -13,7 +13,7 @@ import torch
 
 import fxrules
 from fxrules.cli import main
-from fxrules.verification import RuleVerdict, Verdict
+from fxrules.verification.soundness import RuleVerdict, Verdict
 
 BUNDLED_HELPERS = ("concat, fold_conv_bn, fold_conv_bn_bias, fold_conv_bn_weight, fold_linear_bn, index, "
                    "static_shape, static_size")
@@ -160,7 +160,8 @@ def test_a_module_without_a_generator_is_inconclusive() -> None:
             "    replace:\n        return m(x)\n")
     result = verdict_of(text)
     assert (result.verdict, result.reason) == (
-        Verdict.INCONCLUSIVE, "no input generator for LSTM: register one with fxrules.testing.register_module")
+        Verdict.INCONCLUSIVE,
+        "no input generator for LSTM: register one with fxrules.verification.strategies.register_module")
 
 
 def test_ctrl_c_in_a_helper_stops_verify() -> None:

@@ -16,7 +16,7 @@ import torch
 
 import fxrules
 from fxrules.cli import main
-from fxrules.verification import Verdict
+from fxrules.verification.soundness import Verdict
 
 pytest_plugins = ["pytester"]
 

@@ -1,0 +1,258 @@
+"""Load-time warnings for rules that would fire forever.
+
+Each rule's replacement is built as a standalone graph (captures as
+placeholders) and every rule is matched against its nodes.  A rule whose
+pattern matches its own replacement, and two rules each matching the
+other's replacement, are reported before anything loops.  Where the match
+cannot be decided without shape metadata or module values (a typed capture,
+a guard), the pattern's operations alone decide, the types and the guard
+assumed to hold: the matcher skips such a match for ``missing metadata`` or
+``guard error`` only once its structure matched, so the skip counts as a
+match.  The warning is a prompt to check, not a verdict.  Rules
+whose replacement calls a helper are not checked (helpers run only on real
+modules).
+
+The check costs time linear in the rules, not quadratic: a replacement whose
+operations no rule anchors at is not built at all, and at a node of a built
+one only the rules filed under the node's anchor key *and* one argument their
+pattern output requires (an operand's operation, or a literal that cannot
+come from a default) are tried, as the engine narrows its candidates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterable, Iterator
+from typing import Any
+
+import torch
+import torch.fx
+
+from fxrules.diagnostics import Diagnostic, Span
+from fxrules.lang.ir import (
+    AltTemplate,
+    AnchorKey,
+    Capture,
+    HelperTemplate,
+    Literal,
+    ModuleType,
+    OpKind,
+    OpTemplate,
+    Rule,
+    RuleSet,
+    Template,
+    anchor_keys,
+    walk,
+)
+from fxrules.match.matcher import Matcher, Skip, node_keys
+from fxrules.rewrite.standalone import replacement_graph
+
+#: Skip reasons that depend on values a standalone graph does not have.
+UNDECIDED = frozenset({"missing metadata", "guard error"})
+
+#: What an argument of a node is, for the index: ("call", anchor key) of an operand, ("literal", value).
+Feature = tuple[str, Hashable]
+
+_LITERAL_TYPES = (int, float, bool, str, type(None))
+
+
+def loop_warnings(ruleset: RuleSet) -> tuple[Diagnostic, ...]:
+    """Warnings for self-matching rules and pairs of rules that undo each other."""
+    index = _RuleFilter(ruleset)
+    matches: dict[str, set[str]] = {}
+    for rule in ruleset:
+        if _uses_helper(rule):
+            continue
+        if not index.may_anchor_in(rule):
+            matches[rule.name] = set()
+            continue
+        built = _replacement_graph(rule)
+        if built is not None:
+            matches[rule.name] = _rules_matching(built, index)
+    by_name = {rule.name: rule for rule in ruleset}
+    found = []
+    for name, matched in matches.items():
+        span = by_name[name].span
+        if name in matched:
+            found.append(_warning(span, f"rule {name}: its pattern matches its own replacement, so it may fire "
+                                        "forever", "apply stops at max_passes with an error"))
+        for other in sorted(matched - {name}):
+            if name < other and name in matches.get(other, set()):
+                found.append(_warning(span, f"rules {name} and {other} undo each other, so they may fire forever",
+                                      f"{other} is at {by_name[other].span}"))
+    return tuple(found)
+
+
+def _uses_helper(rule: Rule) -> bool:
+    return any(isinstance(t, HelperTemplate) or (isinstance(t, OpTemplate) and isinstance(t.target, HelperTemplate))
+               for output in rule.replacement for t in walk(output))
+
+
+def _replacement_graph(rule: Rule) -> tuple[torch.nn.Module, torch.fx.Graph] | None:
+    modules = {name: torch.nn.Identity() for name, t in rule.types.items() if isinstance(t, ModuleType)}
+    try:
+        return replacement_graph(rule, modules, {})
+    except Exception:  # a replacement that cannot be built symbolically is not checked
+        return None
+
+
+def _rules_matching(built: tuple[torch.nn.Module, torch.fx.Graph], index: _RuleFilter) -> set[str]:
+    root, graph = built
+    matcher = Matcher(root)
+    found: set[str] = set()
+    for node in graph.nodes:
+        for rule in index.rules_at(root, node):
+            if rule.name in found:
+                continue
+            try:
+                if matcher.match(rule, node) is not None:
+                    found.add(rule.name)
+            except Skip as skip:
+                if skip.reason in UNDECIDED:
+                    found.add(rule.name)
+    return found
+
+
+class _RuleFilter:
+    """The rules that may match at a node: filed by the anchor keys of their pattern output and by one
+    argument the output requires, the one shared by the fewest rules (``None``: it requires none)."""
+
+    def __init__(self, ruleset: RuleSet) -> None:
+        self.ruleset = ruleset
+        self.order = {rule.name: position for position, rule in enumerate(ruleset)}
+        entries = {rule.name: list(_index_entries(rule)) for rule in ruleset}
+        sharing: dict[tuple[AnchorKey, Feature], int] = {}
+        for options in entries.values():
+            for keys, requirements in options:
+                for key in keys:
+                    for features in requirements:
+                        for feature in features:
+                            sharing[key, feature] = sharing.get((key, feature), 0) + 1
+        self.buckets: dict[tuple[AnchorKey, Feature | None], list[Rule]] = {}
+        for rule in ruleset:
+            for keys, requirements in entries[rule.name]:
+                chosen = min(requirements, key=lambda fs: sum(sharing[k, f] for k in keys for f in fs),
+                             default=(None,))
+                for key in keys:
+                    for feature in chosen:
+                        self.buckets.setdefault((key, feature), []).append(rule)
+        self.anchored = {key for key, _ in self.buckets}
+        self.anchors_modules = any(op == "call_module" for op, _ in self.anchored)
+
+    def may_anchor_in(self, rule: Rule) -> bool:
+        """Whether some rule may anchor at a node of ``rule``'s replacement graph (False only when certain)."""
+        keys = _emitted_keys(rule)
+        if keys is None:
+            return True
+        # a module capture is an nn.Identity in the standalone graph, whatever class the rule declares
+        return not self.anchored.isdisjoint(keys) or (self.anchors_modules and any(op == "call_module"
+                                                                                   for op, _ in keys))
+
+    def rules_at(self, gm: torch.nn.Module, node: torch.fx.Node) -> list[Rule]:
+        """The rules that may match at ``node``, in file order."""
+        keys = node_keys(gm, node)
+        if not keys:
+            return []
+        features: list[Feature | None] = [None]
+        for value in (*node.args, *node.kwargs.values()):
+            features += _features_of(gm, value)
+        found = {rule.name: rule for key in keys for feature in features
+                 for rule in self.buckets.get((key, feature), ())}
+        return sorted(found.values(), key=lambda rule: self.order[rule.name])
+
+
+def _index_entries(rule: Rule) -> Iterator[tuple[tuple[AnchorKey, ...], list[frozenset[Feature]]]]:
+    """For each option of the pattern output: its anchor keys, and the arguments it requires (each a set of
+    features of which a matching node has one among its arguments)."""
+    output = rule.pattern[0]
+    for option in output.options if isinstance(output, AltTemplate) else (output,):
+        keys = tuple(dict.fromkeys(anchor_keys(option)))
+        if keys and isinstance(option, OpTemplate):
+            yield keys, _required_arguments(option)
+
+
+def _required_arguments(template: OpTemplate) -> list[frozenset[Feature]]:
+    """What a node the operation matches has among its direct arguments, whichever way its call binds
+    (by name, as written, commutative operands swapped): each operand operation, and each literal whose
+    parameter has no default.  Nothing for a target taking sizes loose (an operand may be in the tuple)."""
+    signature = template.signature
+    if template.kind is OpKind.FAMILY:
+        members = template.target.members
+        if any(m.signature is not None and m.signature.pack_from is not None for m in members):
+            return []
+        with_default = None  # a member may supply a literal from a default or a module attribute
+    elif signature is not None and signature.pack_from is not None:
+        return []
+    else:
+        with_default = _with_default(template) if template.kind in (OpKind.FUNCTION, OpKind.METHOD) else None
+    parameter_of = {id(t): name for name, t in (template.bound or {}).items()}
+    required = []
+    for operand in template.operands():
+        keys = _operation_keys(operand)
+        if keys:
+            required.append(frozenset(("call", key) for key in keys))
+        elif isinstance(operand, Literal) and with_default is not None \
+                and parameter_of.get(id(operand)) not in with_default and _indexable(operand.value):
+            required.append(frozenset({("literal", operand.value)}))
+    return required
+
+
+def _operation_keys(template: Template) -> tuple[AnchorKey, ...]:
+    """The anchor keys of an operand that is an operation (every option of ``A | B`` one), else ()."""
+    options = template.options if isinstance(template, AltTemplate) else (template,)
+    if not all(isinstance(o, OpTemplate) for o in options):
+        return ()
+    return tuple(dict.fromkeys(key for option in options for key in anchor_keys(option)))
+
+
+def _with_default(template: OpTemplate) -> set[str]:
+    signature = template.signature
+    if signature is None:
+        return set()
+    return {name for overload in signature.overloads for name, parameter in overload.parameters.items()
+            if parameter.default is not parameter.empty}
+
+
+def _indexable(value: Any) -> bool:
+    """A literal found by hashing: ``1``, ``1.0`` and ``True`` share a bucket, which only widens it."""
+    return type(value) in _LITERAL_TYPES and not (isinstance(value, float) and math.isnan(value))
+
+
+def _features_of(gm: torch.nn.Module, value: Any) -> Iterable[Feature]:
+    if isinstance(value, torch.fx.Node):
+        return [("call", key) for key in node_keys(gm, value)]
+    return [("literal", value)] if _indexable(value) else []
+
+
+def _emitted_keys(rule: Rule) -> set[AnchorKey] | None:
+    """The anchor keys of every node the rule's replacement graph may hold, or None when they cannot be
+    told from the text: an aten-level graph spells replacements as aten operators the text does not name.
+
+    The graph computes the pattern first (the replacement may reuse its named operations), then drops what
+    the replacement does not use: an aten operation anywhere in the pattern can make the graph aten-level.
+    """
+    keys: set[AnchorKey] = set()
+    pattern = [t for output in rule.pattern for t in walk(output) if isinstance(t, OpTemplate)]
+    if any(isinstance(_emitted_target(t), torch._ops.OpOverload | torch._ops.OpOverloadPacket)
+           for t in pattern):
+        return None
+    interior = {t.name: t for t in pattern if t.name}
+    for output in rule.replacement:
+        for template in walk(output):
+            reused = interior.get(template.name) if isinstance(template, Capture) else None
+            for operation in walk(reused) if reused is not None else (template,):
+                if isinstance(operation, OpTemplate):
+                    keys.update(anchor_keys(operation))
+                    packet = getattr(operation.target, "overloadpacket", None)
+                    if packet is not None:
+                        keys.add(("call_function", packet))
+    return keys
+
+
+def _emitted_target(template: OpTemplate) -> Any:
+    """The target a template's node calls when emitted: a family emits its first member."""
+    return template.target.primary.target if template.kind is OpKind.FAMILY else template.target
+
+
+def _warning(span: Span, message: str, hint: str) -> Diagnostic:
+    return Diagnostic(span, message, hint=hint, severity="warning")

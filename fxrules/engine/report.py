@@ -1,0 +1,236 @@
+"""What an ``apply`` did: per-rule counts, where rules fired, why matches were skipped, near misses.
+
+:class:`ReportBuilder` accumulates while the engine runs; :class:`Report` is
+the frozen result, printable as a table (``str(report)``) and exportable for
+tools (``report.to_dict()``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+from fxrules.lang.ir import Rule, RuleSet
+from fxrules.match.matcher import Miss
+
+#: How many skipped matches and near misses a rule keeps (the counts are always complete).
+KEEP_EXAMPLES = 20
+KEEP_MISSES = 3
+
+
+class StopReason(enum.Enum):
+    """Why the passes ended."""
+
+    FIXPOINT = "fixpoint"  # a pass fired nothing (or nothing ever fired)
+
+
+@attrs.frozen
+class SkippedMatch:
+    """A pattern that matched but could not be used, and why."""
+
+    reason: str  # escaping user, impure, cycle, guard false, guard error, missing metadata, overlap, grad mode,
+    # dynamic size, budget (matching took over MATCH_BUDGET steps), literal bound (a folded literal over the bound),
+    # fold error (the match's literals cannot be folded: 1.0 / c with c = 0.0)...
+    node: str
+    detail: str
+
+
+@attrs.frozen
+class RuleReport:
+    name: str
+    location: str
+    fired: int
+    anchors: tuple[str, ...]
+    skipped: tuple[SkippedMatch, ...]
+    skip_counts: dict[str, int]
+    notes: tuple[str, ...]
+    near_misses: tuple[Miss, ...]
+    # candidate nodes the rule was tried at: not the nodes pass 1 ruled out for the whole graph at once, nor
+    # the settled nodes a later pass passes over
+    attempts: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "location": self.location, "fired": self.fired, "anchors": list(self.anchors),
+            "skipped": [attrs.asdict(s) for s in self.skipped], "skip_counts": dict(self.skip_counts),
+            "notes": list(self.notes), "attempts": self.attempts,
+            "near_misses": [{**attrs.asdict(m, filter=lambda a, _: a.name != "span"), "location": str(m.span)}
+                            for m in self.near_misses],
+        }
+
+
+@attrs.frozen
+class Report:
+    """The result of one ``apply``."""
+
+    rules: tuple[RuleReport, ...]
+    passes: int
+    stop_reason: StopReason
+    nodes_before: int
+    nodes_after: int
+    match_seconds: float  # in the passes, rewrites aside: finding candidates, matching, bookkeeping
+    rewrite_seconds: float  # splicing the replacements in (timed per rewrite)
+    total_seconds: float
+
+    @property
+    def total_fired(self) -> int:
+        return sum(r.fired for r in self.rules)
+
+    def fired(self, rule_name: str) -> int:
+        return self[rule_name].fired
+
+    def __getitem__(self, rule_name: str) -> RuleReport:
+        for rule in self.rules:
+            if rule.name == rule_name:
+                return rule
+        raise KeyError(rule_name)
+
+    def counts(self) -> dict[str, int]:
+        """Rule name -> times fired, for the rules that fired."""
+        return {r.name: r.fired for r in self.rules if r.fired}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rules": [r.to_dict() for r in self.rules], "passes": self.passes,
+            "stop_reason": self.stop_reason.value, "nodes_before": self.nodes_before,
+            "nodes_after": self.nodes_after, "match_seconds": self.match_seconds,
+            "rewrite_seconds": self.rewrite_seconds, "total_seconds": self.total_seconds,
+        }
+
+    def __str__(self) -> str:
+        return self.table()
+
+    def table(self, every_rule: bool = True) -> str:
+        """The readable table; ``every_rule=False`` leaves out the rules that neither fired nor were skipped."""
+        shown = [r for r in self.rules if every_rule or r.fired or r.skip_counts]
+        width = max([len(r.name) for r in shown] + [4])
+        lines = [f"{'rule':<{width}}  {'fired':>5}  {'skipped':>7}  where"]
+        for rule in shown:
+            where = ", ".join(rule.anchors[:4]) + (" ..." if len(rule.anchors) > 4 else "")
+            lines.append(f"{rule.name:<{width}}  {rule.fired:>5}  {sum(rule.skip_counts.values()):>7}  {where}")
+        lines.append(f"{counted(self.total_fired, 'rewrite')} in {counted(self.passes, 'pass')}; "
+                     f"nodes {self.nodes_before} -> "
+                     f"{self.nodes_after}; {self.total_seconds * 1000:.1f} ms")
+        lines += self._details()
+        return "\n".join(lines)
+
+    def _details(self) -> list[str]:
+        lines: list[str] = []
+        for rule in self.rules:
+            for reason, count in sorted(rule.skip_counts.items()):
+                example = next(s for s in rule.skipped if s.reason == reason)
+                lines.append(f"  skipped {rule.name} x{count} ({reason}): {example.node}: {example.detail}")
+            lines += [f"  note {rule.name}: {note}" for note in rule.notes]
+            lines += [f"  near miss {miss}" for miss in rule.near_misses]
+        return lines
+
+
+@attrs.define
+class _RuleStats:
+    fired: int = 0
+    anchors: list[str] = attrs.Factory(list)
+    skipped: dict[tuple[str, str], SkippedMatch] = attrs.Factory(dict)  # the first KEEP_EXAMPLES
+    skip_counts: Counter[str] = attrs.Factory(Counter)
+    skipped_at: set[tuple[str, str]] = attrs.Factory(set)  # every (reason, node), counted once however often seen
+    misses: list[Miss] = attrs.Factory(list)
+
+
+#: The stats of a rule that did nothing (read only).
+_NOTHING = _RuleStats()
+
+
+@attrs.define
+class ReportBuilder:
+    """Accumulates what the engine saw, rule by rule."""
+
+    ruleset: RuleSet
+    stats: defaultdict[str, _RuleStats] = attrs.Factory(lambda: defaultdict(_RuleStats))  # of rules that did something
+    passes: int = 0
+    match_seconds: float = 0.0
+    rewrite_seconds: float = 0.0
+    attempts: defaultdict[str, int] = attrs.Factory(lambda: defaultdict(int))  # rule name -> nodes it was tried at
+
+    def fired(self, rule: Rule, anchor: str) -> None:
+        stats = self.stats[rule.name]
+        stats.fired += 1
+        stats.anchors.append(anchor)
+
+    def skipped(self, rule: Rule, node: str, reason: str, detail: Callable[[], str]) -> None:
+        """A match of ``rule`` at ``node`` not used for ``reason``; ``detail()`` is called if it is kept."""
+        stats = self.stats[rule.name]
+        key = (reason, node)
+        if key in stats.skipped_at:
+            return
+        stats.skipped_at.add(key)
+        stats.skip_counts[reason] += 1
+        if len(stats.skipped) < KEEP_EXAMPLES:
+            stats.skipped[key] = SkippedMatch(reason, node, detail())
+
+    def keeps_miss(self, rule: str, anchor: str, progress: int, condition: str) -> bool:
+        """Whether :meth:`missed` would keep such a miss (so its detail need not be written otherwise)."""
+        misses = self.stats[rule].misses if rule in self.stats else []
+        if any(m.anchor == anchor and m.condition == condition for m in misses):
+            return False
+        return len(misses) < KEEP_MISSES or progress > misses[-1].progress
+
+    def missed(self, miss: Miss) -> None:
+        if not self.keeps_miss(miss.rule, miss.anchor, miss.progress, miss.condition):
+            return
+        misses = self.stats[miss.rule].misses
+        misses.append(miss)
+        misses.sort(key=lambda m: -m.progress)
+        del misses[KEEP_MISSES:]
+
+    def build(self, nodes_before: int, nodes_after: int, total_seconds: float) -> Report:
+        rules = []
+        for rule in self.ruleset:
+            stats = self.stats.get(rule.name, _NOTHING)
+            rules.append(RuleReport(
+                name=rule.name, location=str(rule.span), fired=stats.fired, anchors=tuple(stats.anchors),
+                skipped=tuple(stats.skipped.values()), skip_counts=dict(stats.skip_counts), notes=rule.notes,
+                near_misses=tuple(stats.misses), attempts=self.attempts.get(rule.name, 0),
+            ))
+        return Report(tuple(rules), self.passes, StopReason.FIXPOINT, nodes_before, nodes_after,
+                      self.match_seconds, self.rewrite_seconds, total_seconds)
+
+
+def combine(root: Report, nested: Sequence[tuple[str, Report]], total_seconds: float) -> Report:
+    """One report for an ``apply`` over a graph and the subgraphs of its higher-order operators.
+
+    ``nested`` holds each subgraph's report under its attribute path; its nodes are named ``path.node``.
+    """
+    parts = [("", root), *nested]
+    rules = []
+    for index, rule in enumerate(root.rules):
+        pieces = [(prefix, report.rules[index]) for prefix, report in parts]
+        skip_counts: Counter[str] = Counter()
+        for _, piece in pieces:
+            skip_counts.update(piece.skip_counts)
+        misses = sorted((attrs.evolve(m, anchor=_qualified(p, m.anchor)) for p, r in pieces for m in r.near_misses),
+                        key=lambda m: -m.progress)
+        rules.append(attrs.evolve(
+            rule, fired=sum(r.fired for _, r in pieces),
+            anchors=tuple(_qualified(p, a) for p, r in pieces for a in r.anchors),
+            skipped=tuple(attrs.evolve(s, node=_qualified(p, s.node)) for p, r in pieces for s in r.skipped
+                          )[:KEEP_EXAMPLES],
+            skip_counts=dict(skip_counts), near_misses=tuple(misses[:KEEP_MISSES]),
+            attempts=sum(r.attempts for _, r in pieces)))
+    reports = [report for _, report in parts]
+    return Report(tuple(rules), max(r.passes for r in reports), root.stop_reason,
+                  sum(r.nodes_before for r in reports), sum(r.nodes_after for r in reports),
+                  sum(r.match_seconds for r in reports), sum(r.rewrite_seconds for r in reports), total_seconds)
+
+
+def _qualified(prefix: str, node: str) -> str:
+    return f"{prefix}.{node}" if prefix else node
+
+
+def counted(number: int, noun: str) -> str:
+    """``1 rule``, ``2 rules``, ``3 passes``: a count and its noun, in the plural unless it is one."""
+    if number == 1:
+        return f"1 {noun}"
+    return f"{number} {noun}es" if noun.endswith("s") else f"{number} {noun}s"

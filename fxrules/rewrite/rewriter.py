@@ -1,0 +1,601 @@
+"""Splicing one match's replacement into the graph with torch.fx primitives, undoably.
+
+Steps for a match: (1) emit the replacement's nodes before the earliest
+matched output (``Graph.inserting_before``), each shared template once, in
+dependency order; helpers run here, and in an aten-level graph each operation is spelled as
+an aten operator (:mod:`fxrules.rewrite.aten`); (2) give the new nodes the replaced
+output's ``stack_trace``/``nn_module_stack``, provenance in
+``meta["fxrules"]``, and shape metadata (copied for outputs, inferred for the
+rest); (3) redirect the outputs' users (``Node.replace_all_uses_with``);
+(4) retire the matched nodes that became dead: they stay in the graph, seen
+by nobody, until the commit erases them.  Every change is logged in a
+:class:`Transaction`, so a failed ``apply`` can undo them all in place
+instead of working on a copy of the graph.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Callable, Container, Mapping
+from typing import Any
+
+import attrs
+import torch
+import torch.fx
+
+from fxrules.diagnostics import FxrApplyError
+from fxrules.graph.metadata import (
+    alias_class,
+    aliased_inputs,
+    has_metadata,
+    has_side_effects,
+    in_place_writer,
+    infer_metadata,
+    tensor_info,
+    view_base,
+)
+from fxrules.graph.sizes import SYMBOLIC, DynamicSize, dynamic_size, is_size_error, literal
+from fxrules.graph.subgraphs import NO_NEW_TENSORS, OUTSIDE, TOP_LEVEL, CallContext, grad_modes
+from fxrules.lang.bounds import LiteralTooLarge, bounded
+from fxrules.lang.ir import (
+    Capture,
+    HelperTemplate,
+    Literal,
+    OpKind,
+    OpTemplate,
+    Rule,
+    SeqTemplate,
+    SliceTemplate,
+    Template,
+)
+from fxrules.match.matcher import Match, Skip
+from fxrules.memo import per_object
+from fxrules.rewrite.aten import ATEN_GRAPH, NoAtenSpelling, aten_spelling, is_aten_graph, needs_aten_spelling
+from fxrules.rewrite.read_only import read_only
+from fxrules.rewrite.transaction import Transaction
+
+#: Metadata a replacement inherits from the output it replaces.
+INHERITED_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
+SHAPE_META = ("val", "example_value", "tensor_meta")
+
+
+class HelperTensor:
+    """What a helper receives for a tensor capture other than a ``get_attr``: the node's name and metadata."""
+
+    def __init__(self, node: torch.fx.Node) -> None:
+        self.name = node.name
+        self.node = node
+
+    @property
+    def shape(self) -> Any:
+        return tensor_info(self.node).shape
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return tensor_info(self.node).dtype
+
+    @property
+    def value(self) -> torch.Tensor:
+        """Unknown: a helper that needs it skips the rewrite (``get_attr`` captures reach helpers as tensors)."""
+        where = "a graph input (as parameters are in torch.compile graphs and in subgraphs of higher-order " \
+            "operators)" if self.node.op == "placeholder" else "computed when the graph runs"
+        raise Skip("value unknown", f"a helper needs the value of '{self.name}', which is {where}")
+
+    def __repr__(self) -> str:
+        return f"HelperTensor({self.name})"
+
+
+@attrs.frozen
+class Rewrite:
+    """What one rewrite changed: the nodes it created and the nodes whose surroundings changed."""
+
+    created: tuple[torch.fx.Node, ...]
+    redirected: tuple[tuple[torch.fx.Node, Any], ...]  # existing nodes given a new input, and that input
+    lost_users: tuple[torch.fx.Node, ...]  # existing nodes left with fewer users, still live
+    gained_users: tuple[torch.fx.Node, ...]  # existing nodes the replacement uses
+
+    @property
+    def touched(self) -> tuple[torch.fx.Node, ...]:
+        """The existing nodes whose surroundings changed: with new inputs, or fewer users."""
+        return (*(user for user, _ in self.redirected), *self.lost_users)
+
+
+class Rewriter:
+    """Rewrites matches in one graph, calling helpers from ``helpers``."""
+
+    def __init__(self, gm: torch.nn.Module, graph: torch.fx.Graph, helpers: Mapping[str, Callable[..., Any]],
+                 transaction: Transaction, context: CallContext = TOP_LEVEL) -> None:
+        self.gm = gm
+        self.context = context  # how higher-order operators run the graph, when it is one of their subgraphs
+        self.graph = graph
+        self.helpers = helpers
+        self.transaction = transaction
+        self.with_metadata = any(has_metadata(n) for n in graph.find_nodes(op="placeholder"))
+
+    @functools.cached_property
+    def aten_level(self) -> bool:
+        """Whether replacements must be spelled as aten operators (decided at the first rewrite, not per apply)."""
+        return ATEN_GRAPH in getattr(self.gm, "meta", {}) or is_aten_graph(self.graph)
+
+    @functools.cached_property
+    def decomposed(self) -> Container[Any]:
+        """Operators the graph's compiler has decomposed already, which a replacement may not bring back."""
+        return getattr(self.gm, "meta", {}).get(ATEN_GRAPH, ())
+
+    def rewrite(self, match: Match) -> Rewrite:
+        outputs = match.outputs
+        if len(outputs) == 1:
+            # Every capture is an argument of a matched node, and every matched node comes before the
+            # single output: nothing can be defined after it.
+            anchor = outputs[0]
+        else:
+            anchor = min(outputs, key=lambda n: n._sort_key)
+            late = [v.name for v in match.bindings.values()
+                    if isinstance(v, torch.fx.Node) and v not in match.nodes and v._sort_key > anchor._sort_key]
+            if late:
+                raise Skip("order", f"captured {', '.join(late)} defined after the first output '{anchor.name}'")
+        mark = self.transaction.mark(self.graph)
+        try:  # a skip halfway (a helper's value unknown, no aten spelling...) leaves nothing behind
+            values, created = self._emit(match, anchor)
+            if not created and all(v is o for v, o in zip(values, outputs, strict=True)):
+                raise Skip("no change", "the replacement is the matched node itself")
+            if len(outputs) > 1:
+                _check_order(anchor, outputs, values, created)
+            self._check_receivers(outputs, values)
+            if self.grad_modes is not None:
+                self._check_grad_modes(match, values, created)
+            self._check_aliases(outputs, values, created)
+        except Skip:
+            self.transaction.undo_since(mark, self.graph)
+            raise
+        if created:
+            self._annotate(match, created, values)
+        redirected: list[tuple[torch.fx.Node, Any]] = []
+        for output, value in zip(outputs, values, strict=True):
+            if value is not output:
+                redirected += [(user, value) for user in self._redirect(output, value, created)]
+        return Rewrite(tuple(created), tuple(redirected), tuple(self._retire_dead(match)), _used_by(created, values))
+
+    def _emit(self, match: Match, anchor: torch.fx.Node) -> tuple[list[Any], list[torch.fx.Node]]:
+        """The replacement's values (one per output) and the nodes made for them, before ``anchor``."""
+        shape = _replacement_shape(match.rule)
+        bindings = match.bindings
+        if any(isinstance(value, SYMBOLIC) for value in bindings.values()):
+            shape = _ReplacementShape()  # a symbolic dim of a typed capture: the Emitter makes it a literal or skips
+        if shape.values is not None:  # x * 1 => x: no node to insert
+            return [bindings[key] if is_capture else key for is_capture, key in shape.values], []
+        if shape.call is not None and not self.aten_level:
+            node = shape.call.emit(self.graph, self.transaction, bindings, anchor)
+            if node is not None:
+                return [node], [node]
+        emitter = Emitter(self, match)
+        with self.graph.inserting_before(anchor):
+            values = [emitter.emit(t) for t in match.rule.replacement]
+        return values, emitter.created
+
+    @functools.cached_property
+    def grad_modes(self) -> dict[torch.fx.Node, bool | str] | None:
+        """The grad mode of each node, where the graph has grad-mode regions (None: it has none)."""
+        return grad_modes(self.graph, self.context.grad_enabled)
+
+    def _check_grad_modes(self, match: Match, values: list[Any], created: list[torch.fx.Node]) -> None:
+        """Skip a rewrite that would move a computation into another grad mode, or make a value computed
+        without grad one that may require it where it is used outside the region (``neg(neg(x)) => x``
+        inside ``torch.no_grad()``, the result used after it): the values are equal, but gradients would
+        flow where they did not (or stop where they flowed).  Within the region nothing records gradients.
+
+        New nodes go before the anchor, in its mode, and are recorded in that mode.
+        """
+        modes = self.grad_modes
+        assert modes is not None
+        anchor_mode = modes.get(min(match.outputs, key=lambda n: n._sort_key), OUTSIDE)
+        for node in match.nodes:
+            if modes.get(node, OUTSIDE) not in (OUTSIDE, anchor_mode):
+                raise Skip("grad mode", f"'{node.name}' is computed with grad {_enabled(modes[node])} and the "
+                                        f"replacement would be computed with grad {_enabled(anchor_mode)}")
+        for output, value in zip(match.outputs, values, strict=True):
+            if isinstance(value, torch.fx.Node) and value not in created and modes.get(output) is False \
+                    and modes.get(value, OUTSIDE) is not False \
+                    and any(modes.get(user, OUTSIDE) is not False for user in output.users if user not in created):
+                raise Skip("grad mode", f"'{output.name}' is computed with grad disabled, and '{value.name}', "
+                                        "which would replace it where grad is not disabled, is not: it may "
+                                        "require grad")
+        for node in created:
+            modes[node] = anchor_mode
+
+    def _check_receivers(self, outputs: tuple[torch.fx.Node, ...], values: list[Any]) -> None:
+        """Skip a replacement that would make a value other than a node the receiver of a method call.
+
+        The generated code would not compile (``1.contiguous()``), and it is generated at the commit, whose
+        failure undoes the whole ``apply``; refused now, only this rewrite is skipped.
+        """
+        retired = self.transaction.retired
+        for output, value in zip(outputs, values, strict=True):
+            if isinstance(value, torch.fx.Node):
+                continue
+            for user in output.users:
+                if user.op == "call_method" and user.args and user.args[0] is output and user not in retired:
+                    raise Skip("literal receiver", f"'{user.name}' calls .{user.target}() on '{output.name}', "
+                                                   f"which the replacement makes the literal {value!r}")
+
+    def _check_aliases(self, outputs: tuple[torch.fx.Node, ...], values: list[Any],
+                       created: list[torch.fx.Node]) -> None:
+        """Skip a replacement that makes an output share memory with a value that exists already (``x * 1 => x``
+        makes it ``x``; ``x.detach().clone() => x.detach()`` and ``reshape(reshape(x, a), b) => reshape(x, b)``
+        make it a view of ``x``) where a program could tell:
+
+        * ``in-place write``: the graph writes in place into either one, directly or through any view or
+          alias of it (``y.add_(1)``, ``x[0:1].zero_()``, ``x.t().mul_(2)``): the write would reach both;
+        * ``alias``: the output (or a view of it) is returned, and the existing value is, or shares memory
+          with, a graph input, a parameter or buffer, or another returned value: a caller writing into the
+          result would write into those.  In a subgraph of ``torch.cond`` and its kin the operator itself
+          refuses outputs that alias inputs or each other.
+
+        A replacement that is a view of what the output was a view of already (``x.t().t() => x``) changes
+        nothing a write could see, and is not checked.
+        """
+        new = set(created)
+        returned: set[torch.fx.Node] | None = None
+        for output, value in zip(outputs, values, strict=True):
+            if not isinstance(value, torch.fx.Node) or value is output:
+                continue
+            for existing in _existing_aliases(value, new):
+                if view_base(existing) is view_base(output):
+                    continue
+                _check_writes(output, existing)
+                returned = set(self.graph.output_node().all_input_nodes) if returned is None else returned
+                self._check_returned(output, existing, returned)
+
+    def _check_returned(self, output: torch.fx.Node, existing: torch.fx.Node, returned: set[torch.fx.Node]) -> None:
+        """The ``alias`` half of :meth:`_check_aliases`."""
+        if returned.isdisjoint(alias_class(output)):
+            return
+        exposed = next((n for n in alias_class(existing) if n.op in ("placeholder", "get_attr") or n in returned),
+                       None)
+        if exposed is None:
+            return
+        if self.context.alias_free:
+            raise Skip("alias", f"the subgraph would return '{existing.name}' (or a view of it) in place of "
+                                f"'{output.name}', an alias of its input or of another output, which "
+                                "higher-order operators refuse")
+        kind = {"placeholder": "the graph input", "get_attr": "the attribute"}.get(exposed.op, "the returned value")
+        raise Skip("alias", f"'{output.name}' is returned, and the replacement would make it share memory with "
+                            f"{kind} '{exposed.name}': a caller writing into the result would change it")
+
+    def _annotate(self, match: Match, created: list[torch.fx.Node], values: list[Any]) -> None:
+        anchor_meta = match.anchor.meta
+        inherited = [(key, anchor_meta[key]) for key in INHERITED_META if key in anchor_meta]
+        provenance = _provenance(match.rule)
+        for node in created:
+            node.meta.update(inherited)
+            node.meta["fxrules"] = dict(provenance)
+        outputs = {id(v): o for v, o in zip(values, match.outputs, strict=True) if isinstance(v, torch.fx.Node)}
+        for node in created:
+            replaced = outputs.get(id(node))
+            shape = [(key, replaced.meta[key]) for key in SHAPE_META if key in replaced.meta] if replaced else None
+            if shape:
+                node.meta.update(shape)
+            elif self.with_metadata:
+                infer_metadata(node)
+
+    def _redirect(self, output: torch.fx.Node, value: Any, created: list[torch.fx.Node]) -> list[torch.fx.Node]:
+        """Make the live users of ``output`` (but the replacement's own nodes) use ``value``; those users."""
+        retired = self.transaction.retired
+        users = [user for user in output.users if user not in retired and user not in created]
+        for user in users:
+            self.transaction.replace_input(user, output, value)
+        return users
+
+    def _retire_dead(self, match: Match) -> list[torch.fx.Node]:
+        """Retire the matched nodes nothing live uses any more, and the pure producers this leaves unused.
+
+        Returns the nodes that lost a user and stay live.  A producer only the rewritten nodes used
+        (the argument a ``...`` or ``_`` swallowed) is retired too, and so on up: left in place, it
+        would count as a user of its own inputs, and block matches there, until the commit.
+        """
+        retired = self.transaction.retired
+        nodes = match.nodes if len(match.nodes) == 1 else sorted(match.nodes, key=lambda n: n._sort_key, reverse=True)
+        lost_user: list[torch.fx.Node] = []
+        for node in nodes:  # users before what they use
+            if not _has_live_user(node, retired):
+                lost_user += node.all_input_nodes
+                retired[node] = None
+        touched: list[torch.fx.Node] = []
+        while lost_user:
+            node = lost_user.pop()
+            if node in retired:
+                continue
+            if _has_live_user(node, retired) or has_side_effects(node):
+                touched.append(node)
+            else:
+                lost_user += node.all_input_nodes
+                retired[node] = None
+        return touched
+
+
+class Emitter:
+    """Builds one replacement: each shared template once, helpers called at most once each."""
+
+    def __init__(self, rewriter: Rewriter, match: Match) -> None:
+        self.rewriter = rewriter
+        self.match = match
+        self.graph = rewriter.graph
+        self.memo: dict[int, Any] = {}
+        self.created: list[torch.fx.Node] = []
+
+    def emit(self, template: Template) -> Any:
+        if isinstance(template, Capture):
+            value = self.match.bindings[template.name]
+            return _size_literal(value, f"'{template.name}'") if isinstance(value, SYMBOLIC) else value
+        if isinstance(template, Literal):
+            return template.value
+        if isinstance(template, SeqTemplate):
+            items = [self.emit(i) for i in template.items]
+            return tuple(items) if template.is_tuple else items
+        if isinstance(template, SliceTemplate):
+            return slice(self.emit(template.start), self.emit(template.stop), self.emit(template.step))
+        if id(template) in self.memo:
+            return self.memo[id(template)]
+        if isinstance(template, HelperTemplate):
+            value = self._helper_value(template)
+        else:
+            assert isinstance(template, OpTemplate)
+            value = self._operation(template)
+        self.memo[id(template)] = value
+        return value
+
+    def _operation(self, template: OpTemplate) -> Any:
+        args = tuple(self._graph_value(self.emit(a)) for a in template.args)
+        kwargs = {name: self._graph_value(self.emit(v)) for name, v in template.kwargs}
+        kind, target = template.kind, template.target
+        if _foldable(target, args, kwargs):  # e.g. `@rank(x) - 1`: arithmetic on literals is done now
+            try:
+                return bounded(target, *args)
+            except LiteralTooLarge as error:
+                raise Skip("literal bound", f"{template.span}: {error}") from None
+            except ArithmeticError as error:  # `1.0 / c` where this match bound c = 0.0: not this match
+                raise Skip("fold error", f"{template.span}: {type(error).__name__}: {error}") from None
+        family = target if kind is OpKind.FAMILY else None
+        if family is not None:
+            kind, target = family.primary.kind, family.primary.target
+        if self.rewriter.aten_level and needs_aten_spelling(kind, target, args, kwargs):
+            try:
+                target, args, kwargs = aten_spelling(family, kind, target, args, kwargs)
+            except NoAtenSpelling as reason:
+                raise Skip("no aten spelling", f"{template.span}: {reason}") from reason
+            kind = OpKind.FUNCTION
+        if target in self.rewriter.decomposed:
+            raise Skip("decomposed operator", f"{template.span}: the compiler decomposes {target} before this pass; "
+                                              "the replacement must use what it decomposes to")
+        if kind is OpKind.MODULE:
+            op, target = "call_module", self._module_name(template)
+        else:
+            op = "call_method" if kind is OpKind.METHOD else "call_function"
+        node = self.rewriter.transaction.create_node(self.graph, op, target, args, kwargs)
+        self.created.append(node)
+        return node
+
+    def _module_name(self, template: OpTemplate) -> str:
+        if isinstance(template.target, HelperTemplate):
+            module = self._call_helper(template.target)
+            if not isinstance(module, torch.nn.Module):
+                raise FxrApplyError(f"{template.span}: helper '@{template.target.name}' is called like a module "
+                                    f"but returned {type(module).__name__}")
+            return self.rewriter.transaction.add_module(template.target.name, module)
+        if template.binds is not None:
+            return self.match.modules[template.binds]
+        raise FxrApplyError(f"{template.span}: {template.describe()} is a module family member and cannot be "
+                            "emitted; make a function its first member")
+
+    def _helper_value(self, template: HelperTemplate) -> Any:
+        result = self._call_helper(template)
+        if isinstance(result, torch.nn.Module):
+            raise FxrApplyError(f"{template.span}: helper '@{template.name}' returned a module; call it, "
+                                f"as in @{template.name}(...)(x)")
+        if isinstance(result, torch.Tensor):
+            refused = getattr(self.rewriter.gm, "meta", {}).get(NO_NEW_TENSORS)
+            if refused:
+                raise Skip("no new tensors", f"helper '@{template.name}' returned a tensor, but {refused}")
+            name = self.rewriter.transaction.add_buffer(template.name, result.detach())
+            node = self.rewriter.transaction.get_attr(self.graph, name)
+            self.created.append(node)
+            return node
+        return _printable(template, _size_literal(result, f"the result of helper '@{template.name}'"))
+
+    def _call_helper(self, template: HelperTemplate) -> Any:
+        function = self.rewriter.helpers[template.name]
+        args = [self._helper_argument(self.emit(a)) for a in template.args]
+        kwargs = {name: self._helper_argument(self.emit(v)) for name, v in template.kwargs}
+        try:
+            with read_only(template.name, [*args, *kwargs.values()]):
+                return function(*args, **kwargs)
+        except Exception as error:
+            if is_size_error(error):  # it read a symbolic size as a number: its result would bake the example's
+                raise Skip("dynamic size", str(dynamic_size(error, f"helper '@{template.name}'"))) from None
+            raise
+
+    def _helper_argument(self, value: Any) -> Any:
+        if isinstance(value, torch.fx.Node):
+            if value.op == "get_attr":
+                return operator.attrgetter(str(value.target))(self.rewriter.gm)
+            return HelperTensor(value)
+        return value
+
+    @staticmethod
+    def _graph_value(value: Any) -> Any:
+        if isinstance(value, torch.nn.Module):
+            raise FxrApplyError("a module capture can be called or passed to a helper, not used as a value")
+        return value
+
+
+
+def _has_live_user(node: torch.fx.Node, retired: Mapping[torch.fx.Node, None]) -> bool:
+    for user in node.users:  # noqa: SIM110 - a loop: any() would add a generator on a hot path
+        if user not in retired:
+            return True
+    return False
+
+
+@per_object
+def _provenance(rule: Rule) -> dict[str, Any]:
+    """What ``meta["fxrules"]`` of a node the rule created says (each node gets its own copy)."""
+    return {"rule": rule.name, "file": rule.file, "line": rule.span.line}
+
+
+@attrs.frozen
+class _ReplacementShape:
+    """What kind of replacement a rule has, for the rewrites that need no :class:`Emitter`.
+
+    ``values``: the replacement is made of captures and literals only (``x * 1 => x``), as
+    (is a capture, capture name or literal value) per output.  ``call``: it is one function or
+    method call of captures and literals (``torch.relu(torch.relu(x)) => torch.relu(x)``).
+    Neither: anything else (nested calls, helpers, modules, lists, several outputs).
+    """
+
+    values: tuple[tuple[bool, Any], ...] | None = None
+    call: _DirectCall | None = None
+
+
+@attrs.frozen
+class _DirectCall:
+    """One call of captures and literals, emitted with ``Graph.create_node`` without an :class:`Emitter`."""
+
+    op: str
+    target: Any
+    args: tuple[tuple[bool, Any], ...]  # (is a capture, capture name or literal value)
+    kwargs: tuple[tuple[str, bool, Any], ...]
+    foldable: bool  # an ``operator`` function: the Emitter folds it when every argument is a number
+
+    def emit(self, graph: torch.fx.Graph, transaction: Transaction, bindings: Mapping[str, Any],
+             before: torch.fx.Node) -> torch.fx.Node | None:
+        """The new node, inserted before ``before``; None when the :class:`Emitter` must do it (module value,
+        numbers to fold)."""
+        args = tuple(bindings[key] if is_capture else key for is_capture, key in self.args)
+        kwargs = {name: bindings[key] if is_capture else key for name, is_capture, key in self.kwargs}
+        if self.foldable and _foldable(self.target, args, kwargs):
+            return None
+        for value in (*args, *kwargs.values()):
+            if isinstance(value, torch.nn.Module):  # the Emitter says why that cannot be
+                return None
+        with graph.inserting_before(before):
+            return transaction.create_node(graph, self.op, self.target, args, kwargs)
+
+
+@per_object
+def _replacement_shape(rule: Rule) -> _ReplacementShape:
+    replacement = rule.replacement
+
+    def plain(template: Template) -> tuple[bool, Any] | None:
+        if isinstance(template, Capture):
+            return True, template.name
+        if isinstance(template, Literal):
+            return False, template.value
+        return None
+
+    parts = [plain(t) for t in replacement]
+    if all(part is not None for part in parts):
+        return _ReplacementShape(values=tuple(parts))  # type: ignore[arg-type]
+    if len(replacement) != 1 or not isinstance(replacement[0], OpTemplate):
+        return _ReplacementShape()
+    template = replacement[0]
+    kind, target = template.kind, template.target
+    if kind is OpKind.FAMILY:
+        kind, target = target.primary.kind, target.primary.target
+    args = [plain(t) for t in template.args]
+    kwargs = [(name, plain(t)) for name, t in template.kwargs]
+    if kind not in (OpKind.FUNCTION, OpKind.METHOD) or template.binds is not None or None in args \
+            or any(part is None for _, part in kwargs):
+        return _ReplacementShape()
+    return _ReplacementShape(call=_DirectCall(
+        op=kind.value, target=target, args=tuple(args),  # type: ignore[arg-type]
+        kwargs=tuple((name, *part) for name, part in kwargs),  # type: ignore[misc]
+        foldable=getattr(target, "__module__", None) == "_operator"))
+
+
+def _used_by(created: list[torch.fx.Node], values: list[Any]) -> tuple[torch.fx.Node, ...]:
+    """The existing nodes a replacement uses: inputs of its new nodes, and outputs it reuses."""
+    used = [value for value in values if isinstance(value, torch.fx.Node)]
+    if not created:
+        return tuple(used)
+    new = set(created)
+    for node in created:
+        used += node.all_input_nodes
+    return tuple(node for node in dict.fromkeys(used) if node not in new)
+
+
+def _check_writes(output: torch.fx.Node, existing: torch.fx.Node) -> None:
+    """The ``in-place write`` half of :meth:`Rewriter._check_aliases`."""
+    for node in (output, existing):
+        write = in_place_writer(node)
+        if write is not None:
+            written = write.kwargs.get("out", write.args[0] if write.args else None)
+            where = f"'{node.name}'" if written is node else f"'{written}', a view of '{node.name}',"
+            raise Skip("in-place write", f"'{write.name}' writes into {where} in place, and the replacement would "
+                                         f"make '{output.name}' share memory with '{existing.name}'")
+
+
+def _existing_aliases(value: torch.fx.Node, new: set[torch.fx.Node]) -> list[torch.fx.Node]:
+    """The existing nodes a replacement value may share memory with: the value itself when it exists
+    already, else the existing inputs its new views lead to (``reshape(x, b)``: ``x``)."""
+    found: list[torch.fx.Node] = []
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if node not in new:
+            found.append(node)
+        else:
+            stack += aliased_inputs(node)
+    return found
+
+
+def _check_order(anchor: torch.fx.Node, outputs: tuple[torch.fx.Node, ...], values: list[Any],
+                 created: list[torch.fx.Node]) -> None:
+    """Skip a multi-output replacement that would use a matched node before it is defined.
+
+    The new nodes go before the earliest output, but an interior node the replacement reuses may come
+    after it (an ancestor of a later output only), and a reused node may replace an output defined
+    before it; spliced anyway, the graph would fail ``lint()`` and the whole ``apply`` with it.
+    """
+    new = set(created)
+    late = {used.name: None for node in created for used in node.all_input_nodes
+            if used not in new and used._sort_key > anchor._sort_key}
+    late.update((value.name, None) for value, output in zip(values, outputs, strict=True)
+                if isinstance(value, torch.fx.Node) and value not in new and value._sort_key > output._sort_key)
+    if late:
+        raise Skip("order", f"the replacement uses {', '.join(late)}, defined after the output it would "
+                            f"replace or after the first output '{anchor.name}'")
+
+
+def _size_literal(value: Any, what: str) -> Any:
+    """A value bound to the replacement, with symbolic sizes made literals (:func:`fxrules.graph.sizes.literal`), or a
+    ``dynamic size`` skip."""
+    try:
+        return literal(value, what)
+    except DynamicSize as dynamic:
+        raise Skip("dynamic size", str(dynamic)) from None
+
+
+def _foldable(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """An ``operator`` function applied to plain numbers only."""
+    return (getattr(target, "__module__", None) == "_operator" and not kwargs
+            and all(isinstance(a, int | float | bool) for a in args))
+
+
+def _printable(template: HelperTemplate, value: Any) -> Any:
+    """A helper's literal result must be one the generated code can spell; checked now, while undoable."""
+    if isinstance(value, list | tuple):
+        for item in value:
+            _printable(template, item)
+    elif not isinstance(value, PRINTABLE):
+        raise FxrApplyError(f"{template.span}: helper '@{template.name}' returned {type(value).__name__}, which "
+                            "cannot be inlined in generated code; return a module, a tensor or a Python literal")
+    return value
+
+
+#: Literal types FX code generation writes out faithfully.
+PRINTABLE = (bool, int, float, str, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout, slice)
+
+
+def _enabled(mode: bool | str) -> str:
+    return "enabled" if mode is True else "disabled"

@@ -1,0 +1,214 @@
+"""A rule's pattern and replacement as two standalone FX graphs over the same inputs.
+
+Each capture (and each ``_``) becomes a placeholder; module captures are
+submodules of a shared root; an alternative ``A | B`` is built one option at
+a time (:func:`alternative_choices`).  The replacement is emitted by the same
+:class:`fxrules.rewrite.rewriter.Emitter` that ``apply`` uses, so verifying a rule
+exercises the code that rewrites real graphs.  ``verify`` runs the two graphs
+on generated inputs; the load-time loop check matches rules against them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+import torch
+import torch.fx
+
+from fxrules.lang.ir import (
+    AltTemplate,
+    Capture,
+    HelperTemplate,
+    ModuleType,
+    OpKind,
+    OpTemplate,
+    Rule,
+    Template,
+    TensorType,
+    Wildcard,
+    children,
+    walk,
+)
+from fxrules.match.matcher import Match
+from fxrules.rewrite.rewriter import Emitter, Rewriter, Transaction
+
+
+@attrs.frozen
+class Standalone:
+    """The two graph modules of one rule, and the names of their inputs in order."""
+
+    pattern: torch.fx.GraphModule
+    replacement: torch.fx.GraphModule
+    inputs: tuple[str, ...]
+    interior: Mapping[str, torch.fx.Node]  # pattern-assigned names -> nodes of the pattern graph
+
+
+def input_names(rule: Rule) -> tuple[str, ...]:
+    """Captures that are graph inputs, ``_`` as ``_1, _2, ...``, in order of appearance.
+
+    Module captures are submodules and ``Attr`` captures buffers of the root instead (see :func:`build`).
+    """
+    names: dict[str, None] = {}
+    wildcards = 0
+    constants = helper_tensors(rule)
+    for output in rule.pattern:
+        for template in walk(output):
+            if isinstance(template, Capture) and not isinstance(rule.types.get(template.name), ModuleType):
+                if template.name not in constants:
+                    names[template.name] = None
+            elif isinstance(template, Wildcard):
+                wildcards += 1
+                names[f"_{wildcards}"] = None
+    for name in replacement_dims(rule):
+        names[name] = None
+    return tuple(names)
+
+
+def replacement_dims(rule: Rule) -> tuple[str, ...]:
+    """Symbolic dims of ``given`` types that the replacement uses as values (``[C]`` in F.layer_norm)."""
+    symbols = {s for t in rule.types.values() if isinstance(t, TensorType) for s in t.symbols()}
+    return tuple(dict.fromkeys(t.name for output in rule.replacement for t in walk(output)
+                               if isinstance(t, Capture) and t.name in symbols))
+
+
+def attribute_names(rule: Rule) -> tuple[str, ...]:
+    """The ``Attr`` captures and :func:`helper_tensors`: each a buffer of the standalone graphs' root."""
+    attributes = [t.binds for output in rule.pattern for t in walk(output)
+                  if isinstance(t, OpTemplate) and t.kind is OpKind.ATTR and t.binds]
+    return tuple(dict.fromkeys([*attributes, *helper_tensors(rule)]))
+
+
+def helper_tensors(rule: Rule) -> tuple[str, ...]:
+    """Tensor captures the replacement passes to a helper.
+
+    A helper computes with their values, which are known when rewriting only for
+    attributes of the module (a parameter, a buffer): so they are buffers in the
+    standalone graphs too, as they must be in a graph for the rule to fire.
+    """
+    tensors = {name for name, declared in rule.types.items() if isinstance(declared, TensorType)}
+    return tuple(dict.fromkeys(a.name for output in rule.replacement for t in walk(output)
+                               if isinstance(t, HelperTemplate) for a in children(t)
+                               if isinstance(a, Capture) and a.name in tensors))
+
+
+def alternative_choices(rule: Rule) -> list[dict[int, int]]:
+    """Every way of picking one option of each ``A | B`` in the pattern (at most 16)."""
+    alternatives = [t for output in rule.pattern for t in walk(output) if isinstance(t, AltTemplate)]
+    choices = itertools.product(*(range(len(a.options)) for a in alternatives))
+    return [dict(zip((id(a) for a in alternatives), combo, strict=True)) for combo in itertools.islice(choices, 16)]
+
+
+class _PatternEmitter(Emitter):
+    """Emits a pattern as a computation: one option per alternative, a placeholder per ``_``."""
+
+    def __init__(self, rewriter: Rewriter, match: Match, choice: Mapping[int, int]) -> None:
+        super().__init__(rewriter, match)
+        self.choice = choice
+        self.wildcards = iter(n for n in match.bindings if n.startswith("_"))
+
+    def emit(self, template: Template) -> Any:
+        if isinstance(template, AltTemplate):
+            return self.emit(template.options[self.choice.get(id(template), 0)])
+        if isinstance(template, Wildcard):
+            return self.match.bindings[next(self.wildcards)]
+        return super().emit(template)
+
+
+def _root(constants: Mapping[str, torch.nn.Module | torch.Tensor]) -> torch.nn.Module:
+    root = torch.nn.Module()
+    for name, value in constants.items():
+        if isinstance(value, torch.nn.Module):
+            root.add_module(name, value)
+        elif value is not None:
+            root.register_buffer(name, value)
+    return root
+
+
+def build_pattern(rule: Rule, constants: Mapping[str, torch.nn.Module | torch.Tensor],
+                  choice: Mapping[int, int] | None = None) -> tuple[torch.fx.GraphModule, Mapping[str, torch.fx.Node]]:
+    """The pattern graph alone, and its named interior nodes."""
+    root = _root(constants)
+    graph = torch.fx.Graph()
+    outputs, match = _emit_pattern(rule, root, graph, {}, choice or {})
+    graph.output(_pack(outputs))
+    interior = {name: node for name, node in match.bindings.items()
+                if isinstance(node, torch.fx.Node) and node.op not in ("placeholder", "get_attr")}
+    return torch.fx.GraphModule(root, graph), interior
+
+
+def build_replacement(rule: Rule, constants: Mapping[str, torch.nn.Module | torch.Tensor],
+                      helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int] | None = None,
+                      inputs: Mapping[str, Any] | None = None) -> torch.fx.GraphModule:
+    """The replacement graph; ``inputs`` (example values) give its placeholders metadata for helpers to read."""
+    root, graph = replacement_graph(rule, constants, helpers, choice, inputs)
+    return torch.fx.GraphModule(root, graph)
+
+
+def replacement_graph(rule: Rule, constants: Mapping[str, torch.nn.Module | torch.Tensor],
+                      helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int] | None = None,
+                      inputs: Mapping[str, Any] | None = None) -> tuple[torch.nn.Module, torch.fx.Graph]:
+    """The replacement's graph and the root module it calls, without generating its code (the load-time
+    loop check only matches rules against its nodes)."""
+    root = _root(constants)
+    graph = torch.fx.Graph(owning_module=root)  # type: ignore[arg-type]  # what dead-code removal asks about modules
+    # The replacement may reuse interior pattern nodes: compute them again in its graph, then emit it.
+    _, pattern_match = _emit_pattern(rule, root, graph, helpers, choice or {})
+    for name, value in (inputs or {}).items():
+        node = pattern_match.bindings.get(name)
+        if not isinstance(node, torch.fx.Node) or node.op != "placeholder":
+            continue
+        if isinstance(value, torch.Tensor):
+            node.meta["val"] = value
+        elif not (isinstance(value, list | tuple) and any(isinstance(v, torch.Tensor) for v in value)):
+            pattern_match.bindings[name] = value  # a literal, as apply binds it: helpers see the value
+    emitter = Emitter(Rewriter(root, graph, helpers, Transaction(root)), pattern_match)
+    graph.output(_pack([emitter.emit(t) for t in rule.replacement]))
+    graph.eliminate_dead_code()  # the interior nodes the replacement did not reuse
+    return root, graph
+
+
+def build(rule: Rule, constants: Mapping[str, torch.nn.Module | torch.Tensor],
+          helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int] | None = None,
+          inputs: Mapping[str, Any] | None = None) -> Standalone:
+    """Build the rule's pattern and replacement graphs.
+
+    ``constants`` holds each module capture (a submodule of the root) and each ``Attr`` capture (a buffer).
+    """
+    pattern, interior = build_pattern(rule, constants, choice)
+    replacement = build_replacement(rule, constants, helpers, choice, inputs)
+    return Standalone(pattern, replacement, input_names(rule), interior)
+
+
+def _emit_pattern(rule: Rule, root: torch.nn.Module, graph: torch.fx.Graph,
+                  helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int]) -> tuple[list[Any], Match]:
+    bindings: dict[str, Any] = {name: _placeholder(graph, name) for name in input_names(rule)}
+    # an attribute drawn as None (``Tensor[O] | None``) is the literal None, as an omitted bias is in a graph
+    bindings.update({name: graph.get_attr(name) if getattr(root, name, None) is not None else None
+                     for name in attribute_names(rule)})
+    bindings.update({name: getattr(root, name) for name, _ in root.named_children()})
+    modules = {name: name for name, _ in root.named_children()}
+    match = Match(rule, (), (), bindings, modules)
+    emitter = _PatternEmitter(Rewriter(root, graph, helpers, Transaction(root)), match, choice)
+    for template in (t for o in rule.pattern for t in walk(o)):
+        if isinstance(template, OpTemplate) and template.kind is OpKind.ATTR:
+            emitter.memo[id(template)] = bindings[template.binds]  # type: ignore[index]
+    outputs = [emitter.emit(t) for t in rule.pattern]
+    for template in (t for o in rule.pattern for t in walk(o)):
+        if isinstance(template, OpTemplate) and template.name and id(template) in emitter.memo:
+            bindings[template.name] = emitter.memo[id(template)]
+    return outputs, match
+
+
+def _placeholder(graph: torch.fx.Graph, capture: str) -> torch.fx.Node:
+    """The input of ``capture``, its parameter in the generated code named as FX names nodes (never a keyword
+    or a builtin): a capture may be called ``lambda``, ``self`` or ``getattr``."""
+    node = graph.placeholder("self_" if capture == "self" else capture)
+    node.target = node.name
+    return node
+
+
+def _pack(outputs: list[Any]) -> Any:
+    return outputs[0] if len(outputs) == 1 else tuple(outputs)
