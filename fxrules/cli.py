@@ -30,9 +30,9 @@ import torch.fx
 from fxrules.demo import run_demo
 from fxrules.diagnostics import FxrError, FxrLoadError, FxrUsageError
 from fxrules.engine.driver import apply
+from fxrules.engine.loading import load
 from fxrules.engine.report import counted
 from fxrules.lang import bundled
-from fxrules.engine.loading import load
 from fxrules.verification.options import (
     DEFAULT_EXAMPLES,
     DEFAULT_MAX_SIDE,

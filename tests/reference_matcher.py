@@ -8,7 +8,8 @@ from __future__ import annotations
 import torch.fx
 
 from fxrules.lang.ir import RuleSet
-from fxrules.match.matcher import Matcher, Skip
+from fxrules.match.matcher import Matcher
+from fxrules.match.skips import Skip
 
 #: (rule name, anchor node name) -> names of the nodes the match covers.
 Matches = dict[tuple[str, str], frozenset[str]]

@@ -40,7 +40,8 @@ from fxrules.engine import driver as engine
 from fxrules.engine.report import ReportBuilder
 from fxrules.lang.ir import RuleSet
 from fxrules.match.compiled import Candidates, compile_rule
-from fxrules.match.matcher import RuleIndex, Skip
+from fxrules.match.matcher import RuleIndex
+from fxrules.match.skips import Skip
 from tests.conftest import trace
 from tests.strategies import GeneratedGraph, graphs, with_metadata
 from tests.test_compiled import EXACT, TYPED, check_candidates

@@ -24,7 +24,8 @@ from torch.fx.passes.shape_prop import ShapeProp
 import fxrules
 from fxrules.lang.ir import Rule, RuleSet
 from fxrules.match.compiled import Candidates, compile_rule, compile_ruleset
-from fxrules.match.matcher import Match, Matcher, Skip
+from fxrules.match.matcher import Match, Matcher
+from fxrules.match.skips import Skip
 from tests.conftest import slow_examples, trace
 from tests.strategies import GeneratedGraph, graphs, with_metadata
 from tests.test_differential import RULES as DIFFERENTIAL_RULES

@@ -24,7 +24,8 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 import fxrules
 from fxrules.match.compiled import CompiledRuleSet, compile_rule, compile_ruleset
-from fxrules.match.matcher import Match, Skip
+from fxrules.match.matcher import Match
+from fxrules.match.skips import Skip
 from tests.conftest import trace
 from tests.models import MODELS
 from tests.strategies import GeneratedGraph, graphs

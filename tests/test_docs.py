@@ -36,6 +36,7 @@ import fxrules.cli
 from fxrules.lang import resolve
 from fxrules.lang.families import family_parameters
 from fxrules.match import guards
+from fxrules.match.skips import reasons_table
 from fxrules.rewrite import helpers
 from fxrules.verification.soundness import Verdict
 from fxrules.verification.strategies import Example as DrawnExample
@@ -975,3 +976,7 @@ def test_doc_rules_are_not_unsound(block: Block) -> None:
     """No example of the doc rewrites to something that computes a different value."""
     result = fxrules.verify(parse_block(block), max_examples=25, seed=0, helpers=DOC_HELPERS)
     assert result.sound, str(result)
+
+
+def test_the_skip_reasons_table_lists_every_reason_as_the_code_defines_it() -> None:
+    assert reasons_table() in DOCS.read_text(encoding="utf-8")

@@ -27,7 +27,8 @@ from torch import nn
 
 import fxrules
 from fxrules.lang.ir import RuleSet
-from fxrules.match.matcher import Matcher, RuleIndex, Skip
+from fxrules.match.matcher import Matcher, RuleIndex
+from fxrules.match.skips import Skip
 from tests.conftest import trace
 from tests.reference_matcher import Matches, predict_pass
 

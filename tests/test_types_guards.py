@@ -10,7 +10,8 @@ import torch.fx
 from torch.fx.passes.shape_prop import ShapeProp
 
 import fxrules
-from fxrules.match.matcher import Match, Skip
+from fxrules.match.matcher import Match
+from fxrules.match.skips import Skip
 from tests.conftest import ops, trace
 from tests.test_compiled import compiled, generic, outcome
 

@@ -53,15 +53,16 @@ from torch.export import ExportedProgram
 
 from fxrules.diagnostics import FxrApplyError, FxrConvergenceError, FxrError, FxrUsageError
 from fxrules.engine.exported import RewrittenProgram, rewrite_program
+from fxrules.engine.loading import load
 from fxrules.engine.report import Report, ReportBuilder, combine
 from fxrules.engine.shape_propagation import check_example_inputs, propagate_shapes
 from fxrules.graph.metadata import has_side_effects
 from fxrules.graph.sizes import fixed
 from fxrules.graph.subgraphs import TOP_LEVEL, CallContext, higher_order_subgraphs
 from fxrules.lang.ir import Rule, RuleSet
-from fxrules.engine.loading import load
 from fxrules.match.compiled import Candidates, CompiledRule, Satisfiers, compile_ruleset
-from fxrules.match.matcher import Match, Matcher, Miss, Nodes, RuleIndex, Skip, in_graph_order
+from fxrules.match.matcher import Match, Matcher, Miss, Nodes, RuleIndex, in_graph_order
+from fxrules.match.skips import Skip, SkipReason
 from fxrules.rewrite import helpers as bundled_helpers
 from fxrules.rewrite.rewriter import Rewrite, Rewriter, Transaction
 
@@ -304,7 +305,7 @@ class _Run:
             match = self._match(rule, node, current.matcher)
             if match is not None and current.claimed.intersection(match.nodes):
                 current.overlapped.add(node)
-                raise Skip("overlap", "part of this match was created by another rewrite in this pass")
+                raise Skip(SkipReason.OVERLAP, "part of this match was created by another rewrite in this pass")
         except Skip as skip:
             self._skipped(rule, node, skip, current.matcher)
             return False

@@ -44,11 +44,12 @@ from fxrules.lang.ir import (
     anchor_keys,
     walk,
 )
-from fxrules.match.matcher import Matcher, Skip, node_keys
+from fxrules.match.matcher import Matcher, node_keys
+from fxrules.match.skips import Skip, SkipReason
 from fxrules.rewrite.standalone import replacement_graph
 
 #: Skip reasons that depend on values a standalone graph does not have.
-UNDECIDED = frozenset({"missing metadata", "guard error"})
+UNDECIDED = frozenset({SkipReason.MISSING_METADATA, SkipReason.GUARD_ERROR})
 
 #: What an argument of a node is, for the index: ("call", anchor key) of an operand, ("literal", value).
 Feature = tuple[str, Hashable]

@@ -16,6 +16,7 @@ import attrs
 
 from fxrules.lang.ir import Rule, RuleSet
 from fxrules.match.matcher import Miss
+from fxrules.match.skips import SkipReason
 
 #: How many skipped matches and near misses a rule keeps (the counts are always complete).
 KEEP_EXAMPLES = 20
@@ -32,9 +33,7 @@ class StopReason(enum.Enum):
 class SkippedMatch:
     """A pattern that matched but could not be used, and why."""
 
-    reason: str  # escaping user, impure, cycle, guard false, guard error, missing metadata, overlap, grad mode,
-    # dynamic size, budget (matching took over MATCH_BUDGET steps), literal bound (a folded literal over the bound),
-    # fold error (the match's literals cannot be folded: 1.0 / c with c = 0.0)...
+    reason: SkipReason
     node: str
     detail: str
 
@@ -159,7 +158,7 @@ class ReportBuilder:
         stats.fired += 1
         stats.anchors.append(anchor)
 
-    def skipped(self, rule: Rule, node: str, reason: str, detail: Callable[[], str]) -> None:
+    def skipped(self, rule: Rule, node: str, reason: SkipReason, detail: Callable[[], str]) -> None:
         """A match of ``rule`` at ``node`` not used for ``reason``; ``detail()`` is called if it is kept."""
         stats = self.stats[rule.name]
         key = (reason, node)

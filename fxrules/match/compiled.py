@@ -86,7 +86,6 @@ from fxrules.match.matcher import (
     NodeIndex,
     Nodes,
     SeenMatches,
-    Skip,
     State,
     Unfit,
     Unreadable,
@@ -94,6 +93,7 @@ from fxrules.match.matcher import (
     tensor_fit,
     value_type_problem,
 )
+from fxrules.match.skips import Skip
 from fxrules.memo import per_object
 
 Node = torch.fx.Node

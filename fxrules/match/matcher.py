@@ -72,6 +72,7 @@ from fxrules.lang.ir import (
 )
 from fxrules.lang.signatures import BoundCall, CallSignature, holds_default, literal_equal
 from fxrules.match.guards import GuardError, holds
+from fxrules.match.skips import Skip, SkipReason
 from fxrules.memo import per_object
 
 _MISSING = object()
@@ -103,8 +104,9 @@ class Budget:
 
     def skip(self) -> Skip:
         """The skip of a rule that ran out of steps."""
-        return Skip("budget", f"gave up after {self.limit} match steps at this node: the pattern's alternatives "
-                              "and commutative operand orders give too many ways to match here")
+        return Skip(SkipReason.BUDGET,
+            f"gave up after {self.limit} match steps at this node: the pattern's alternatives "
+            "and commutative operand orders give too many ways to match here")
 
 
 def binding_key(bindings: Mapping[str, Any], nodes: Mapping[int, torch.fx.Node]) -> tuple[frozenset[Any], ...]:
@@ -219,28 +221,6 @@ class MissTracker:
 
 #: How many of a node's escaping users a skip's detail names.
 ESCAPING_NAMED = 5
-
-
-class Skip(Exception):  # noqa: N818 - a control-flow signal carrying the skip reason
-    """The pattern matched but the match cannot be used; ``reason`` says why, ``detail`` how.
-
-    The detail may be given as a function that writes it: a report keeps a few examples of each
-    reason, and most skips are never shown.
-    """
-
-    def __init__(self, reason: str, detail: str | Callable[[], str]) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self._detail = detail
-
-    @property
-    def detail(self) -> str:
-        if not isinstance(self._detail, str):
-            self._detail = self._detail()
-        return self._detail
-
-    def __str__(self) -> str:
-        return self.detail
 
 
 class Matcher:
@@ -598,14 +578,15 @@ class Matcher:
             escaping_from = [node for node in matched if node not in outputs and self._escapes(node, matched)]
             if escaping_from:  # report the first in graph order
                 node = min(escaping_from, key=lambda n: n._sort_key)
-                raise Skip("escaping user", lambda: self._escaping_detail(node, matched))
+                raise Skip(SkipReason.ESCAPING_USER, lambda: self._escaping_detail(node, matched))
         for template in _maybe_unnamed(rule):
             node = state.nodes.get(id(template))
             if node is not None and not self._named_exactly(template, node) and node.is_impure():
-                raise Skip("impure", f"'{node.name}' has side effects and the pattern does not name its target")
+                raise Skip(SkipReason.IMPURE,
+                    f"'{node.name}' has side effects and the pattern does not name its target")
         captured = [v for v in state.bindings.values() if isinstance(v, torch.fx.Node) and v not in matched]
         if _depends_on(captured, matched):
-            raise Skip("cycle", "a capture depends on a node of the match; rewriting would create a cycle")
+            raise Skip(SkipReason.CYCLE, "a capture depends on a node of the match; rewriting would create a cycle")
 
     def _escaping_detail(self, node: torch.fx.Node, matched: set[torch.fx.Node]) -> str:
         """The escaping users by name, the first few only: a node may have thousands (a shared input), and
@@ -632,15 +613,15 @@ class Matcher:
         try:
             ok = holds(rule.guard, lookup)
         except MissingMetadata as missing:
-            raise Skip("missing metadata", f"the guard needs shape metadata: {missing} "
+            raise Skip(SkipReason.MISSING_METADATA, f"the guard needs shape metadata: {missing} "
                                            "(pass example_inputs= to apply, or use torch.export)") from None
         except GuardError as error:
-            raise Skip("guard error", str(error)) from None
+            raise Skip(SkipReason.GUARD_ERROR, str(error)) from None
         except DynamicSize as dynamic:
-            raise Skip("dynamic size", str(dynamic)) from None
+            raise Skip(SkipReason.DYNAMIC_SIZE, str(dynamic)) from None
         if not ok:
             self.misses.fail(state, "guard", lambda: "the where: condition is false", rule.guard.conditions[0].span)
-            raise Skip("guard false", "the where: condition is false")
+            raise Skip(SkipReason.GUARD_FALSE, "the where: condition is false")
 
     def guard_value(self, value: Any) -> Any:
         """A bound value as guards see it: tensors as TensorInfo, ``get_attr`` nodes as :class:`AttrValue`."""
@@ -923,7 +904,7 @@ def tensor_fit(name: str, declared: TensorType, value: Any,
         reason = str(not_a_tensor)  # the exception's name is unbound once the handler ends
         return Unfit(lambda: f"'{name}' must be a tensor: {reason}")
     except MissingMetadata as missing:
-        return Skip("missing metadata", f"'{name}' needs shape metadata: {missing} "
+        return Skip(SkipReason.MISSING_METADATA, f"'{name}' needs shape metadata: {missing} "
                                         "(pass example_inputs= to apply, or use torch.export)")
     if declared.dtypes is not None and info.dtype not in declared.dtypes:
         return Unfit(lambda: f"'{name}' has dtype {info.dtype}, expected one of "
@@ -936,8 +917,9 @@ def tensor_fit(name: str, declared: TensorType, value: Any,
         if not is_size_error(error):
             raise
         shape = tuple(info.shape)  # the names of the exception are unbound once the handler ends
-        return Skip("dynamic size", lambda: f"'{name}' has shape {shape}: whether it fits {_show_dims(declared.dims)} "
-                                            f"depends on a size the graph leaves symbolic; {OPT_IN}")
+        return Skip(SkipReason.DYNAMIC_SIZE,
+            lambda: f"'{name}' has shape {shape}: whether it fits {_show_dims(declared.dims)} "
+            f"depends on a size the graph leaves symbolic; {OPT_IN}")
     if unified is None:
         return Unfit(lambda: f"'{name}' has shape {tuple(info.shape)}, which does not fit "
                              f"{_show_dims(declared.dims)}")

@@ -49,7 +49,8 @@ from fxrules.lang.ir import (
     SliceTemplate,
     Template,
 )
-from fxrules.match.matcher import Match, Skip
+from fxrules.match.matcher import Match
+from fxrules.match.skips import Skip, SkipReason
 from fxrules.memo import per_object
 from fxrules.rewrite.aten import ATEN_GRAPH, NoAtenSpelling, aten_spelling, is_aten_graph, needs_aten_spelling
 from fxrules.rewrite.read_only import read_only
@@ -80,7 +81,7 @@ class HelperTensor:
         """Unknown: a helper that needs it skips the rewrite (``get_attr`` captures reach helpers as tensors)."""
         where = "a graph input (as parameters are in torch.compile graphs and in subgraphs of higher-order " \
             "operators)" if self.node.op == "placeholder" else "computed when the graph runs"
-        raise Skip("value unknown", f"a helper needs the value of '{self.name}', which is {where}")
+        raise Skip(SkipReason.VALUE_UNKNOWN, f"a helper needs the value of '{self.name}', which is {where}")
 
     def __repr__(self) -> str:
         return f"HelperTensor({self.name})"
@@ -134,12 +135,13 @@ class Rewriter:
             late = [v.name for v in match.bindings.values()
                     if isinstance(v, torch.fx.Node) and v not in match.nodes and v._sort_key > anchor._sort_key]
             if late:
-                raise Skip("order", f"captured {', '.join(late)} defined after the first output '{anchor.name}'")
+                raise Skip(SkipReason.ORDER,
+                    f"captured {', '.join(late)} defined after the first output '{anchor.name}'")
         mark = self.transaction.mark(self.graph)
         try:  # a skip halfway (a helper's value unknown, no aten spelling...) leaves nothing behind
             values, created = self._emit(match, anchor)
             if not created and all(v is o for v, o in zip(values, outputs, strict=True)):
-                raise Skip("no change", "the replacement is the matched node itself")
+                raise Skip(SkipReason.NO_CHANGE, "the replacement is the matched node itself")
             if len(outputs) > 1:
                 _check_order(anchor, outputs, values, created)
             self._check_receivers(outputs, values)
@@ -192,13 +194,13 @@ class Rewriter:
         anchor_mode = modes.get(min(match.outputs, key=lambda n: n._sort_key), OUTSIDE)
         for node in match.nodes:
             if modes.get(node, OUTSIDE) not in (OUTSIDE, anchor_mode):
-                raise Skip("grad mode", f"'{node.name}' is computed with grad {_enabled(modes[node])} and the "
+                raise Skip(SkipReason.GRAD_MODE, f"'{node.name}' is computed with grad {_enabled(modes[node])} and the "
                                         f"replacement would be computed with grad {_enabled(anchor_mode)}")
         for output, value in zip(match.outputs, values, strict=True):
             if isinstance(value, torch.fx.Node) and value not in created and modes.get(output) is False \
                     and modes.get(value, OUTSIDE) is not False \
                     and any(modes.get(user, OUTSIDE) is not False for user in output.users if user not in created):
-                raise Skip("grad mode", f"'{output.name}' is computed with grad disabled, and '{value.name}', "
+                raise Skip(SkipReason.GRAD_MODE, f"'{output.name}' is computed with grad disabled, and '{value.name}', "
                                         "which would replace it where grad is not disabled, is not: it may "
                                         "require grad")
         for node in created:
@@ -216,7 +218,7 @@ class Rewriter:
                 continue
             for user in output.users:
                 if user.op == "call_method" and user.args and user.args[0] is output and user not in retired:
-                    raise Skip("literal receiver", f"'{user.name}' calls .{user.target}() on '{output.name}', "
+                    raise Skip(SkipReason.LITERAL_RECEIVER, f"'{user.name}' calls .{user.target}() on '{output.name}', "
                                                    f"which the replacement makes the literal {value!r}")
 
     def _check_aliases(self, outputs: tuple[torch.fx.Node, ...], values: list[Any],
@@ -256,12 +258,13 @@ class Rewriter:
         if exposed is None:
             return
         if self.context.alias_free:
-            raise Skip("alias", f"the subgraph would return '{existing.name}' (or a view of it) in place of "
+            raise Skip(SkipReason.ALIAS, f"the subgraph would return '{existing.name}' (or a view of it) in place of "
                                 f"'{output.name}', an alias of its input or of another output, which "
                                 "higher-order operators refuse")
         kind = {"placeholder": "the graph input", "get_attr": "the attribute"}.get(exposed.op, "the returned value")
-        raise Skip("alias", f"'{output.name}' is returned, and the replacement would make it share memory with "
-                            f"{kind} '{exposed.name}': a caller writing into the result would change it")
+        raise Skip(SkipReason.ALIAS,
+            f"'{output.name}' is returned, and the replacement would make it share memory with "
+            f"{kind} '{exposed.name}': a caller writing into the result would change it")
 
     def _annotate(self, match: Match, created: list[torch.fx.Node], values: list[Any]) -> None:
         anchor_meta = match.anchor.meta
@@ -353,9 +356,9 @@ class Emitter:
             try:
                 return bounded(target, *args)
             except LiteralTooLarge as error:
-                raise Skip("literal bound", f"{template.span}: {error}") from None
+                raise Skip(SkipReason.LITERAL_BOUND, f"{template.span}: {error}") from None
             except ArithmeticError as error:  # `1.0 / c` where this match bound c = 0.0: not this match
-                raise Skip("fold error", f"{template.span}: {type(error).__name__}: {error}") from None
+                raise Skip(SkipReason.FOLD_ERROR, f"{template.span}: {type(error).__name__}: {error}") from None
         family = target if kind is OpKind.FAMILY else None
         if family is not None:
             kind, target = family.primary.kind, family.primary.target
@@ -363,11 +366,12 @@ class Emitter:
             try:
                 target, args, kwargs = aten_spelling(family, kind, target, args, kwargs)
             except NoAtenSpelling as reason:
-                raise Skip("no aten spelling", f"{template.span}: {reason}") from reason
+                raise Skip(SkipReason.NO_ATEN_SPELLING, f"{template.span}: {reason}") from reason
             kind = OpKind.FUNCTION
         if target in self.rewriter.decomposed:
-            raise Skip("decomposed operator", f"{template.span}: the compiler decomposes {target} before this pass; "
-                                              "the replacement must use what it decomposes to")
+            raise Skip(SkipReason.DECOMPOSED_OPERATOR,
+                f"{template.span}: the compiler decomposes {target} before this pass; "
+                "the replacement must use what it decomposes to")
         if kind is OpKind.MODULE:
             op, target = "call_module", self._module_name(template)
         else:
@@ -396,7 +400,7 @@ class Emitter:
         if isinstance(result, torch.Tensor):
             refused = getattr(self.rewriter.gm, "meta", {}).get(NO_NEW_TENSORS)
             if refused:
-                raise Skip("no new tensors", f"helper '@{template.name}' returned a tensor, but {refused}")
+                raise Skip(SkipReason.NO_NEW_TENSORS, f"helper '@{template.name}' returned a tensor, but {refused}")
             name = self.rewriter.transaction.add_buffer(template.name, result.detach())
             node = self.rewriter.transaction.get_attr(self.graph, name)
             self.created.append(node)
@@ -412,7 +416,7 @@ class Emitter:
                 return function(*args, **kwargs)
         except Exception as error:
             if is_size_error(error):  # it read a symbolic size as a number: its result would bake the example's
-                raise Skip("dynamic size", str(dynamic_size(error, f"helper '@{template.name}'"))) from None
+                raise Skip(SkipReason.DYNAMIC_SIZE, str(dynamic_size(error, f"helper '@{template.name}'"))) from None
             raise
 
     def _helper_argument(self, value: Any) -> Any:
@@ -531,8 +535,9 @@ def _check_writes(output: torch.fx.Node, existing: torch.fx.Node) -> None:
         if write is not None:
             written = write.kwargs.get("out", write.args[0] if write.args else None)
             where = f"'{node.name}'" if written is node else f"'{written}', a view of '{node.name}',"
-            raise Skip("in-place write", f"'{write.name}' writes into {where} in place, and the replacement would "
-                                         f"make '{output.name}' share memory with '{existing.name}'")
+            raise Skip(SkipReason.IN_PLACE_WRITE,
+                f"'{write.name}' writes into {where} in place, and the replacement would "
+                f"make '{output.name}' share memory with '{existing.name}'")
 
 
 def _existing_aliases(value: torch.fx.Node, new: set[torch.fx.Node]) -> list[torch.fx.Node]:
@@ -563,7 +568,7 @@ def _check_order(anchor: torch.fx.Node, outputs: tuple[torch.fx.Node, ...], valu
     late.update((value.name, None) for value, output in zip(values, outputs, strict=True)
                 if isinstance(value, torch.fx.Node) and value not in new and value._sort_key > output._sort_key)
     if late:
-        raise Skip("order", f"the replacement uses {', '.join(late)}, defined after the output it would "
+        raise Skip(SkipReason.ORDER, f"the replacement uses {', '.join(late)}, defined after the output it would "
                             f"replace or after the first output '{anchor.name}'")
 
 
@@ -573,7 +578,7 @@ def _size_literal(value: Any, what: str) -> Any:
     try:
         return literal(value, what)
     except DynamicSize as dynamic:
-        raise Skip("dynamic size", str(dynamic)) from None
+        raise Skip(SkipReason.DYNAMIC_SIZE, str(dynamic)) from None
 
 
 def _foldable(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
