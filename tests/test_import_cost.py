@@ -1,0 +1,36 @@
+"""What importing fxrules and loading a rule file pull in: the layers of docs/internals.md, observed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+HEAVY = ("torch._dynamo", "torch._inductor", "hypothesis")
+
+
+def modules_after(code: str) -> set[str]:
+    """The modules a fresh interpreter has imported after running ``code``."""
+    probe = f"{code}\nimport sys\nprint('\\n'.join(sys.modules))"
+    finished = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return set(finished.stdout.split())
+
+
+def test_import_fxrules_imports_neither_torch_nor_dynamo_nor_hypothesis() -> None:
+    loaded = modules_after("import fxrules")
+    assert "torch" not in loaded
+    assert not loaded & set(HEAVY)
+
+
+def test_loading_and_applying_rules_imports_no_compiler_and_no_hypothesis() -> None:
+    loaded = modules_after(
+        "import torch, fxrules\n"
+        "gm = torch.fx.symbolic_trace(lambda x: torch.relu(torch.relu(x)))\n"
+        "report = fxrules.apply(gm, fxrules.parse('rule r: torch.relu(torch.relu(x)) => torch.relu(x)'))\n"
+        "assert report.counts() == {'r': 1}, report.counts()")
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def test_the_language_layer_loads_a_rule_file_without_the_matcher_or_the_rewriter() -> None:
+    loaded = modules_after("from fxrules.lang import loader\nloader.load('algebra.fxr')")
+    assert "fxrules.lang.ir" in loaded
+    assert not {name for name in loaded if name.startswith(("fxrules.match", "fxrules.rewrite", "fxrules.engine"))}
