@@ -5,7 +5,8 @@ Pipeline: ``grammar/fxr.lark`` -> :mod:`fxrules.parser` (syntax tree) ->
 -> :mod:`fxrules.rewriter` -> :mod:`fxrules.report`, driven by
 :mod:`fxrules.engine`; :mod:`fxrules.loader` reads files and includes.
 On top: :mod:`fxrules.verification` (soundness on generated inputs, with
-:mod:`fxrules.testing` strategies and :mod:`fxrules.standalone` graphs), the
+:mod:`fxrules.testing` strategies and :mod:`fxrules.standalone` graphs), :mod:`fxrules.prove`
+(proofs with the z3 solver, for elementwise rules), the
 pytest plugin and :mod:`fxrules.cli`; :mod:`fxrules.pipelines` (a torch.compile
 backend and an Inductor pass) and :mod:`fxrules.exported` (``ExportedProgram``
 in and out) put ``apply`` into compile pipelines.
@@ -27,6 +28,7 @@ from fxrules.exported import RewrittenProgram
 from fxrules.ir import Rule, RuleSet
 from fxrules.loader import load, parse
 from fxrules.pipelines import backend, inductor_pass
+from fxrules.prove import ProveReport, prove
 from fxrules.report import Report
 from fxrules.verification import VerifyReport, verify
 
@@ -39,6 +41,7 @@ __all__ = [
     "FxrLoopWarning",
     "FxrSyntaxError",
     "FxrUsageError",
+    "ProveReport",
     "Report",
     "RewrittenProgram",
     "Rule",
@@ -51,5 +54,6 @@ __all__ = [
     "inductor_pass",
     "load",
     "parse",
+    "prove",
     "verify",
 ]
