@@ -84,6 +84,8 @@ COMPLEX_PARTS: Mapping[torch.dtype, torch.dtype] = {torch.complex64: torch.float
 REDUCED_FLOATS = (torch.float16, torch.bfloat16)
 #: Seconds the solver may spend on the values at the edges of the dtypes before the full search.
 QUICK_SECONDS = 0.5
+#: Sizes of the one-dimensional inputs a counterexample is replayed with (the first that reproduces it).
+REPLAY_SIZES = (1, 64)
 #: Guard functions and attributes about the graph's structure and autograd, not values: taken as holding,
 #: as verify takes them.
 STRUCTURAL = frozenset({"num_users", "is_computed", "is_mutated", "requires_grad"})
@@ -357,9 +359,12 @@ class _Prover:
         differs = _differences(self.elements, pattern.result, replacement.result)
         if isinstance(differs, str):  # dtype or rank: the same on every value
             self.refute(graphs, config, symbols, None, differs)
-        domain = [z3.Not(condition) for condition in pattern.raises]
+        domain = [z3.Not(condition) for condition in (*pattern.raises, *pattern.crashes)]
         if self.rule.finite_inputs:
             domain += [self.elements.finite(symbols[n], d) for n, d in config.dtypes if n in config.tensors]
+        if replacement.crashes and self.check([*domain, z3.Or(*replacement.crashes)]) is not None:
+            raise _NotProvable("the replacement may divide the smallest integer by -1, which kills the process "
+                               "in torch (SIGFPE): such a counterexample is not replayed")
         query = z3.Or(differs, *replacement.raises)
         key = (config.dtypes, z3.And(*domain, query).sexpr())
         if key in self.seen:
@@ -401,12 +406,19 @@ class _Prover:
     def refute(self, graphs: Standalone, config: _Config, symbols: Mapping[str, Any],
                values: Mapping[str, Any] | None, found: str) -> None:
         """Replay the configuration (with the solver's values, if any) on tensors; raise the outcome."""
-        inputs = config.concrete()
-        for name, value in (values or {}).items():
-            zero_dim = name in config.zero_dim
-            inputs[name] = torch.tensor(value if zero_dim else [value], dtype=inputs[name].dtype)
+        for size in REPLAY_SIZES:  # the kernel torch picks, and so a tie of max(-0.0, 0.0), depends on the size
+            inputs = config.concrete()
+            for name, value in (values or {}).items():
+                zero_dim = name in config.zero_dim
+                inputs[name] = torch.tensor(value if zero_dim else [value] * size, dtype=inputs[name].dtype)
+            problem, exact = _replay(self.rule, graphs, inputs)
+            if exact is not None:
+                break
         example = Example(inputs, {}, 0)
-        problem = _replay(self.rule, graphs, inputs)
+        if problem is None and exact is not None:
+            raise _NotProvable(f"the outputs are not equal ({exact}; {config.describe()}: "
+                               f"{'; '.join(example.describe())}), within the rule's @tolerance, which prove "
+                               "does not encode")
         outcome = Outcome.REFUTED if problem is not None else Outcome.MISMATCH
         if problem is None:
             found += ("; torch computes the same on these inputs: the solver's model of an operation differs "
@@ -428,20 +440,23 @@ def _concrete_run(graphs: Standalone, inputs: Mapping[str, Any]) -> dict[str, An
     return {name: interpreter.env[node] for name, node in graphs.interior.items() if node in interpreter.env}
 
 
-def _replay(rule: Rule, graphs: Standalone, inputs: Mapping[str, Any]) -> str | None:
-    """What differs when both sides run on ``inputs`` (as verify compares them), or None."""
+def _replay(rule: Rule, graphs: Standalone, inputs: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """Run both sides on ``inputs``: what differs as verify compares them (or None), and what differs in the
+    bits (or None).  A rule without ``@tolerance`` claims bit-equal outputs: any difference refutes it."""
     arguments = [inputs[name] for name in graphs.inputs]
     with torch.no_grad():
         expected = graphs.pattern.forward(*(a.clone() if isinstance(a, torch.Tensor) else a for a in arguments))
         try:
             actual = graphs.replacement.forward(*(a.clone() if isinstance(a, torch.Tensor) else a for a in arguments))
         except Exception as error:
-            return f"the replacement raises {type(error).__name__}: {error}"
+            raised = f"the replacement raises {type(error).__name__}: {error}"
+            return raised, raised
     tolerance = (rule.tolerance.rtol or 0.0, rule.tolerance.atol or 0.0) if rule.tolerance else None
     problem = compare(expected, actual, tolerance)
-    if problem is not None:
-        return problem[0]
-    return None if tolerance is not None else _inexact(expected, actual)
+    exact = problem[0] if problem is not None else _inexact(expected, actual)
+    if problem is None and tolerance is None:
+        return exact, exact
+    return (problem[0] if problem is not None else None), exact
 
 
 def _inexact(expected: Any, actual: Any) -> str | None:
@@ -452,8 +467,7 @@ def _inexact(expected: Any, actual: Any) -> str | None:
             both_nan = e.isnan() & a.isnan()
             if not torch.equal(e[~both_nan], a[~both_nan]):
                 diff = (e[~both_nan].double() - a[~both_nan].double()).abs().max().item()
-                return (f"values differ by up to {diff:.6g}, within the dtype's rounding tolerance that verify "
-                        "allows (verify calls this sound): not equal")
+                return f"values differ by up to {diff:.6g}, within the rounding tolerance verify allows"
     return None
 
 
@@ -658,6 +672,7 @@ class _Evaluation(torch.fx.Interpreter):
         self.symbols = symbols
         self.symbolic: dict[torch.fx.Node, Any] = {}
         self.raises: list[Any] = []
+        self.crashes: list[Any] = []
         self.raised: str | None = None
         self.result: Any = None
         names = [n.target for n in graph.graph.nodes if n.op == "placeholder"]
@@ -882,6 +897,9 @@ class _Operation:
         z3 = self.z3
         a, b = (self.operand(symbolic[n], self.dtype) for n in ("input", "other"))
         self.run.raises.append(b == 0)  # torch raises ZeroDivisionError
+        if self.dtype in (torch.int32, torch.int64):  # the CPU traps (SIGFPE): the process dies
+            smallest = self.elements.constant(torch.iinfo(self.dtype).min, self.dtype)
+            self.run.crashes.append(self.z3.And(a == smallest, b == -1))
         if self.dtype == torch.uint8:
             return z3.UDiv(a, b)
         quotient = a / b  # z3's signed division truncates
