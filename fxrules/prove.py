@@ -809,22 +809,21 @@ class _Operation:
             return self.elements.constant(value, dtype)
         raise _NotProvable(f"{self.name} of a {type(value).__name__}")
 
-    def math_operands(self, concrete: Mapping[str, Any], symbolic: Mapping[str, Any],
-                      first: str = "input", second: str = "other") -> tuple[Any, Any, torch.dtype]:
+    def math_operands(self, op: str, symbolic: Mapping[str, Any]) -> tuple[Any, Any, torch.dtype]:
         """The two operands of add, sub, mul or div in the type the CPU kernel computes in (float32 for
-        float16 and bfloat16, which round the result once): the second operand of a kernel over one value of
-        it is read from its own dtype, otherwise from the common dtype; which one depends on the sizes."""
+        float16 and bfloat16, which round the result once).  The second operand comes through the result's
+        dtype, except a Python number in mul and div, which the kernel converts straight to float32, and a
+        tensor of another dtype, which the kernel may read either way (it depends on the sizes)."""
         result = self.dtype
         compute = torch.float32 if result in REDUCED_FLOATS else result
-        a = self.elements.cast(self.operand(symbolic[first], result), result, compute)
-        b_value = symbolic[second]
+        a = self.elements.cast(self.operand(symbolic["input"], result), result, compute)
+        b_value = symbolic["other"]
         via_result = self.elements.cast(self.operand(b_value, result), result, compute)
         if compute == result or (isinstance(b_value, _Tensor) and b_value.dtype == result):
             return a, via_result, compute
-        direct = self.operand(b_value, compute)
         if not isinstance(b_value, _Tensor):
-            return a, direct, compute
-        return a, self.z3.If(self.elements.choice(), direct, via_result), compute
+            return a, self.operand(b_value, compute) if op in ("mul", "div") else via_result, compute
+        return a, self.z3.If(self.elements.choice(), self.operand(b_value, compute), via_result), compute
 
     def rounded(self, term: Any, compute: torch.dtype) -> Any:
         return self.elements.cast(term, compute, self.dtype)
@@ -868,7 +867,7 @@ class _Operation:
             compute = torch.float32 if self.dtype in REDUCED_FLOATS else self.dtype
             a, b = (self.elements.cast(t, self.dtype, compute) for t in (a, b))
         else:
-            a, b, compute = self.math_operands(concrete, symbolic)
+            a, b, compute = self.math_operands(op, symbolic)
         return self.rounded(self.scalar_math(op, a, b, compute), compute)
 
     def scalar_math(self, op: str, a: Any, b: Any, dtype: torch.dtype) -> Any:
@@ -885,7 +884,7 @@ class _Operation:
             raise _NotProvable(f"div of {self.dtype}")
         if self.dtype in INTEGER_BITS:
             return self.integer_division(mode, symbolic)
-        a, b, compute = self.math_operands(concrete, symbolic)
+        a, b, compute = self.math_operands("div", symbolic)
         quotient = z3.fpDiv(self.elements.rne, a, b)
         if mode == "trunc":
             quotient = z3.fpRoundToIntegral(z3.RTZ(), quotient)
@@ -909,7 +908,10 @@ class _Operation:
         return z3.If(z3.And(remainder != 0, (remainder < 0) != (b < 0)), quotient - 1, quotient)
 
     def op_rdiv(self, concrete: Mapping[str, Any], symbolic: Mapping[str, Any]) -> Any:
-        raise _NotProvable("a number divided by a tensor (torch computes reciprocal(x) * s)")
+        """``s / x`` is ``x.reciprocal() * s`` in torch (``Tensor.__rtruediv__``)."""
+        reciprocal = self.op_reciprocal(concrete, {"input": symbolic["other"]})
+        inverse = _Tensor(self.dtype, reciprocal, frozenset())
+        return self.arithmetic("mul", concrete, {"input": inverse, "other": symbolic["input"]})
 
     def op_neg(self, concrete: Mapping[str, Any], symbolic: Mapping[str, Any]) -> Any:
         x = self.operand(symbolic["input"], self.dtype)
@@ -933,7 +935,9 @@ class _Operation:
     def op_sign(self, concrete: Mapping[str, Any], symbolic: Mapping[str, Any]) -> Any:
         z3 = self.z3
         x = self.operand(symbolic["input"], self.dtype)
-        if self.dtype == torch.bool or self.dtype in COMPLEX_PARTS:
+        if self.dtype == torch.bool:
+            return x
+        if self.dtype in COMPLEX_PARTS:
             raise _NotProvable(f"sign of {self.dtype}")
         zero, one, minus = (self.elements.constant(v, self.dtype) for v in (0, 1, -1))
         if self.dtype in FLOAT_SORTS:  # sign(nan) is 0 in torch
@@ -1047,11 +1051,12 @@ class _Operation:
             return tuple(self.z3.If(test, x, y) for x, y in zip(a, b, strict=True))
         return self.z3.If(test, a, b)
 
-    def logical(self, name: str, symbolic: Mapping[str, Any]) -> Any:
+    def logical(self, name: str, concrete: Mapping[str, Any], symbolic: Mapping[str, Any]) -> Any:
+        """Both operands are converted to their common dtype first (a float32 1e-45 with a float16 is False)."""
         z3 = self.z3
-        values = [symbolic[n] for n in ("input", "other") if n in symbolic]
-        truths = [self.elements.nonzero(self.operand(v, v.dtype if isinstance(v, _Tensor) else torch.float64),
-                                        v.dtype if isinstance(v, _Tensor) else torch.float64) for v in values]
+        names = [n for n in ("input", "other") if n in symbolic]
+        common = torch.result_type(*(concrete[n] for n in names)) if len(names) == 2 else concrete["input"].dtype
+        truths = [self.elements.nonzero(self.operand(symbolic[n], common), common) for n in names]
         result = {"logical_and": z3.And, "logical_or": z3.Or, "logical_xor": z3.Xor,
                   "logical_not": z3.Not}[name](*truths)
         return self.elements.cast(result, torch.bool, self.dtype)
@@ -1075,7 +1080,7 @@ class _Operation:
         if op in COMPARISONS:
             return lambda concrete, symbolic: self.comparison(op, concrete, symbolic)
         if op.startswith("logical_"):
-            return lambda concrete, symbolic: self.logical(op, symbolic)
+            return lambda concrete, symbolic: self.logical(op, concrete, symbolic)
         if op.startswith("bitwise_"):
             return lambda concrete, symbolic: self.bitwise(op, symbolic)
         if op in ("contiguous", "clone", "detach", "alias", "dropout", "cat", "expand_as", "view_as",
