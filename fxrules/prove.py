@@ -336,6 +336,8 @@ class _Prover:
                      for name, dtypes in self.proved.items())
 
     def prove_config(self, graphs: Standalone, config: _Config) -> None:
+        if time.perf_counter() >= self.deadline:  # many captures make many configurations
+            raise _NotProvable("timeout")
         inputs = config.concrete()
         ran = _concrete_run(graphs, inputs)
         if ran is None:

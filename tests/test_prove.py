@@ -321,3 +321,38 @@ def test_command_refuses_a_bad_timeout_and_an_unknown_rule(capsys: pytest.Captur
                                        "did you mean 'double_neg'?\n")
     with pytest.raises(fxrules.FxrUsageError, match="timeout must be a positive number of seconds, got -1"):
         fxrules.prove("algebra.fxr", timeout=-1)
+
+
+@pytest.mark.filterwarnings("ignore::fxrules.FxrLoopWarning")  # the rule is only proved, never applied
+def test_many_configurations_stop_at_the_time_budget(tmp_path: Path) -> None:
+    """Four untyped captures make 12**4 dtype choices times 16 rank choices: the budget stops the run."""
+    path = rule_file(tmp_path, "four", """
+        pattern:
+            return torch.where(a, add(b, c), d)
+        replace:
+            return torch.where(a, add(c, b), d)
+        """)
+    result = fxrules.prove(path, timeout=1)["four"]
+    assert (result.outcome.value, result.reason) == ("not provable here", "timeout")
+    assert result.seconds < 4
+
+
+def proofs_table() -> dict[str, str]:
+    """Rule -> what the Proofs section of docs/rulesets.md says prove gives it (the first words)."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "rulesets.md").read_text(encoding="utf-8")
+    section = text[text.index("\n## Proofs"):]
+    table: dict[str, str] = {}
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            names, says = line.split("|")[1:3]
+            outcome = "proved" if says.strip().startswith("proved") else says.strip()
+            for name in names.split(","):
+                table[name.strip(" `")] = outcome
+    return table
+
+
+@pytest.mark.slow
+def test_bundled_rules_prove_as_rulesets_md_says() -> None:
+    """Every bundled rule is in the Proofs table of docs/rulesets.md, with the outcome prove gives it."""
+    report = fxrules.prove(["algebra.fxr", "fusions.fxr", "cleanup.fxr"], timeout=60)
+    assert {r.rule: r.outcome.value for r in report.results} == proofs_table()
