@@ -617,14 +617,14 @@ class _Elements:
         if dtype == torch.bool:
             return z3.BoolVal(True)
         if dtype in INTEGER_BITS:
-            info = torch.iinfo(dtype)
-            values = {0, 1, -1, 2, info.min, info.max, info.min + 1, info.max - 1}
-            return z3.Or(*(term == self.constant(v, dtype) for v in values if info.min <= v <= info.max))
+            bounds = torch.iinfo(dtype)
+            integers = {0, 1, -1, 2, bounds.min, bounds.max, bounds.min + 1, bounds.max - 1}
+            return z3.Or(*(term == self.constant(v, dtype) for v in integers if bounds.min <= v <= bounds.max))
         info = torch.finfo(dtype)
         sort = self.sort(dtype)
         magnitudes = [0.0, 1.0, 2.0, 0.5, 1.5, info.max, info.tiny, info.tiny * info.eps, math.inf]
-        values = [z3.fpNaN(sort), *(z3.FPVal(sign * m, sort) for m in magnitudes for sign in (1.0, -1.0))]
-        return z3.Or(*(term == v for v in values))
+        floats = [z3.fpNaN(sort), *(z3.FPVal(sign * m, sort) for m in magnitudes for sign in (1.0, -1.0))]
+        return z3.Or(*(term == v for v in floats))
 
     def finite(self, term: Any, dtype: torch.dtype) -> Any:
         z3 = self.z3
@@ -692,7 +692,8 @@ class _Evaluation(torch.fx.Interpreter):
         except Exception as error:
             raise _TorchError(f"{type(error).__name__}: {error}") from error
         if n.op == "placeholder":
-            self.symbolic[n] = self.tensor(self.symbols[n.target], concrete, frozenset({n.target}))
+            name = str(n.target)
+            self.symbolic[n] = self.tensor(self.symbols[name], concrete, frozenset({name}))
         elif n.op == "output":
             self.result = torch.fx.node.map_arg(n.args[0], lambda m: self.symbolic[m])
         elif n.op in ("call_function", "call_method"):
