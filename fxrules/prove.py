@@ -240,6 +240,9 @@ def _tensor_dtypes(rule: Rule) -> dict[str, tuple[torch.dtype, ...] | None]:
             kinds[name] = None
         elif declared is None and roles.get(name, "tensor") == "tensor":
             kinds[name] = ALL_DTYPES
+        elif isinstance(declared, TensorType):
+            raise _NotProvable(f"capture {name} may be None (Tensor | None): only tensor and dtype captures are "
+                               "modeled")
         else:
             what = declared.name if isinstance(declared, ScalarType) else roles.get(name, type(declared).__name__)
             raise _NotProvable(f"capture {name} is a {what}: only tensor and dtype captures are modeled")
