@@ -314,6 +314,8 @@ def _configs(kinds: Mapping[str, tuple[torch.dtype, ...] | None]) -> Iterator[_C
 
 
 class _Prover:
+    """Proves one rule: each choice of its alternatives, each configuration, until the deadline."""
+
     def __init__(self, rule: Rule, z3: types.ModuleType, deadline: float,
                  helpers: Mapping[str, Callable[..., Any]]) -> None:
         self.rule = rule
