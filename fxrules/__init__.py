@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from fxrules.engine.report import Report
     from fxrules.integrations.pipelines import backend, inductor_pass
     from fxrules.lang.ir import Rule, RuleSet
+    from fxrules.verification.prove import ProveReport, prove
     from fxrules.verification.soundness import VerifyReport, verify
 
 #: Each public name and the module that defines it.
@@ -51,6 +52,8 @@ _LAZY = {
     "RuleSet": "fxrules.lang.ir",
     "VerifyReport": "fxrules.verification.soundness",
     "verify": "fxrules.verification.soundness",
+    "ProveReport": "fxrules.verification.prove",
+    "prove": "fxrules.verification.prove",
 }
 
 
@@ -76,6 +79,7 @@ __all__ = [
     "FxrLoopWarning",
     "FxrSyntaxError",
     "FxrUsageError",
+    "ProveReport",
     "Report",
     "RewrittenProgram",
     "Rule",
@@ -88,5 +92,6 @@ __all__ = [
     "inductor_pass",
     "load",
     "parse",
+    "prove",
     "verify",
 ]

@@ -11,7 +11,10 @@
 [--database DIR] [--json]``  check each rule's soundness; exit 1 if one is unsound or in error, 2 on a bad
                              option (the options are those of :func:`fxrules.verify`).
 
-``--allow MODULE`` (check, apply, explain, verify): a module the rules may name, as ``allow=`` does.
+``fxrules prove FILE... [--rule NAME] [--timeout S] [--json]``  prove rules with the z3 solver (the extra
+                             ``fxrules[prove]``); exit 1 if one is refuted, 2 on a bad option or without z3.
+
+``--allow MODULE`` (check, apply, explain, verify, prove): a module the rules may name, as ``allow=`` does.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -41,6 +45,7 @@ from fxrules.verification.options import (
     parse_dtypes,
     whole_number_problem,
 )
+from fxrules.verification.prove import DEFAULT_TIMEOUT, prove
 from fxrules.verification.soundness import verify
 
 
@@ -124,6 +129,30 @@ def _verify(args: argparse.Namespace) -> int:
     return 0 if report.sound else 1
 
 
+def _prove(args: argparse.Namespace) -> int:
+    try:
+        report = prove(list(args.files), timeout=args.timeout, names=args.rule or None, allow=args.allow)
+    except FxrUsageError as error:  # no z3, or --rule names no rule of the files
+        print(f"fxrules prove: error: {error}", file=sys.stderr)
+        return 2
+    except FxrError as error:
+        print(error, file=sys.stderr)
+        return 1
+    print(report.to_json() if args.json else report)
+    return 0 if report.sound else 1
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a positive number of seconds."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not seconds > 0 or math.isinf(seconds):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return seconds
+
+
 def _whole_number(low: int | None = None, high: int | None = None) -> Callable[[str], int]:
     """An argparse type: a whole number from ``low`` to ``high``, refused with the text the Python API gives."""
     def parse(text: str) -> int:
@@ -178,8 +207,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                              help="let rules specialize the graph to the --input-shape sizes (static_shapes=True)")
     check_rules = commands.add_parser("verify", help="check that rules are sound on generated inputs")
     _verify_parser(check_rules)
+    proving = commands.add_parser("prove", help="prove rules for every input with the z3 solver")
+    proving.add_argument("files", nargs="+", help=".fxr files or bundled ruleset names")
+    proving.add_argument("--rule", action="append", default=[], metavar="NAME",
+                         help="prove only this rule (repeatable)")
+    proving.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT, metavar="S",
+                         help=f"solver seconds per rule (default {DEFAULT_TIMEOUT:g})")
+    proving.add_argument("--json", action="store_true", help="print the results as JSON")
     commands.add_parser("demo", help="apply the bundled rulesets to two small models and measure")
-    for command in (check, *applying, check_rules):
+    for command in (check, *applying, check_rules, proving):
         command.add_argument("--allow", action="append", default=[], metavar="MODULE",
                              help="a module the rules may name besides torch, operator and math (repeatable)")
     args = parser.parse_args(argv)
@@ -188,6 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "verify":
         return _verify(args)
+    if args.command == "prove":
+        return _prove(args)
     if args.command == "check":
         return _check(args.files, args.allow)
     if args.command == "list":
