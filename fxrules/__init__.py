@@ -24,6 +24,7 @@ from fxrules.diagnostics import (
 )
 from fxrules.engine import apply, apply_program
 from fxrules.exported import RewrittenProgram
+from fxrules.formatting import format_text
 from fxrules.ir import Rule, RuleSet
 from fxrules.loader import load, parse
 from fxrules.pipelines import backend, inductor_pass
@@ -48,6 +49,7 @@ __all__ = [
     "apply",
     "apply_program",
     "backend",
+    "format_text",
     "inductor_pass",
     "load",
     "parse",

@@ -11,6 +11,9 @@
 [--database DIR] [--json]``  check each rule's soundness; exit 1 if one is unsound or in error, 2 on a bad
                              option (the options are those of :func:`fxrules.verify`).
 
+``fxrules fmt FILE... [--check] [--diff] [--line-length N]``  lay out rule files in the canonical layout
+                             (:mod:`fxrules.formatting`); exit 1 if one does not parse, or with --check would change.
+
 ``--allow MODULE`` (check, apply, explain, verify): a module the rules may name, as ``allow=`` does.
 """
 
@@ -31,6 +34,7 @@ from fxrules import bundled
 from fxrules.demo import run_demo
 from fxrules.diagnostics import FxrError, FxrLoadError, FxrUsageError
 from fxrules.engine import apply
+from fxrules.formatting import LINE_LENGTH, format_files
 from fxrules.loader import load
 from fxrules.report import counted
 from fxrules.verification import verify
@@ -179,6 +183,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     check_rules = commands.add_parser("verify", help="check that rules are sound on generated inputs")
     _verify_parser(check_rules)
     commands.add_parser("demo", help="apply the bundled rulesets to two small models and measure")
+    fmt = commands.add_parser("fmt", help="lay out rule files in the canonical layout")
+    fmt.add_argument("files", nargs="+", help=".fxr files, rewritten in place")
+    fmt.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file would change")
+    fmt.add_argument("--diff", action="store_true", help="write nothing; print how each file would change")
+    fmt.add_argument("--line-length", type=_whole_number(20), default=LINE_LENGTH, metavar="N",
+                     help=f"the longest line aimed for (default {LINE_LENGTH})")
     for command in (check, *applying, check_rules):
         command.add_argument("--allow", action="append", default=[], metavar="MODULE",
                              help="a module the rules may name besides torch, operator and math (repeatable)")
@@ -188,6 +198,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "verify":
         return _verify(args)
+    if args.command == "fmt":
+        return format_files(args.files, check=args.check, diff=args.diff, line_length=args.line_length)
     if args.command == "check":
         return _check(args.files, args.allow)
     if args.command == "list":
