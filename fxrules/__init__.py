@@ -11,6 +11,7 @@ backend and an Inductor pass) and :mod:`fxrules.exported` (``ExportedProgram``
 in and out) put ``apply`` into compile pipelines.
 """
 
+from fxrules.convert import replace_pattern, rule_from_functions
 from fxrules.diagnostics import (
     Diagnostic,
     FxrApplyError,
@@ -53,5 +54,7 @@ __all__ = [
     "inductor_pass",
     "load",
     "parse",
+    "replace_pattern",
+    "rule_from_functions",
     "verify",
 ]
