@@ -158,11 +158,14 @@ class _Side:
 class _Converter:
     def __init__(self, pattern: torch.fx.Graph, replacement: torch.fx.Graph, name: str, *,
                  name_all: bool = False) -> None:
+        """``name_all``: every node named by a statement (a match's bindings then say what each matched), and
+        the text left unformatted (only the parser reads it)."""
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in _KEYWORDS:
             raise FxrUsageError(f"a rule name must be a name, not {name!r}")
         self.name = name
         self.pattern, self.replacement = pattern, replacement
         self.name_all = name_all  # name every node by a statement, not only those used twice
+        self.formatted = not name_all  # text for people, laid out by fxrules fmt; else only for the parser
         self.pattern_names: dict[torch.fx.Node, str] = {}
         self.uses: dict[str, str] = {}  # module -> the alias the rule file uses it by
         self.taken = set(_TAKEN) | _family_names()
@@ -184,7 +187,8 @@ class _Converter:
             body = f"rule {self.name}: {pattern.returned[0]} => {replacement.returned[0]}\n"
         else:
             body = f"rule {self.name}:\n    pattern:\n{_block(pattern)}    replace:\n{_block(replacement)}"
-        return format_text(uses + body, f"<{self.name}>"), tuple(self.uses)
+        text = uses + body
+        return (format_text(text, f"<{self.name}>") if self.formatted else text), tuple(self.uses)
 
     def _fresh(self, wanted: str, local: set[str] | None = None) -> str:
         """A name like ``wanted`` that means nothing yet: in the whole rule, or in one section (``local``)."""

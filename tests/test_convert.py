@@ -309,6 +309,29 @@ def test_an_output_that_would_become_an_input_is_left() -> None:
     assert [n.op for n in ours.graph.nodes] == ["placeholder", "call_function", "output"]
 
 
+def _relu_doubled(x: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x) * 2
+
+
+def _neg_and_relu(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.neg(a), torch.relu(a)
+
+
+def _relu_and_neg(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.relu(a), torch.neg(a)
+
+
+def test_a_pattern_output_absent_from_the_graph_is_no_match() -> None:
+    """Where torch is wrong: a two-output pattern one of whose outputs has no candidate in the graph makes
+    torch's matcher raise ``KeyError``; the drop-in finds no match and leaves the graph as it was."""
+    with pytest.raises(KeyError):
+        subgraph_rewriter.replace_pattern(torch.fx.symbolic_trace(_relu_doubled), _neg_and_relu, _relu_and_neg)
+    gm = torch.fx.symbolic_trace(_relu_doubled)
+    before = gm.code
+    assert fxrules.replace_pattern(gm, _neg_and_relu, _relu_and_neg) == []
+    assert gm.code == before
+
+
 # ---------------------------------------------------------------- the rule text
 
 

@@ -26,7 +26,7 @@ from fxrules.diagnostics import Span
 from fxrules.formatting import LINE_LENGTH
 from fxrules.parser import parse_syntax
 from tests.conftest import slow_examples
-from tests.test_docs import DOC_BLOCKS, Block
+from tests.test_docs import DOC_BLOCKS, Block, extract_blocks
 
 REPO = Path(__file__).resolve().parents[1]
 RULESETS = sorted((REPO / "rulesets").glob("*.fxr"))
@@ -111,6 +111,17 @@ PARSING_BLOCKS = [block for block in DOC_BLOCKS if block.expect_error is None
 def test_doc_examples_keep_their_meaning(block: Block) -> None:
     check_properties(block.text, f"{block.source}-line-{block.line}.fxr")
     check_properties(block.text, f"{block.source}-line-{block.line}.fxr", 50)
+
+
+AUTHORING = REPO / "docs" / "authoring.md"
+
+
+def test_authoring_doc_example_is_what_fmt_writes() -> None:
+    """docs/authoring.md shows a messy file and its layout: the layout is fmt's output, and a fixed point."""
+    messy = next(b for b in extract_blocks(AUTHORING, "authoring", {""}) if b.text.startswith("# header"))
+    formatted, = extract_blocks(AUTHORING, "authoring", {"fxr"})
+    assert check_properties(messy.text, "authoring.fxr") == formatted.text
+    assert fxrules.format_text(formatted.text) == formatted.text
 
 
 # ---------------------------------------------------------------- the layout itself
