@@ -116,8 +116,9 @@ def _anchor(graph: torch.fx.Graph) -> torch.fx.Node:
     return next((node for node in returned if len(node.users) == 1), returned[0])
 
 
-def _returned(graph: torch.fx.Graph) -> list[torch.fx.Node]:
-    output = graph.output_node().args[0]
+def _returned(graph: torch.fx.Graph) -> list[Any]:
+    """What the graph returns, one value per output (a node, or a constant)."""
+    output: Any = graph.output_node().args[0]
     return list(output) if isinstance(output, tuple | list) else [output]
 
 

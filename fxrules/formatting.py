@@ -31,6 +31,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import attrs
 from lark import Token, Tree
@@ -49,7 +50,7 @@ _LEVELS = {
 }
 _ATOM = 11
 _WORDS = {"none": "None", "true": "True", "false": "False", "ellipsis": "..."}
-_BRACKETS = {"call": "()", "helper": "()", "list_": "[]", "tuple_": "()"}
+_BRACKETS = {"call": ("(", ")"), "helper": ("(", ")"), "list_": ("[", "]"), "tuple_": ("(", ")")}
 
 
 def format_text(text: str, filename: str = "<string>", line_length: int = LINE_LENGTH) -> str:
@@ -177,8 +178,8 @@ def _attribute(children: Sequence[object]) -> str:
     return f"{base}.{expression(name)}"
 
 
-def _arguments(node: object) -> list[str]:
-    return [] if node is None else [expression(child) for child in _present(node.children)]  # type: ignore[attr-defined]
+def _arguments(node: Any) -> list[str]:
+    return [] if node is None else [expression(child) for child in _present(node.children)]
 
 
 def _tuple(children: Sequence[object]) -> str:
@@ -245,7 +246,8 @@ class _Item:
     is_rule: bool
 
 
-def _span(node: Tree[Token]) -> tuple[int, int]:
+def _span(node: Any) -> tuple[int, int]:
+    """The source lines of a parse tree's node (every node the layout meets has a position)."""
     return node.meta.line, node.meta.end_line
 
 
@@ -296,9 +298,9 @@ class _Layout:
         return _Item((_Line((text,), *_span(node), ""),), False)
 
     def rule(self, node: Tree[Token]) -> Iterator[_Line]:
-        *decorators, name, body = node.children
+        children: list[Any] = node.children
+        *decorators, name, body = children
         for decorator in decorators:
-            assert isinstance(decorator, Tree)
             yield _Line(self.decorator(decorator), *_span(decorator), "")
         header = f"rule {name}:"
         if body.data == "block_body":
@@ -325,7 +327,7 @@ class _Layout:
     def block_from_rewrite(self, docstring: Tree[Token] | None, rewrite: Tree[Token]) -> Iterator[_Line]:
         """A one-line rule too long for a line, as the block rule it is the same as."""
         pattern, replacement, guard = rewrite.children
-        where = [] if guard is None else [("where:", [guard])]
+        where: list[tuple[str, list[Any]]] = [] if guard is None else [("where:", [guard])]
         sections = [("pattern:", [Tree("return_", [pattern])]), *where, ("replace:", [Tree("return_", [replacement])])]
         first, last = _span(rewrite)
         if docstring is not None:
@@ -335,7 +337,7 @@ class _Layout:
             for entry in entries:
                 yield _Line(self.entry(entry), first, last, INDENT * 2)
 
-    def block(self, children: Sequence[object]) -> Iterator[_Line]:
+    def block(self, children: Sequence[Any]) -> Iterator[_Line]:
         docstring, given, pattern, where, replace = children
         if isinstance(docstring, Tree):
             yield _Line((INDENT + str(docstring.children[0]),), *_span(docstring), INDENT)
@@ -345,9 +347,7 @@ class _Layout:
                 continue
             yield _Line((INDENT + title,), *_head_line(section), INDENT)
             for entry in section.children:
-                assert isinstance(entry, Tree | Token)
-                first, last = _span(entry) if isinstance(entry, Tree) else (entry.line, entry.end_line)
-                yield _Line(self.entry(entry), first, last, INDENT * 2)
+                yield _Line(self.entry(entry), *_span(entry), INDENT * 2)
 
     def entry(self, node: object) -> tuple[str, ...]:
         """One line of a section: a declaration, a statement or a condition."""
@@ -367,8 +367,8 @@ class _Layout:
         return self.fitted(node, indent)
 
 
-def _arguments_nodes(node: object) -> list[object]:
-    return [] if node is None else _present(node.children)  # type: ignore[attr-defined]
+def _arguments_nodes(node: Any) -> list[object]:
+    return [] if node is None else _present(node.children)
 
 
 # ---------------------------------------------------------------- comments and blank lines

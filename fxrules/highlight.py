@@ -17,8 +17,8 @@ import functools
 import re
 from typing import Any, ClassVar
 
-from pygments.lexer import RegexLexer, bygroups, include, words
-from pygments.token import (
+from pygments.lexer import RegexLexer, bygroups, include, words  # type: ignore[import-untyped]
+from pygments.token import (  # type: ignore[import-untyped]
     Comment,
     Keyword,
     Name,
