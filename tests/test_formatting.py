@@ -27,6 +27,7 @@ from fxrules.formatting import LINE_LENGTH
 from fxrules.parser import parse_syntax
 from tests.conftest import slow_examples
 from tests.test_docs import DOC_BLOCKS, Block, extract_blocks
+from tests.test_parser_fuzz import SETTINGS_FOR_EXPRESSIONS, expressions
 
 REPO = Path(__file__).resolve().parents[1]
 RULESETS = sorted((REPO / "rulesets").glob("*.fxr"))
@@ -305,6 +306,19 @@ def fxr_files(draw: st.DrawFn) -> str:
 @given(fxr_files(), st.sampled_from([40, 60, 120]))
 def test_generated_files_are_formatted_idempotently_and_keep_their_meaning(text: str, width: int) -> None:
     check_properties(text, "generated.fxr", width)
+
+
+@settings(max_examples=slow_examples(90), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large])
+@given(expressions("atom"), st.sampled_from(SETTINGS_FOR_EXPRESSIONS), st.sampled_from([30, 120]))
+def test_expressions_drawn_from_the_grammar_keep_their_syntax_tree(expression: str, setting: str,
+                                                                   width: int) -> None:
+    """Any expression of the grammar, in every position, is laid out to the same syntax tree (spans aside):
+    the parentheses precedence needs are kept, and a broken line parses back to the same call."""
+    text = setting.replace("{}", expression)
+    formatted = fxrules.format_text(text, "drawn.fxr", width)
+    assert meaning(parse_syntax(formatted)) == meaning(parse_syntax(text)), formatted
+    assert fxrules.format_text(formatted, "drawn.fxr", width) == formatted
 
 
 # ---------------------------------------------------------------- the command
