@@ -29,6 +29,7 @@ import os
 import re
 import sys
 import tempfile
+from collections import deque
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from lark import Token, Tree
 
 from fxrules.diagnostics import DiagnosticSink, FxrSyntaxError, Span
 from fxrules.parser import NESTED_TOO_DEEPLY, fxr_parser, parse_syntax
+from fxrules.syntax_tree import to_syntax_tree
 
 #: The longest line the layout aims for (the one of the bundled rulesets).
 LINE_LENGTH = 120
@@ -56,8 +58,12 @@ _BRACKETS = {"call": ("(", ")"), "helper": ("(", ")"), "list_": ("[", "]"), "tup
 def format_text(text: str, filename: str = "<string>", line_length: int = LINE_LENGTH) -> str:
     """``text`` in the canonical layout; :class:`~fxrules.FxrSyntaxError` (every problem, with
     file:line:col) when it does not parse."""
-    parse_syntax(text, filename)  # raises with the parser's diagnostics; the layout needs Lark's own tree
-    tree = fxr_parser().parse(text if text.endswith("\n") else text + "\n")
+    try:
+        tree = fxr_parser().parse(text if text.endswith("\n") else text + "\n")
+        to_syntax_tree(tree, filename)  # a literal Python cannot read is a syntax error too
+    except Exception:  # whatever the parser refuses, it says where and why, as it does for load
+        parse_syntax(text, filename)
+        raise
     layout = _Layout(line_length)
     try:
         items = [layout.item(item) for item in tree.children if isinstance(item, Tree)]
@@ -390,13 +396,16 @@ def _comment_pattern() -> re.Pattern[str]:
 
 def _comments(text: str) -> list[_Comment]:
     found = []
+    line, counted_to = 1, 0  # lines are counted as the matches go: one pass over the text
     for match in _comment_pattern().finditer(text):
         if match.group("comment") is None:
             continue
         start = match.start()
+        line += text.count("\n", counted_to, start)
+        counted_to = start
         line_start = text.rfind("\n", 0, start) + 1
         trailing = bool(text[line_start:start].strip())
-        found.append(_Comment(text.count("\n", 0, start) + 1, match.group("comment").rstrip(), trailing))
+        found.append(_Comment(line, match.group("comment").rstrip(), trailing))
     return found
 
 
@@ -406,32 +415,37 @@ def _blank_lines(text: str) -> frozenset[int]:
 
 @attrs.define
 class _Output:
-    """The lines written so far, and the comments still to place."""
+    """The lines written so far, and the comments still to place (in source order: code is written in
+    source order too, so each comment is looked at once)."""
 
-    comments: list[_Comment]
+    comments: deque[_Comment]
     blank: frozenset[int]
     lines: list[str] = attrs.Factory(list)
     read_to: int = 0  # the last source line whose code or comments are out
 
     def comments_before(self, line: _Line) -> list[_Comment]:
-        """The comments to write on lines of their own before ``line``."""
-        before = [c for c in self.comments
-                  if c.line < line.first or (c.line <= line.last and not (c.trailing and c.line == line.last))]
-        self.comments = [c for c in self.comments if c not in before]
+        """The comments to write on lines of their own before ``line``: all before it, and those within it
+        but the one ending its last line."""
+        before = []
+        while self.comments and (self.comments[0].line < line.first or (
+                self.comments[0].line <= line.last and not self._trails(self.comments[0], line))):
+            before.append(self.comments.popleft())
         return before
+
+    @staticmethod
+    def _trails(comment: _Comment, line: _Line) -> bool:
+        return comment.trailing and comment.line == line.last
 
     def write(self, line: _Line) -> None:
         texts = list(line.texts)
-        trailing = [c for c in self.comments if line.first <= c.line <= line.last]
-        if trailing:
-            texts[-1] += f"  {trailing[0].text}"
-            self.comments.remove(trailing[0])
+        if self.comments and self._trails(self.comments[0], line):
+            texts[-1] += f"  {self.comments.popleft().text}"
         self.lines += texts
         self.read_to = max(self.read_to, line.last)
 
 
 def _assemble(items: list[_Item], comments: list[_Comment], blank: frozenset[int]) -> str:
-    out = _Output(comments, blank)
+    out = _Output(deque(comments), blank)
     previous_is_rule = False
     for item in items:
         first, *rest = item.lines
@@ -441,7 +455,7 @@ def _assemble(items: list[_Item], comments: list[_Comment], blank: frozenset[int
                 out.lines.append(line.indent + comment.text)
             out.write(line)
         previous_is_rule = item.is_rule
-    _top_level(out, out.comments, None, separate=False)
+    _top_level(out, list(out.comments), None, separate=False)
     return "\n".join(out.lines) + "\n" if out.lines else ""
 
 
@@ -464,4 +478,4 @@ def _top_level(out: _Output, comments: list[_Comment], item: _Line | None, *, se
             out.lines.append("")
         out.write(item)
     else:
-        out.comments = []
+        out.comments.clear()
