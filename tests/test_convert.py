@@ -29,14 +29,17 @@ from fxrules.cli import main
 from tests.test_formatting import meaning
 from tests.test_replace_pattern_compat import (
     CatSumModule,
+    MmModule,
     NegReluModule,
     ReshapeAliasModule,
     _exp,
     _identity,
+    _mm,
     _neg,
     _neg_plus_relu,
     _relu,
     _reshape_alias,
+    _reshape_alias_swapped,
     _sigmoid,
     _sigmoid_sigmoid,
     op_sequence,
@@ -234,7 +237,10 @@ CASES: list[tuple[str, Any, Any, Any, list[Callable[[], torch.Tensor]], int, boo
     ("call_method", MethodChain(), _method_chain, _identity, [_randn(3, 4)], 1, False),
     ("kwargs_and_wrapped_replacement", LinearMul(), _linear_mul, _wrapped_linear_mul, [_randn(4, 16)], 1, False),
     ("list_type_arg", ReshapeAliasModule(), _reshape_alias, _as_strided, [_randn(16)], 1, False),
+    # one pass, as torch's: a pattern its replacement matches again is rewritten once, not forever
     ("pattern_is_its_own_replacement", NegReluModule(), _neg_plus_relu, _neg_plus_relu, [_randn(1, 3)], 1, False),
+    ("graph_argument_order", MmModule(), _mm, _mm, [_randn(3, 4), _randn(4, 5)], 1, False),
+    ("list_type_arg_swap", ReshapeAliasModule(), _reshape_alias, _reshape_alias_swapped, [_randn(16)], 1, False),
 ]
 
 
