@@ -211,6 +211,54 @@ def _as_strided(x: torch.Tensor, arg0: list[int], arg1: list[int]) -> torch.Tens
     return torch.ops.aten.as_strided.default(x, arg0, arg1)
 
 
+class AddThenMethodChain(torch.nn.Module):
+    """test_subgraph_rewriter_placeholder_matching: the capture matches the ``add``; the dtype is an attribute."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dtype = torch.float16
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x += 3
+        return torch.sigmoid(x.dequantize()).to(self.dtype)
+
+
+def _dequantize_sigmoid_to(x: torch.Tensor) -> torch.Tensor:
+    return torch.sigmoid(x.dequantize()).to(torch.float16)
+
+
+class ThreeAnchors(torch.nn.Module):
+    """test_subgraph_rewriter_local_revert: three candidate anchors, two matches (the second's operands are
+    the other way round)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        for i in range(5):
+            self.register_parameter(f"w{i}", torch.nn.Parameter(torch.randn([16, 16]) / 4))
+            self.register_parameter(f"b{i}", torch.nn.Parameter(torch.randn([16])))
+
+    def forward(self, in0: torch.Tensor, in1: torch.Tensor) -> torch.Tensor:
+        linear = torch.nn.functional.linear
+        lin_res_2 = linear(linear(in1, self.w0, bias=self.b0), self.w1, bias=self.b1)
+        sum_res_1 = in1 * lin_res_2 + in1
+        lin_res_3 = linear(sum_res_1, self.w2, bias=self.b2)
+        mul_res_2 = lin_res_3 * torch.sigmoid(lin_res_3)
+        lin_res_5 = linear(linear(in0, self.w3, bias=self.b3), self.w4, bias=self.b4)
+        return torch.cat([mul_res_2, in0 * lin_res_5 + in0], dim=1)
+
+
+def _linear_times_c(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor,
+                    c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    lin_res = torch.nn.functional.linear(a, b, bias=bias)
+    return lin_res, c * lin_res
+
+
+def _fused_times_c(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor,
+                   c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    lin_res, _ = fused_linear_mul(a, b, bias)
+    return lin_res, lin_res * c
+
+
 def _randn(*shape: int) -> Callable[[], torch.Tensor]:
     return lambda: torch.randn(*shape)
 
@@ -236,6 +284,8 @@ CASES: list[tuple[str, Any, Any, Any, list[Callable[[], torch.Tensor]], int, boo
     ("unused_args", AddUnusedZ(), _add, _sub, [_randn(3, 4)] * 3, 1, False),
     ("call_method", MethodChain(), _method_chain, _identity, [_randn(3, 4)], 1, False),
     ("kwargs_and_wrapped_replacement", LinearMul(), _linear_mul, _wrapped_linear_mul, [_randn(4, 16)], 1, False),
+    ("local_revert", ThreeAnchors(), _linear_times_c, _fused_times_c, [_randn(4, 16)] * 2, 2, False),
+    ("placeholder_matching", AddThenMethodChain(), _dequantize_sigmoid_to, _identity, [_randn(3, 4)], 1, False),
     ("list_type_arg", ReshapeAliasModule(), _reshape_alias, _as_strided, [_randn(16)], 1, False),
     # one pass, as torch's: a pattern its replacement matches again is rewritten once, not forever
     ("pattern_is_its_own_replacement", NegReluModule(), _neg_plus_relu, _neg_plus_relu, [_randn(1, 3)], 1, False),
