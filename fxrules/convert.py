@@ -99,7 +99,8 @@ def replace_pattern(gm: torch.fx.GraphModule, pattern: Traceable, replacement: T
     # every pattern node named, so that a match's bindings say what each matched
     converter = _Converter(pattern_graph, graph_of(replacement), "replace_pattern", name_all=True)
     rule = _as_written(_resolved(converter, looping=False)["replace_pattern"])
-    names = {node: name for node, name in converter.pattern_names.items() if node.op != "output"}
+    # a pattern input the pattern does not use matches nothing (torch's matcher raises KeyError on one)
+    names = {node: name for node, name in converter.pattern_names.items() if node.users and node.op != "output"}
     anchor = _anchor(pattern_graph)
     matches: list[Match] = []
 

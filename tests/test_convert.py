@@ -388,6 +388,30 @@ def test_a_pattern_output_absent_from_the_graph_is_no_match() -> None:
     assert gm.code == before
 
 
+def _neg_of_first(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.neg(a)
+
+
+def _relu_of_first_input(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.relu(a)
+
+
+def _neg_plus_second(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.neg(x) + y
+
+
+def test_a_pattern_input_the_pattern_does_not_use_matches_nothing() -> None:
+    """Where torch is wrong: a pattern parameter the pattern never reads makes torch's replace_pattern raise
+    ``KeyError``; the drop-in rewrites, and the unused input is not in the node map."""
+    with pytest.raises(KeyError):
+        subgraph_rewriter.replace_pattern(torch.fx.symbolic_trace(_neg_plus_second), _neg_of_first,
+                                          _relu_of_first_input)
+    gm = torch.fx.symbolic_trace(_neg_plus_second)
+    found = fxrules.replace_pattern(gm, _neg_of_first, _relu_of_first_input)
+    assert _matches(found) == [("neg", {"a": "x", "neg": "neg"})]
+    assert op_sequence(gm) == [("call_function", "torch.relu"), ("call_function", "_operator.add")]
+
+
 # ---------------------------------------------------------------- the rule text
 
 
