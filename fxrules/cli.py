@@ -207,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     convert.add_argument("replacement", help="package.module:function of the replacement")
     convert.add_argument("--name", default="converted", help="the rule's name (default converted)")
     fmt = commands.add_parser("fmt", help="lay out rule files in the canonical layout")
-    fmt.add_argument("files", nargs="+", help=".fxr files, rewritten in place")
+    fmt.add_argument("files", nargs="+", help=".fxr files, rewritten in place ('-': standard input to output)")
     fmt.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file would change")
     fmt.add_argument("--diff", action="store_true", help="write nothing; print how each file would change")
     fmt.add_argument("--line-length", type=_whole_number(20), default=LINE_LENGTH, metavar="N",

@@ -77,37 +77,47 @@ def format_text(text: str, filename: str = "<string>", line_length: int = LINE_L
 
 def format_files(paths: Sequence[str], *, check: bool = False, diff: bool = False,
                  line_length: int = LINE_LENGTH) -> int:
-    """``fxrules fmt``: lay out each file in place, or with ``check``/``diff`` only say which would change
-    (and how).  Exit status 1 if a file does not parse or cannot be read (it is left as it is) or, with
-    ``check``, if one would change; else 0."""
-    status = 0
-    for name in paths:
-        path = Path(name)
-        try:
-            text = path.read_bytes().decode("utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            reason = error.strerror if isinstance(error, OSError) else f"not UTF-8 ({error.reason})"
-            print(f"fxrules fmt: error: cannot read {name}: {reason}", file=sys.stderr)
-            status = 1
-            continue
-        try:
-            formatted = format_text(text, name, line_length)
-        except FxrSyntaxError as error:
-            print(error, file=sys.stderr)
-            status = 1
-            continue
-        if formatted == text:
-            continue
-        if diff:
-            sys.stdout.writelines(difflib.unified_diff(text.splitlines(keepends=True),
-                                                       formatted.splitlines(keepends=True), name, name))
-        if check:
-            print(f"{name}: would reformat", file=sys.stderr)
-            status = 1
-        elif not diff:
-            _replace(path, formatted)
-            print(f"{name}: reformatted", file=sys.stderr)
-    return status
+    """``fxrules fmt``: lay out each file in place (``-``: standard input to standard output), or with
+    ``check``/``diff`` only say which would change (and how).  Exit status 1 if a file does not parse or
+    cannot be read (it is left as it is) or, with ``check``, if one would change; else 0."""
+    return max((_format_file(name, check, diff, line_length) for name in paths), default=0)
+
+
+def _format_file(name: str, check: bool, diff: bool, line_length: int) -> int:
+    text = _read(name)
+    if text is None:
+        return 1
+    try:
+        formatted = format_text(text, "<stdin>" if name == "-" else name, line_length)
+    except FxrSyntaxError as error:
+        print(error, file=sys.stderr)
+        return 1
+    if name == "-" and not (check or diff):  # a filter, as an editor's format-on-save runs it
+        sys.stdout.write(formatted)
+        return 0
+    if formatted == text:
+        return 0
+    if diff:
+        sys.stdout.writelines(difflib.unified_diff(text.splitlines(keepends=True),
+                                                   formatted.splitlines(keepends=True), name, name))
+    if check:
+        print(f"{name}: would reformat", file=sys.stderr)
+        return 1
+    if not diff:
+        _replace(Path(name), formatted)
+        print(f"{name}: reformatted", file=sys.stderr)
+    return 0
+
+
+def _read(name: str) -> str | None:
+    """The file's text (``-``: standard input's), or None once the reason it cannot be read is printed."""
+    try:
+        data = sys.stdin.buffer.read() if name == "-" else Path(name).read_bytes()
+        return data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) else f"not UTF-8 ({error.reason})"
+        print(f"fxrules fmt: error: cannot read {name}: {reason}", file=sys.stderr)
+        return None
 
 
 def _replace(path: Path, text: str) -> None:

@@ -9,7 +9,9 @@ exit status 1 and an untouched file.
 
 from __future__ import annotations
 
+import io
 import re
+import sys
 import warnings
 from collections.abc import Mapping
 from pathlib import Path
@@ -344,6 +346,17 @@ def test_fmt_check_and_diff_write_nothing(tmp_path: Path, capsys: pytest.Capture
     assert main(["fmt", "--diff", str(path)]) == 0
     assert path.read_text(encoding="utf-8") == "rule r:  torch.neg(x)=>x\n"
     assert main(["fmt", "--check", *[str(p) for p in RULESETS]]) == 0
+
+
+def test_fmt_dash_formats_standard_input_to_standard_output(monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(MESSY.encode())))
+    assert main(["fmt", "-"]) == 0
+    assert capsys.readouterr().out == MESSY_FORMATTED
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"rule r: x =>\n")))
+    assert main(["fmt", "-"]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith("<stdin>:1:13: error: expected an expression after '=>'")
 
 
 def test_fmt_of_a_file_that_does_not_parse_reports_and_leaves_it(tmp_path: Path,
