@@ -104,10 +104,15 @@ def replace_pattern(gm: torch.fx.GraphModule, pattern: Traceable, replacement: T
     anchor = _anchor(pattern_graph)
     matches: list[Match] = []
 
+    def distinct(match: RuleMatch) -> bool:  # torch's matcher maps no two pattern nodes to one graph node
+        found = [match.bindings[name] for name in names.values()]
+        nodes = [value for value in found if isinstance(value, torch.fx.Node)]
+        return len(set(nodes)) == len(nodes)
+
     def record(match: RuleMatch) -> None:
         matches.append(Match(anchor=anchor, nodes_map={node: match.bindings[name] for node, name in names.items()}))
 
-    one_pass(gm, RuleSet((rule,), "<replace_pattern>"), record)
+    one_pass(gm, RuleSet((rule,), "<replace_pattern>"), record, distinct)
     return matches
 
 

@@ -162,9 +162,11 @@ class _Run:
 
     def __init__(self, gm: torch.fx.GraphModule, ruleset: RuleSet, helpers: Mapping[str, Callable[..., Any]],
                  max_passes: int, explain: bool, context: CallContext = TOP_LEVEL, static_shapes: bool = False,
-                 on_rewrite: Callable[[Match], None] | None = None) -> None:
+                 on_rewrite: Callable[[Match], None] | None = None,
+                 accept: Callable[[Match], bool] | None = None) -> None:
         self.gm = gm
         self.on_rewrite = on_rewrite  # one_pass: sees each match rewritten, and the run stops after one pass
+        self.accept = accept  # one_pass: a match it refuses is skipped ('filtered')
         self.static_shapes = static_shapes  # a rule may specialize the graph to its metadata's example sizes
         self.context = context  # how higher-order operators run the graph, when it is one of their subgraphs
         self.ruleset = ruleset
@@ -309,6 +311,8 @@ class _Run:
             if match is not None and current.claimed.intersection(match.nodes):
                 current.overlapped.add(node)
                 raise Skip("overlap", "part of this match was created by another rewrite in this pass")
+            if match is not None and self.accept is not None and not self.accept(match):
+                raise Skip("filtered", "the caller's filter refused this match")
         except Skip as skip:
             self._skipped(rule, node, skip, current.matcher)
             return False
@@ -682,12 +686,14 @@ def _rewrite_all(runs: list[tuple[str, _Run]]) -> Report:
         raise
 
 
-def one_pass(gm: torch.fx.GraphModule, ruleset: RuleSet, on_rewrite: Callable[[Match], None]) -> Report:
+def one_pass(gm: torch.fx.GraphModule, ruleset: RuleSet, on_rewrite: Callable[[Match], None],
+             accept: Callable[[Match], bool] | None = None) -> Report:
     """One pass of ``ruleset`` over ``gm`` (not its subgraphs), all or nothing, as torch.fx's
     ``replace_pattern`` rewrites: every match in graph order, none looked for in what the rewrites created.
-    ``on_rewrite`` sees each match rewritten."""
+    ``accept`` may refuse a match (it is skipped, reason 'filtered'); ``on_rewrite`` sees each match rewritten."""
     module = _check_module(gm)
-    run = _Run(module, ruleset, checked_options(ruleset, None, 1), 1, explain=False, on_rewrite=on_rewrite)
+    run = _Run(module, ruleset, checked_options(ruleset, None, 1), 1, explain=False, on_rewrite=on_rewrite,
+               accept=accept)
     return _rewrite_all([("", run)])
 
 

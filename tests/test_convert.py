@@ -351,6 +351,26 @@ def test_operands_match_in_their_written_order_only() -> None:
     assert fxrules.apply(gm, fxrules.RuleSet((rule,))).total_fired == 1
 
 
+def test_two_pattern_inputs_never_match_one_node() -> None:
+    """As torch's matcher, the drop-in maps distinct pattern nodes to distinct graph nodes: ``torch.add(a, b)``
+    does not match ``torch.add(x, x)`` (a rule would, binding ``a`` and ``b`` to ``x``)."""
+
+    def f(x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return torch.add(x, x) * torch.add(x, z)
+
+    def pattern(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.add(a, b)
+
+    def replacement(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.sub(a, b)
+
+    theirs, ours = torch.fx.symbolic_trace(f), torch.fx.symbolic_trace(f)
+    expected = subgraph_rewriter.replace_pattern(theirs, pattern, replacement)
+    found = fxrules.replace_pattern(ours, pattern, replacement)
+    assert _matches(found) == _matches(expected) == [("add", {"a": "x", "b": "z", "add": "add_1"})]
+    assert structure(ours) == structure(theirs)
+
+
 def test_an_output_that_would_become_an_input_is_left() -> None:
     """Documented difference: torch replaces ``neg(x)`` by ``x`` even where the graph would then return its
     input; fxrules skips that match (the caller could write into the result and change the input)."""
