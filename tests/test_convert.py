@@ -12,6 +12,7 @@ graph (live nodes, their operations and arguments) computing the same.
 
 from __future__ import annotations
 
+import copy
 import re
 import sys
 import textwrap
@@ -22,10 +23,13 @@ from typing import Any
 import pytest
 import torch
 import torch.fx
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 from torch.fx import subgraph_rewriter
 
 import fxrules
 from fxrules.cli import main
+from tests.conftest import slow_examples
 from tests.test_formatting import meaning
 from tests.test_replace_pattern_compat import (
     CatSumModule,
@@ -430,6 +434,60 @@ def test_a_pattern_input_the_pattern_does_not_use_matches_nothing() -> None:
     found = fxrules.replace_pattern(gm, _neg_of_first, _relu_of_first_input)
     assert _matches(found) == [("neg", {"a": "x", "neg": "neg"})]
     assert op_sequence(gm) == [("call_function", "torch.relu"), ("call_function", "_operator.add")]
+
+
+@st.composite
+def chains(draw: st.DrawFn) -> torch.fx.GraphModule:
+    """Small graphs of ``neg``, ``relu`` and ``add`` over two inputs, returning one or two values."""
+    graph = torch.fx.Graph()
+    values = [graph.placeholder("x"), graph.placeholder("y")]
+    for _ in range(draw(st.integers(3, 9))):
+        if draw(st.booleans()) and draw(st.booleans()):
+            values.append(graph.call_function(torch.add, (draw(st.sampled_from(values)),
+                                                          draw(st.sampled_from(values)))))
+        else:
+            values.append(graph.call_function(draw(st.sampled_from([torch.neg, torch.relu])),
+                                              (draw(st.sampled_from(values[-3:])),)))
+    outputs = draw(st.lists(st.sampled_from(values[2:]), min_size=1, max_size=2, unique=True))
+    graph.output(tuple(outputs) if len(outputs) > 1 else outputs[0])
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+def _neg_then_relu(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    b = torch.neg(a)
+    return b, torch.relu(b)
+
+
+def _relu_neg_pair(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.relu(a), torch.neg(a)
+
+
+def _add_neg(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.add(torch.neg(a), b)
+
+
+def _sub_swapped(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.sub(b, a)
+
+
+RANDOM_PAIRS = [(_neg_then_relu, _relu_neg_pair), (_add_neg, _sub_swapped), (_add, _sub), (_neg, _relu),
+                (_neg_and_relu, _relu_and_neg)]
+
+
+@settings(max_examples=slow_examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chains(), st.sampled_from(RANDOM_PAIRS))
+def test_random_graphs_rewrite_as_torch_does(gm: torch.fx.GraphModule, pair: tuple[Any, Any]) -> None:
+    """On random graphs the drop-in returns torch's matches and leaves torch's graph (where torch does not
+    raise: see the cases above)."""
+    pattern, replacement = pair
+    theirs, ours = copy.deepcopy(gm), copy.deepcopy(gm)
+    try:
+        expected = subgraph_rewriter.replace_pattern(theirs, pattern, replacement)
+    except KeyError:
+        assume(False)
+    found = fxrules.replace_pattern(ours, pattern, replacement)
+    assert _matches(found) == _matches(expected)
+    assert structure(ours) == structure(theirs), f"torch:\n{theirs.code}\nfxrules:\n{ours.code}"
 
 
 # ---------------------------------------------------------------- the rule text
