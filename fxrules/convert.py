@@ -41,6 +41,7 @@ from fxrules.formatting import format_text
 from fxrules.ir import AltTemplate, OpTemplate, Rule, RuleSet, SeqTemplate, SliceTemplate, Template
 from fxrules.loader import parse
 from fxrules.matcher import Match as RuleMatch
+from fxrules.parser import grammar_keywords
 
 Traceable = Callable[..., Any] | torch.nn.Module | torch.fx.Graph
 
@@ -52,8 +53,6 @@ _NAMESPACES: tuple[tuple[str, Any], ...] = (
 _BINARY = {operator.add: "+", operator.sub: "-", operator.mul: "*", operator.truediv: "/", operator.floordiv: "//",
            operator.mod: "%", operator.pow: "**", operator.matmul: "@"}
 _UNARY = {operator.neg: "-", operator.pos: "+"}
-_KEYWORDS = frozenset({"use", "include", "family", "commutative", "rule", "where", "given", "pattern", "replace",
-                       "return", "or", "and", "not", "in", "is", "None", "True", "False", "as"})
 #: Names a rule file already gives a meaning: an interior node must not be named so.
 _TAKEN = frozenset({"torch", "F", "nn", "operator", "math", "aten", "Tensor", "_"})
 
@@ -163,11 +162,15 @@ class _Side:
 
 
 class _Converter:
+    """Writes the rule of a pattern graph and a replacement graph.
+
+    ``name_all``: every node named by a statement (a match's bindings then say what each matched), and the
+    text left unformatted (only the parser reads it).  ``text()`` is called once: it chooses the names.
+    """
+
     def __init__(self, pattern: torch.fx.Graph, replacement: torch.fx.Graph, name: str, *,
                  name_all: bool = False) -> None:
-        """``name_all``: every node named by a statement (a match's bindings then say what each matched), and
-        the text left unformatted (only the parser reads it)."""
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in _KEYWORDS:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or name in grammar_keywords():
             raise FxrUsageError(f"a rule name must be a name, not {name!r}")
         self.name = name
         self.pattern, self.replacement = pattern, replacement
@@ -201,7 +204,8 @@ class _Converter:
         """A name like ``wanted`` that means nothing yet: in the whole rule, or in one section (``local``)."""
         name = re.sub(r"\W", "_", wanted)
         name = name if re.match(r"[A-Za-z_]", name) else f"_{name}"
-        while name in self.taken or name in (local or ()) or name in _KEYWORDS or keyword.iskeyword(name):
+        reserved = self.taken | (local or set()) | grammar_keywords()
+        while name in reserved or keyword.iskeyword(name):
             name += "_"
         (self.taken if local is None else local).add(name)
         return name

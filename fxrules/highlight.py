@@ -13,8 +13,6 @@ grammar, a keyword after a dot is a name (``torch.where``, ``x.replace``).
 
 from __future__ import annotations
 
-import functools
-import re
 from typing import Any, ClassVar
 
 from pygments.lexer import RegexLexer, bygroups, include, words  # type: ignore[import-untyped]
@@ -31,7 +29,7 @@ from pygments.token import (  # type: ignore[import-untyped]
     _TokenType,
 )
 
-from fxrules.parser import fxr_parser
+from fxrules.parser import fxr_parser, grammar_keywords
 from fxrules.resolve import SCALAR_TYPES, SEQUENCE_TYPES
 
 #: The token type of each word of the grammar.
@@ -47,15 +45,6 @@ KEYWORD_TOKENS: dict[str, _TokenType] = {
 TYPE_NAMES = ("Tensor", *SCALAR_TYPES, *SEQUENCE_TYPES, "Node", "Attr")
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
-
-
-@functools.cache
-def grammar_keywords() -> frozenset[str]:
-    """Every word ``grammar/fxr.lark`` spells out as a literal: the words a name cannot be."""
-    return frozenset(
-        terminal.pattern.value for terminal in fxr_parser().terminals
-        if terminal.pattern.type == "str" and re.fullmatch(_NAME, terminal.pattern.value)
-    )
 
 
 def _keywords(token_type: _TokenType) -> tuple[Any, _TokenType]:

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from pygments.token import Comment, Error, Keyword, Name, Number, Operator, Punctuation, String, _TokenType
 
-from fxrules.highlight import KEYWORD_TOKENS, FxrLexer, grammar_keywords
+from fxrules.highlight import KEYWORD_TOKENS, FxrLexer
+from fxrules.parser import grammar_keywords
 from tests.test_docs import DOC_BLOCKS
 
 REPO = Path(__file__).resolve().parents[1]
