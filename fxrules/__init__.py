@@ -33,7 +33,9 @@ if TYPE_CHECKING:
     from fxrules.engine.exported import RewrittenProgram
     from fxrules.engine.loading import load, parse
     from fxrules.engine.report import Report
+    from fxrules.integrations.convert import replace_pattern, rule_from_functions
     from fxrules.integrations.pipelines import backend, inductor_pass
+    from fxrules.lang.formatting import format_text
     from fxrules.lang.ir import Rule, RuleSet
     from fxrules.verification.prove import ProveReport, prove
     from fxrules.verification.soundness import VerifyReport, verify
@@ -54,6 +56,9 @@ _LAZY = {
     "verify": "fxrules.verification.soundness",
     "ProveReport": "fxrules.verification.prove",
     "prove": "fxrules.verification.prove",
+    "format_text": "fxrules.lang.formatting",
+    "replace_pattern": "fxrules.integrations.convert",
+    "rule_from_functions": "fxrules.integrations.convert",
 }
 
 
@@ -89,9 +94,12 @@ __all__ = [
     "apply",
     "apply_program",
     "backend",
+    "format_text",
     "inductor_pass",
     "load",
     "parse",
     "prove",
+    "replace_pattern",
+    "rule_from_functions",
     "verify",
 ]

@@ -14,6 +14,12 @@
 ``fxrules prove FILE... [--rule NAME] [--timeout S] [--json]``  prove rules with the z3 solver (the extra
                              ``fxrules[prove]``); exit 1 if one is refuted, 2 on a bad option or without z3.
 
+``fxrules fmt FILE... [--check] [--diff] [--line-length N]``  lay out rule files in the canonical layout
+                             (:mod:`fxrules.formatting`); exit 1 if one does not parse, or with --check would change.
+
+``fxrules convert module:pattern module:replacement [--name NAME]``  print the .fxr rule that
+                             ``torch.fx.subgraph_rewriter.replace_pattern`` would apply for the two functions.
+
 ``--allow MODULE`` (check, apply, explain, verify, prove): a module the rules may name, as ``allow=`` does.
 """
 
@@ -36,7 +42,9 @@ from fxrules.diagnostics import FxrError, FxrLoadError, FxrUsageError
 from fxrules.engine.driver import apply
 from fxrules.engine.loading import load
 from fxrules.engine.report import counted
+from fxrules.integrations.convert import rule_text
 from fxrules.lang import bundled
+from fxrules.lang.formatting import LINE_LENGTH, format_files
 from fxrules.verification.options import (
     DEFAULT_EXAMPLES,
     DEFAULT_MAX_SIDE,
@@ -79,16 +87,31 @@ def _list() -> int:
     return 0
 
 
-def _factory(spec: str) -> Any:
+def _imported(spec: str, what: str, example: str) -> Any:
+    """``package.module:attribute``, imported with the working directory on the path."""
     module_name, _, attribute = spec.partition(":")
     if not attribute:
-        raise SystemExit(f"--model must look like package.module:factory, got {spec!r}")
+        raise SystemExit(f"{what} must look like {example}, got {spec!r}")
     sys.path.insert(0, str(Path.cwd()))
     try:
-        factory = getattr(importlib.import_module(module_name), attribute)
+        return getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as error:
-        raise SystemExit(f"fxrules: cannot load --model {spec!r}: {error}") from None
+        raise SystemExit(f"fxrules: cannot load {what} {spec!r}: {error}") from None
+
+
+def _factory(spec: str) -> Any:
+    factory = _imported(spec, "--model", "package.module:factory")
     return factory() if callable(factory) and not isinstance(factory, torch.nn.Module) else factory
+
+
+def _convert(args: argparse.Namespace) -> int:
+    try:
+        print(rule_text(_imported(args.pattern, "the pattern", "package.module:function"),
+                        _imported(args.replacement, "the replacement", "package.module:function"), args.name), end="")
+    except FxrError as error:
+        print(f"fxrules convert: error: {error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _shapes(specs: Sequence[str]) -> list[torch.Tensor]:
@@ -215,6 +238,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                          help=f"solver seconds per rule (default {DEFAULT_TIMEOUT:g})")
     proving.add_argument("--json", action="store_true", help="print the results as JSON")
     commands.add_parser("demo", help="apply the bundled rulesets to two small models and measure")
+    convert = commands.add_parser("convert", help="print the .fxr rule of a replace_pattern(pattern, replacement)")
+    convert.add_argument("pattern", help="package.module:function (or nn.Module, GraphModule) of the pattern")
+    convert.add_argument("replacement", help="package.module:function of the replacement")
+    convert.add_argument("--name", default="converted", help="the rule's name (default converted)")
+    fmt = commands.add_parser("fmt", help="lay out rule files in the canonical layout")
+    fmt.add_argument("files", nargs="+", help=".fxr files, rewritten in place ('-': standard input to output)")
+    fmt.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file would change")
+    fmt.add_argument("--diff", action="store_true", help="write nothing; print how each file would change")
+    fmt.add_argument("--line-length", type=_whole_number(20), default=LINE_LENGTH, metavar="N",
+                     help=f"the longest line aimed for (default {LINE_LENGTH})")
     for command in (check, *applying, check_rules, proving):
         command.add_argument("--allow", action="append", default=[], metavar="MODULE",
                              help="a module the rules may name besides torch, operator and math (repeatable)")
@@ -226,6 +259,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _verify(args)
     if args.command == "prove":
         return _prove(args)
+    if args.command == "convert":
+        return _convert(args)
+    if args.command == "fmt":
+        return format_files(args.files, check=args.check, diff=args.diff, line_length=args.line_length)
     if args.command == "check":
         return _check(args.files, args.allow)
     if args.command == "list":

@@ -162,8 +162,12 @@ class _Run:
     """One ``apply``: the passes over a working copy, then the commit."""
 
     def __init__(self, gm: torch.fx.GraphModule, ruleset: RuleSet, helpers: Mapping[str, Callable[..., Any]],
-                 max_passes: int, explain: bool, context: CallContext = TOP_LEVEL, static_shapes: bool = False) -> None:
+                 max_passes: int, explain: bool, context: CallContext = TOP_LEVEL, static_shapes: bool = False,
+                 on_rewrite: Callable[[Match], None] | None = None,
+                 accept: Callable[[Match], bool] | None = None) -> None:
         self.gm = gm
+        self.on_rewrite = on_rewrite  # one_pass: sees each match rewritten, and the run stops after one pass
+        self.accept = accept  # one_pass: a match it refuses is skipped ('filtered')
         self.static_shapes = static_shapes  # a rule may specialize the graph to its metadata's example sizes
         self.context = context  # how higher-order operators run the graph, when it is one of their subgraphs
         self.ruleset = ruleset
@@ -263,6 +267,8 @@ class _Run:
                 self.report.passes = number
                 matcher = Matcher(self.gm, explain=self.explain, retired=transaction.retired)
                 current = self._visit(_Pass(matcher, rewriter, set(candidates), domain), candidates, settled)
+                if self.on_rewrite is not None:
+                    return bool(current.fired)
                 if not current.fired:
                     return number > 1
                 candidates, domain = self._worklist(current.touched, transaction.retired)
@@ -306,6 +312,8 @@ class _Run:
             if match is not None and current.claimed.intersection(match.nodes):
                 current.overlapped.add(node)
                 raise Skip(SkipReason.OVERLAP, "part of this match was created by another rewrite in this pass")
+            if match is not None and self.accept is not None and not self.accept(match):
+                raise Skip(SkipReason.FILTERED, "the caller's filter refused this match")
         except Skip as skip:
             self._skipped(rule, node, skip, current.matcher)
             return False
@@ -345,6 +353,8 @@ class _Run:
         finally:
             self.report.rewrite_seconds += time.perf_counter() - started
         self.report.fired(rule, node.name)
+        if self.on_rewrite is not None:
+            self.on_rewrite(match)
         current.matcher.forget()
         current.claimed.update(change.created)
         current.touched.update(change.created)
@@ -675,6 +685,17 @@ def _rewrite_all(runs: list[tuple[str, _Run]]) -> Report:
             _check_lint(failure.graph)  # the graph was broken before fxrules touched it: say so
             raise FxrApplyError(f"the rewritten graph is invalid, so nothing was changed: {failure}") from failure
         raise
+
+
+def one_pass(gm: torch.fx.GraphModule, ruleset: RuleSet, on_rewrite: Callable[[Match], None],
+             accept: Callable[[Match], bool] | None = None) -> Report:
+    """One pass of ``ruleset`` over ``gm`` (not its subgraphs), all or nothing, as torch.fx's
+    ``replace_pattern`` rewrites: every match in graph order, none looked for in what the rewrites created.
+    ``accept`` may refuse a match (it is skipped, reason 'filtered'); ``on_rewrite`` sees each match rewritten."""
+    module = _check_module(gm)
+    run = _Run(module, ruleset, checked_options(ruleset, None, 1), 1, explain=False, on_rewrite=on_rewrite,
+               accept=accept)
+    return _rewrite_all([("", run)])
 
 
 def apply_program(program: ExportedProgram, rules: RulesArgument, *, allow: Iterable[str] = (),

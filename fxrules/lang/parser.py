@@ -62,6 +62,13 @@ def fxr_parser() -> Lark:
     )
 
 
+@functools.cache
+def grammar_keywords() -> frozenset[str]:
+    """Every word the grammar spells out as a literal (``rule``, ``where``, ``None``, ...): no name may be one."""
+    return frozenset(terminal.pattern.value for terminal in fxr_parser().terminals
+                     if terminal.pattern.type == "str" and terminal.pattern.value.isidentifier())
+
+
 _DOC = '    """What the rule does."""\n'
 _GIVEN = "    given:\n        x: Tensor\n"
 _DOC_RULE = 'rule r:\n    """What the rule does."""\n'

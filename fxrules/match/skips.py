@@ -99,6 +99,9 @@ class SkipReason(str, enum.Enum):
         "replacement output computed without grad, and used where grad is not disabled, would become a value "
         "that may require it (`neg(neg(x)) => x` inside `torch.no_grad()`, the result used after it): the "
         "values are equal, but gradients would not be")
+    FILTERED = (
+        "filtered",
+        "the caller's filter refused the match (`fxrules.replace_pattern` keeps torch's matching rules this way)")
     VALUE_UNKNOWN = (
         "value unknown",
         "a helper needs the value of a tensor that is only known when the graph runs (a graph input, as "
