@@ -305,8 +305,8 @@ EXAMPLES: list[Example] = [
     Example("docs", "clamp_upper_only", lambda: lambda a: torch.clamp(a, None, 6.0), randn(4, 6), ["clamp_max"]),
     Example("docs", "trunc_div", lambda: lambda a, b: torch.div(a, b, rounding_mode="trunc"),
             lambda: [torch.randn(4, 6) * 10, torch.rand(4, 6) + 0.5], ["truediv", "trunc"], example_inputs=True),
-    Example("docs", "cap_at_pi", lambda: lambda a: torch.where(torch.gt(a, math.pi), math.pi, a), lambda: [torch.randn(4, 6) * 4],
-            ["clamp_max"], example_inputs=True),
+    Example("docs", "cap_at_pi", lambda: lambda a: torch.where(torch.gt(a, math.pi), math.pi, a),
+            lambda: [torch.randn(4, 6) * 4], ["clamp_max"], example_inputs=True),
     Example("docs", "identity_permute", lambda: lambda a: a.permute(0, 1) * 2, randn(4, 6), ["mul"]),
     # §7
     Example("docs", "expit", lambda: lambda a: F.sigmoid(a) * 2, randn(4, 6), ["special_expit", "mul"]),
