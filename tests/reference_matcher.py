@@ -51,6 +51,7 @@ from fxrules.match.primitives import (
     same_function,
     show,
     tensor_fit,
+    users_near,
     value_type_problem,
 )
 from fxrules.match.skips import Skip
@@ -136,13 +137,7 @@ class ReferenceMatcher(Matcher):
     def _candidates_near(self, state: State) -> list[torch.fx.Node]:
         """Nodes that may be further outputs: users of what the match bound so far."""
         bound = [*state.nodes.values(), *(v for v in state.bindings.values() if isinstance(v, torch.fx.Node))]
-        mapped = set(state.nodes.values())
-        seen: dict[torch.fx.Node, None] = {}
-        for node in bound:
-            for user in node.users:
-                if user not in mapped and user not in self.retired:
-                    seen[user] = None
-        return list(seen)
+        return users_near(bound, set(state.nodes.values()), self.retired)
 
     # ---------------------------------------------------------------- templates
 

@@ -174,10 +174,9 @@ class _Run:
         self.index = RuleIndex(gm, ruleset)
         compiled = compile_ruleset(ruleset)
         self.compiled: Mapping[int, CompiledRule] = compiled.matchers
-        # id(rule) -> its compiled matcher's cheap test at a node the index filed under the rule (absent: none);
-        # with explain=True the matcher's tracer hears what that test would reject, so it is not asked first
-        self.anchor_tests = {} if explain else {key: m.may_match_anchor for key, m in self.compiled.items()
-                                                if m.may_match_anchor is not None}
+        # id(rule) -> its compiled matcher's cheap test at a node the index filed under the rule (absent: none)
+        self.anchor_tests = {key: m.may_match_anchor for key, m in self.compiled.items()
+                             if m.may_match_anchor is not None}
         self.depth = compiled.depth
         self._satisfiers_by_key: dict[tuple[str, Any], Satisfiers | None] = {}
         self.multi_output = compiled.multi_output
@@ -283,7 +282,8 @@ class _Run:
         the pass first fires."""
         claimed, retired, attempts, visited = current.claimed, current.matcher.retired, self.report.attempts, \
             current.visited
-        rules_at, anchor_test = self.index.rules_at, self.anchor_tests.get
+        # with explain=True the matcher's tracer hears what the cheap test would reject: it is not asked first
+        rules_at, anchor_test = self.index.rules_at, ({}.get if self.explain else self.anchor_tests.get)
         woken = current.woken
         position = -1
         for node in _merged(candidates, woken):

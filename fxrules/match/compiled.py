@@ -82,6 +82,7 @@ from fxrules.match.primitives import (
     named_values,
     show,
     tensor_fit,
+    users_near,
     value_type_problem,
 )
 from fxrules.match.skips import Skip
@@ -308,16 +309,11 @@ def _further_output(step: Step, template: Template, label: str) -> Step:
 
 
 def _users_near(attempt: _Attempt) -> list[Node]:
-    """The nodes that may be further outputs: users of what the match bound so far, not matched, not retired."""
+    """The nodes that may be further outputs: users of what the match bound so far that are operations, not
+    matched, not retired."""
     nodes = attempt.nodes.values()
-    mapped = set(nodes)
-    retired = attempt.matcher.retired
-    found: dict[Node, None] = {}
-    for node in (*nodes, *(v for v in attempt.bindings.values() if isinstance(v, Node))):
-        for user in node.users:
-            if user not in mapped and user not in retired:
-                found[user] = None
-    return list(found)
+    return users_near([*nodes, *(v for v in attempt.bindings.values() if isinstance(v, Node))], set(nodes),
+                      attempt.matcher.retired)
 
 
 def pattern_depth(template: Template, known: dict[int, int] | None = None) -> int:

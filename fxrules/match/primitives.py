@@ -158,6 +158,18 @@ class Miss:
         return f"{self.rule} at {self.anchor}: {self.condition}: {self.detail} ({self.span})"
 
 
+def users_near(bound: list[torch.fx.Node], mapped: set[torch.fx.Node],
+               retired: Mapping[torch.fx.Node, None]) -> list[torch.fx.Node]:
+    """The users of ``bound`` that are operations (not the graph's output), not ``mapped``, not ``retired``, in
+    the order found."""
+    found: dict[torch.fx.Node, None] = {}
+    for node in bound:
+        for user in node.users:
+            if user.op != "output" and user not in mapped and user not in retired:
+                found[user] = None
+    return list(found)
+
+
 def unify_dims(dims: tuple[Any, ...], shape: tuple[Any, ...], bound: Mapping[str, Any]) -> dict[str, Any] | None:
     """Bind symbolic dims against a shape; None when literal dims differ or a symbol disagrees."""
     rest = [i for i, d in enumerate(dims) if isinstance(d, DimRest)]
