@@ -218,7 +218,7 @@ def answer(matcher: Matcher, rule: Rule, node: torch.fx.Node) -> Match | Skip | 
         return skip
 
 
-def generic(rule: Rule, node: torch.fx.Node, gm: torch.fx.GraphModule) -> Match | Skip | None:
+def interpreted(rule: Rule, node: torch.fx.Node, gm: torch.fx.GraphModule) -> Match | Skip | None:
     return answer(ReferenceMatcher(gm), rule, node)
 
 
@@ -242,14 +242,14 @@ def outcome(found: Any) -> Any:
 
 
 def check_agreement(gm: torch.fx.GraphModule, rules: RuleSet) -> Counter[str]:
-    """Compare at every (compiled rule, node), and check that the generic matcher matches or skips only
+    """Compare at every (compiled rule, node), and check that the interpreter matches or skips only
     where the compiled ``may_match`` holds; how many of each answer there were (skips by reason)."""
     answers: Counter[str] = Counter()
     for rule in rules:
         matcher = compile_rule(rule)
         for node in gm.graph.nodes:
             found = compiled(rule, node, gm)
-            expected = generic(rule, node, gm)
+            expected = interpreted(rule, node, gm)
             assert outcome(found) == outcome(expected), f"{rule.name} at {node.name}:\n{gm.code}"
             assert expected is None or matcher.may_match(node), f"{rule.name} at {node.name}:\n{gm.code}"
             traced = near_miss(Matcher(gm, explain=True), rule, node)
@@ -263,7 +263,7 @@ def check_agreement(gm: torch.fx.GraphModule, rules: RuleSet) -> Counter[str]:
 
 
 def check_candidates(gm: torch.fx.GraphModule, rules: RuleSet) -> int:
-    """For every compiled rule and node: the generic matcher's match or skip implies ``may_match``, which
+    """For every compiled rule and node: the interpreter's match or skip implies ``may_match``, which
     implies the node is among the rule's candidates in the whole graph and in every part that holds it;
     candidates in a part stay in it.  The number of (rule, node) where ``may_match`` holds."""
     nodes = list(gm.graph.nodes)
@@ -280,7 +280,7 @@ def check_candidates(gm: torch.fx.GraphModule, rules: RuleSet) -> int:
             assert in_part is None or in_part <= part, rule.name
         for node in nodes:
             may_match = compiled.may_match(node)
-            expected = generic(rule, node, gm)
+            expected = interpreted(rule, node, gm)
             assert expected is None or may_match, f"{rule.name} at {node.name}: may_match rejects a match"
             if not may_match:
                 continue
@@ -293,7 +293,7 @@ def check_candidates(gm: torch.fx.GraphModule, rules: RuleSet) -> int:
 
 @settings(max_examples=60, **COMMON)
 @given(graph=graphs(dead_code=True).flatmap(with_metadata))
-def test_compiled_rules_answer_as_the_generic_matcher(graph: GeneratedGraph) -> None:
+def test_compiled_rules_answer_as_the_interpreter(graph: GeneratedGraph) -> None:
     check_agreement(graph.gm, ALL_RULES)
     check_candidates(graph.gm, ALL_RULES)
 
@@ -301,7 +301,7 @@ def test_compiled_rules_answer_as_the_generic_matcher(graph: GeneratedGraph) -> 
 @pytest.mark.slow
 @settings(max_examples=slow_examples(300), **COMMON)
 @given(graph=graphs(max_steps=16, dead_code=True).flatmap(with_metadata))
-def test_compiled_rules_answer_as_the_generic_matcher_many_examples(graph: GeneratedGraph) -> None:
+def test_compiled_rules_answer_as_the_interpreter_many_examples(graph: GeneratedGraph) -> None:
     check_agreement(graph.gm, ALL_RULES)
     check_candidates(graph.gm, ALL_RULES)
 
@@ -362,7 +362,7 @@ def test_typed_rules_agree_whatever_metadata_the_graph_has(coverage: str) -> Non
 def test_a_failure_after_an_unexplored_choice_starts_over_with_that_choice_swapped(
         matching: Callable[[torch.nn.Module], Matcher]) -> None:
     # (x + y) * y at (u + v) * u: the add matches unswapped (x=u, y=v), then the outer operand u is
-    # not y; the generic matcher backtracks into the add's swapped order (x=v, y=u) and matches.
+    # not y; the interpreter backtracks into the add's swapped order (x=v, y=u) and matches.
     rules = fxrules.parse("rule r:\n    (x + y) * y => x\n")
     gm = trace(lambda u, v: ((u + v) * u).exp())  # returning the input v itself would be skipped ('alias')
     anchor = next(n for n in gm.graph.nodes if n.target is operator.mul)
