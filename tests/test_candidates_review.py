@@ -39,8 +39,9 @@ import fxrules
 from fxrules.engine import driver as engine
 from fxrules.engine.report import ReportBuilder
 from fxrules.lang.ir import RuleSet
-from fxrules.match.compiled import Candidates, compile_rule
+from fxrules.match.compiled import compile_rule
 from fxrules.match.matcher import RuleIndex
+from fxrules.match.narrowing import Candidates
 from fxrules.match.skips import Skip
 from tests.conftest import trace
 from tests.strategies import GeneratedGraph, graphs, with_metadata

@@ -28,8 +28,9 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 import fxrules
 from fxrules.lang.ir import Rule, RuleSet
-from fxrules.match.compiled import Candidates, compile_rule, compile_ruleset
+from fxrules.match.compiled import compile_rule, compile_ruleset
 from fxrules.match.matcher import Match, Matcher, Miss
+from fxrules.match.narrowing import Candidates
 from fxrules.match.skips import Skip
 from tests.conftest import apply_outcome, slow_examples, trace
 from tests.reference_matcher import ReferenceMatcher

@@ -60,8 +60,9 @@ from fxrules.graph.metadata import has_side_effects
 from fxrules.graph.sizes import fixed
 from fxrules.graph.subgraphs import TOP_LEVEL, CallContext, higher_order_subgraphs
 from fxrules.lang.ir import Rule, RuleSet
-from fxrules.match.compiled import Candidates, CompiledRule, Satisfiers, compile_ruleset
+from fxrules.match.compiled import CompiledRule, compile_ruleset
 from fxrules.match.matcher import Match, Matcher, Miss, NodeIndex, Nodes, RuleIndex, in_graph_order
+from fxrules.match.narrowing import Candidates, Satisfiers
 from fxrules.match.skips import Skip, SkipReason
 from fxrules.rewrite import helpers as bundled_helpers
 from fxrules.rewrite.rewriter import Rewrite, Rewriter, Transaction

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import operator
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -68,7 +68,17 @@ from fxrules.lang.ir import (
     walk,
 )
 from fxrules.lang.signatures import BindingPlan, CallSignature, holds_default, literal_equal
-from fxrules.match.index import NodeIndex, Nodes
+from fxrules.match.index import Nodes
+from fxrules.match.narrowing import (
+    Candidates,
+    CandidatesOf,
+    Requirement,
+    Satisfiers,
+    in_any,
+    literal_argument,
+    literal_test,
+    operand_call,
+)
 from fxrules.match.primitives import (
     MISSING,
     Budget,
@@ -338,39 +348,6 @@ def pattern_depth(template: Template, known: dict[int, int] | None = None) -> in
 
 
 @attrs.frozen(eq=False)
-class Satisfiers:
-    """What can satisfy a required argument of compiled operations: a node calling one of ``keys``
-    (directly, or one of its aten overloads), any module (``modules``) or any attribute (``attributes``),
-    or a literal passing one of ``literal_tests``."""
-
-    keys: frozenset[tuple[str, Any]] = frozenset()
-    modules: bool = False
-    literal_tests: tuple[Callable[[Any], bool], ...] = ()
-    attributes: bool = False
-
-    def __or__(self, other: Satisfiers) -> Satisfiers:
-        return Satisfiers(self.keys | other.keys, self.modules or other.modules,
-                          self.literal_tests + other.literal_tests, self.attributes or other.attributes)
-
-    def admit(self, value: Any) -> bool:
-        """Whether ``value`` may satisfy one of the required arguments."""
-        if not isinstance(value, Node):
-            return any(test(value) for test in self.literal_tests)
-        if value.op == "call_module":
-            return self.modules
-        if value.op == "get_attr":
-            return self.attributes
-        keys, target = self.keys, value.target
-        try:
-            if (value.op, target) in keys:
-                return True
-        except TypeError:  # an unhashable target: it may
-            return True
-        packet = getattr(target, "overloadpacket", None)
-        return packet is not None and (value.op, packet) in keys
-
-
-@attrs.frozen(eq=False)
 class CompiledRuleSet:
     """What ``apply`` derives from a rule set alone, computed once per :class:`RuleSet` object."""
 
@@ -525,26 +502,8 @@ def _same_as_bound(template: Capture, previous: Any, value: Any, attempt: _Attem
     return same
 
 
-def _literal_test(expected: Any) -> Callable[[Any], bool]:
-    """``literal_equal(expected, value)`` for a value that is not a node, as cheap as the literal allows."""
-    if type(expected) in (int, bool, str, type(None)) or (
-            type(expected) is float and expected == expected and expected != 0.0):  # noqa: PLR0124 - not nan
-        kind = type(expected)
-
-        def plain_literal(value: Any) -> bool:
-            # literal_equal for these types: same type and equal (no nan or signed zero to tell apart)
-            return type(value) is kind and value == expected
-
-        return plain_literal
-
-    def literal(value: Any) -> bool:
-        return not isinstance(value, Node) and literal_equal(expected, value)
-
-    return literal
-
-
 def _literal_step(template: Literal) -> Step:
-    test = _literal_test(template.value)
+    test = literal_test(template.value)
 
     def literal(value: Any, attempt: _Attempt) -> bool:
         if test(value):
@@ -846,7 +805,7 @@ class _Operation:
         if keys is not None:
             groups = [found.calling(op, target) for op, target in keys]
             # one key's list as the index gives it: a set costs a hash per node, and a narrower scans a list as fast
-            nodes = groups[0] if among is None and len(groups) == 1 else _in_any(groups, among)
+            nodes = groups[0] if among is None and len(groups) == 1 else in_any(groups, among)
             for narrow in self.narrowers:
                 if not nodes:  # nothing left to narrow: the operands need not be looked for
                     break
@@ -898,7 +857,7 @@ class _Operation:
             attempt.step()  # the one operand order: an option
         return _match_all(self.written_steps, values, attempt)
 
-    def _required_arguments(self, template: OpTemplate, compiler: _Compiler) -> tuple[_Requirement, ...]:
+    def _required_arguments(self, template: OpTemplate, compiler: _Compiler) -> tuple[Requirement, ...]:
         """Tests of which each must hold for some argument of a node the operation matches.
 
         Whichever way the call binds (by name, as written, operands swapped), an operand that is a call
@@ -986,7 +945,7 @@ class _FamilyOperation(_Operation):
             exact = of_packet
         return exact[1] if exact is not None else None
 
-    def _required_arguments(self, template: OpTemplate, compiler: _Compiler) -> tuple[_Requirement, ...]:
+    def _required_arguments(self, template: OpTemplate, compiler: _Compiler) -> tuple[Requirement, ...]:
         """As an exact call's, over every member: none when a member takes sizes loose; no literals when a
         module member can supply an argument from the module's attributes (nn.Softmax's dim)."""
         members = self.family.members
@@ -1014,94 +973,21 @@ def _with_default(signature: CallSignature | None) -> set[str]:
 
 
 def _operand_tests(template: OpTemplate, compiler: _Compiler,
-                   with_default: set[str] | None) -> tuple[_Requirement, ...]:
+                   with_default: set[str] | None) -> tuple[Requirement, ...]:
     """A test per operand call, and per literal whose parameter has no default (none if ``with_default``
     is None): each holds for some argument of a node the operation matches."""
     parameter_of = {id(t): name for name, t in (template.bound or {}).items()}
-    tests: list[_Requirement] = []
+    tests: list[Requirement] = []
     for operand in template.operands():
         if isinstance(operand, OpTemplate):
             operation = compiler.operation(operand)
-            tests.append(_operand_call(operation))
+            tests.append(operand_call(operation))
             compiler.satisfiers |= operation.satisfiers()
         elif isinstance(operand, Literal) and with_default is not None \
                 and parameter_of.get(id(operand)) not in with_default:
-            tests.append(_literal_argument(operand.value))
+            tests.append(literal_argument(operand.value))
             compiler.satisfiers |= Satisfiers(literal_tests=(tests[-1].test,))
     return tuple(tests)
-
-
-# ---------------------------------------------------------------- required arguments, node by node and graph-wide
-
-class Candidates(NodeIndex):
-    """What narrowing found in one graph: the nodes that may match each pattern operation (None: any
-    node may), besides the graph's nodes by key (families of many rules share members)."""
-
-    def __init__(self, graph: torch.fx.Graph) -> None:
-        super().__init__(graph)
-        self.of_operation: dict[int, Nodes | None] = {}  # id(OpTemplate) -> nodes, in the whole graph
-
-
-#: candidates(found, among=None) of a rule or an operation: see :attr:`CompiledRule.candidates`.
-CandidatesOf = Callable[[Candidates, "set[Node] | None"], "Nodes | None"]
-
-#: Narrows distinct nodes to those that may have the required argument (at least all that have it).
-Narrower = Callable[[Nodes, Candidates], Nodes]
-
-
-@attrs.frozen
-class _Requirement:
-    """Something some argument of a matching node must be: ``test`` asks it of one argument, ``narrow``
-    of many nodes at once, without a Python call per node; ``scans`` when that looks at every node."""
-
-    test: Callable[[Any], bool]
-    narrow: Narrower
-    scans: bool
-
-
-def _operand_call(operation: _Operation) -> _Requirement:
-    """An argument is a node that may match ``operation``."""
-
-    def narrow(nodes: Nodes, found: Candidates) -> Nodes:
-        operands = operation.candidates(found)
-        if operands is None:
-            return nodes
-        if len(operands) <= len(nodes):  # fewer operands: their users (a node's users use it somewhere)
-            return _in_any([o.users for o in operands], nodes)
-        return _with_argument_in(nodes, operands if isinstance(operands, set) else set(operands),
-                                 operation.may_be_operand)
-
-    return _Requirement(operation.may_be_operand, narrow, scans=False)
-
-
-def _literal_argument(value: Any) -> _Requirement:
-    """An argument is the literal ``value``."""
-    test = _literal_test(value)
-    if type(value) not in (int, bool, str, float, type(None)) or value != value:  # noqa: PLR0124 - nan
-        return _Requirement(test, lambda nodes, found: nodes, scans=False)
-    # A set holds every argument equal to the literal (and some others: 1 == True == 1.0).
-    return _Requirement(test, lambda nodes, found: _with_argument_in(nodes, frozenset((value,)), test),
-                        scans=True)
-
-
-def _in_any(groups: list[Iterable[Node]], within: Nodes | None) -> set[Node]:
-    """The nodes in any of ``groups`` (and in ``within``, when given), with set operations only."""
-    if within is None:
-        return set().union(*groups)
-    if not isinstance(within, set):
-        return set().union(*groups).intersection(within)
-    return within.intersection(*groups) if len(groups) == 1 else within.intersection(set().union(*groups))
-
-
-def _with_argument_in(nodes: Nodes, values: set[Any] | frozenset[Any], test: Callable[[Any], bool]) -> set[Node]:
-    """The nodes with an argument in ``values``: at least all those with an argument passing ``test``."""
-    misses = values.isdisjoint
-    try:  # Node._args and ._kwargs: the attributes behind .args and .kwargs, without a Python call per node
-        return {n for n in nodes if not misses(n._args) or (n._kwargs and not misses(n._kwargs.values()))}
-    except Exception:  # an argument that cannot be hashed (a slice, a symbolic float): node by node
-        return {n for n in nodes if any(test(v) for v in (*n.args, *n.kwargs.values()))}
-
-
 
 
 def _choose(options: tuple[tuple[tuple[Step, ...], tuple[Any, ...]], ...], attempt: _Attempt) -> bool:
