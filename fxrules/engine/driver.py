@@ -18,8 +18,9 @@
    have given a match (``_Run._wake_beyond_domain``); until they first fire
    they pass over those the previous pass looked at after every change within
    their reach (``_Run._settled``).  Rules are matched by their compiled matchers
-   (:mod:`fxrules.match.compiled`) where they have one, which reject most
-   candidates before binding any argument.  If nothing fires, the graph is
+   (:mod:`fxrules.match.compiled`), which reject most candidates before binding
+   any argument; ``explain=True`` attaches a tracer to them and visits the same
+   nodes (the near misses where narrowing left a node out are traced apart).  If nothing fires, the graph is
    left exactly as it was (and is not even linted).
 3. At a fixpoint, commit: lint, erase the retired nodes and other dead code,
    recompile, and delete the submodules and buffers the rewrite left
@@ -206,7 +207,7 @@ class _Run:
     def _narrowing(self, found: Candidates,
                    among: set[torch.fx.Node] | None = None) -> Callable[[Rule], Nodes | None]:
         """The nodes of ``found.graph`` (``among`` them) where a rule may match at most, by its compiled matcher
-        (None: not compiled); ``found`` is shared by the rules (operands' candidates, nodes by key)."""
+        (None: any node of its anchor keys); ``found`` is shared by the rules (operands' candidates, nodes by key)."""
 
         def narrowed(rule: Rule) -> Nodes | None:
             return self.compiled[id(rule)].candidates(found, among)
@@ -447,7 +448,7 @@ class _Run:
 
     def _satisfiers_at(self, node: torch.fx.Node) -> Satisfiers | None:
         """What may satisfy a required argument of the rules filed under the node's key (None: no rule is),
-        once per key.  An uncompiled rule's nodes are never left out, so only compiled rules count."""
+        once per key."""
         try:
             return self._satisfiers_by_key[(node.op, node.target)]
         except KeyError:

@@ -243,6 +243,11 @@ def compile_rule(rule: Rule) -> CompiledRule:
     options = tuple(compiler.operation(o) for o in (first.options if isinstance(first, AltTemplate) else (first,))
                     if isinstance(o, OpTemplate))
     step = compiler.step(first)
+    root: Step
+    traced_root: Step
+    may_match: Callable[[Node], bool]
+    may_match_anchor: Callable[[Node], bool] | None
+    candidates: CandidatesOf
     if isinstance(first, OpTemplate):
         root, traced_root = options[0].match_checked, step
         may_match = options[0].may_match
@@ -250,7 +255,8 @@ def compile_rule(rule: Rule) -> CompiledRule:
         candidates = options[0].candidates
     else:  # A | B (of operations: an output is a computation)
         root = traced_root = step
-        may_match = may_match_anchor = _any_option(options)
+        may_match = _any_option(options)
+        may_match_anchor = may_match
         candidates = _union_of_options(options)
     if len(rule.pattern) > 1:
         further = tuple(_further_output(compiler.step(rule.pattern[i]), rule.pattern[i], _output_label(rule, i))

@@ -113,10 +113,10 @@ class Matcher:
                 node = min(escaping_from, key=lambda n: n._sort_key)
                 raise Skip(SkipReason.ESCAPING_USER, lambda: self._escaping_detail(node, matched))
         for template in _maybe_unnamed(rule):
-            node = state.nodes.get(id(template))
-            if node is not None and not self._named_exactly(template, node) and node.is_impure():
+            unnamed = state.nodes.get(id(template))
+            if unnamed is not None and not self._named_exactly(template, unnamed) and unnamed.is_impure():
                 raise Skip(SkipReason.IMPURE,
-                    f"'{node.name}' has side effects and the pattern does not name its target")
+                    f"'{unnamed.name}' has side effects and the pattern does not name its target")
         captured = [v for v in state.bindings.values() if isinstance(v, torch.fx.Node) and v not in matched]
         if _depends_on(captured, matched):
             raise Skip(SkipReason.CYCLE, "a capture depends on a node of the match; rewriting would create a cycle")
@@ -174,7 +174,8 @@ class Matcher:
 
     def to_match(self, rule: Rule, state: State) -> Match:
         """The usable match a structural match makes."""
-        outputs = _output_nodes(rule, state)
+        outputs = tuple(node for node in _output_nodes(rule, state) if node is not None)
+        assert len(outputs) == len(rule.pattern), "a complete match binds every output"
         return Match(rule, outputs, tuple(state.nodes.values()), dict(state.bindings), dict(state.modules))
 
 

@@ -14,7 +14,7 @@ Example: for ``x * 3``, a ``mul`` node is a candidate only if one of its argumen
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import attrs
@@ -136,7 +136,7 @@ def literal_argument(value: Any) -> Requirement:
                         scans=True)
 
 
-def in_any(groups: list[Iterable[Node]], within: Nodes | None) -> set[Node]:
+def in_any(groups: Sequence[Iterable[Node]], within: Nodes | None) -> set[Node]:
     """The nodes in any of ``groups`` (and in ``within``, when given), with set operations only."""
     if within is None:
         return set().union(*groups)

@@ -54,8 +54,9 @@ class BudgetExhausted(Exception):  # noqa: N818 - a control-flow signal, turned 
 
 class Budget:
     """The match steps one rule has taken at one anchor; :meth:`step` raises :class:`BudgetExhausted` past
-    ``limit``.  Both matchers count the same steps, except that the compiled one never counts inside an
-    operation it has ruled out by its arguments alone (the generic one finds no match there either)."""
+    ``limit``.  The compiled matcher and the tests' interpreter count the same steps, except that the
+    compiled one never counts inside an operation it has ruled out by its arguments alone (the
+    interpreter finds no match there either)."""
 
     __slots__ = ("limit", "taken")
 
@@ -241,23 +242,23 @@ def tensor_fit(name: str, declared: TensorType, value: Any,
     except MissingMetadata as missing:
         return Skip(SkipReason.MISSING_METADATA, f"'{name}' needs shape metadata: {missing} "
                                         "(pass example_inputs= to apply, or use torch.export)")
-    if declared.dtypes is not None and info.dtype not in declared.dtypes:
-        return Unfit(lambda: f"'{name}' has dtype {info.dtype}, expected one of "
-                             f"{', '.join(map(str, declared.dtypes))}")
-    if declared.dims is None:
+    dtypes, dims = declared.dtypes, declared.dims  # narrowed once: the lambdas below read them later
+    if dtypes is not None and info.dtype not in dtypes:
+        return Unfit(lambda: f"'{name}' has dtype {info.dtype}, expected one of {', '.join(map(str, dtypes))}")
+    if dims is None:
         return {}
     try:
-        unified = unify_dims(declared.dims, tuple(info.shape), bound)
+        unified = unify_dims(dims, tuple(info.shape), bound)
     except Exception as error:
         if not is_size_error(error):
             raise
         shape = tuple(info.shape)  # the names of the exception are unbound once the handler ends
         return Skip(SkipReason.DYNAMIC_SIZE,
-            lambda: f"'{name}' has shape {shape}: whether it fits {_show_dims(declared.dims)} "
+            lambda: f"'{name}' has shape {shape}: whether it fits {_show_dims(dims)} "
             f"depends on a size the graph leaves symbolic; {OPT_IN}")
     if unified is None:
         return Unfit(lambda: f"'{name}' has shape {tuple(info.shape)}, which does not fit "
-                             f"{_show_dims(declared.dims)}")
+                             f"{_show_dims(dims)}")
     return unified
 
 
