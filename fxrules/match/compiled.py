@@ -403,7 +403,6 @@ def _helpers_in(template: Template) -> list[HelperTemplate]:
     return found
 
 
-
 class _Compiler:
     """Builds the steps of one pattern, one per template object (a shared operation is one step)."""
 
@@ -613,8 +612,6 @@ class _PlannedReader:
                 return None
         return tuple(args[key] if kind == _POSITION else kwargs[key] if kind == _KEYWORD else key
                      for kind, key in self.sources)
-
-
 
 
 class _Operation:
@@ -966,8 +963,6 @@ class _FamilyOperation(_Operation):
             with_default |= {name for member_name, name in parameter_map(member, names).items()
                              if member_name in member_defaults}
         return _operand_tests(template, compiler, with_default)
-
-
 
 
 def _with_default(signature: CallSignature | None) -> set[str]:
