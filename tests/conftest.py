@@ -12,7 +12,23 @@ import torch.fx
 
 import fxrules
 from fxrules.engine import driver as engine
-from fxrules.match.matcher import NodeIndex
+from fxrules.match.matcher import Matcher, NodeIndex
+from tests.reference_matcher import ReferenceMatcher
+
+#: Every execution of matching, by name: a matcher for a graph module.  The compiled matcher the engine
+#: runs, the same with the tracer ``explain=True`` attaches, and the interpreter kept as their oracle.
+EXECUTIONS: dict[str, Callable[[torch.nn.Module], Matcher]] = {
+    "compiled": Matcher,
+    "traced": lambda gm: Matcher(gm, explain=True),
+    "interpreted": ReferenceMatcher,
+}
+
+
+@pytest.fixture(params=list(EXECUTIONS))
+def matching(request: pytest.FixtureRequest) -> Callable[[torch.nn.Module], Matcher]:
+    """A matcher factory, once per execution of matching: a test that takes it runs against each, and every
+    one must give the answer the test expects."""
+    return EXECUTIONS[request.param]
 
 
 def trace(fn: Callable[..., Any] | torch.nn.Module) -> torch.fx.GraphModule:

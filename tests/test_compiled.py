@@ -1,11 +1,15 @@
-"""The compiled matchers (fxrules.match.compiled) against the generic matcher they stand in for.
+"""The compiled matcher (fxrules.match.compiled), the one the engine runs, against the interpreter kept as its
+oracle (tests/reference_matcher.py).
 
 * On random graphs (with shape metadata on every node, on none, or on some), at every node, every
-  compiled rule gives the generic matcher's answer: the same match (nodes, bindings in the same
-  order), None, or the same skip; tensor-typed rules included (dims, dtypes, ``Tensor[...] | None``).
-* Choices: a failure after an unexplored commutative choice starts over with that choice swapped
-  (the generic matcher backtracks into it); a skipped match goes on to the other operand orders.
-* Which rules compile; the compiled ruleset is built once; ``explain=True`` keeps its near misses.
+  rule gives the interpreter's answer: the same match (nodes, bindings in the same order), None, or
+  the same skip; tensor-typed rules included (dims, dtypes, ``Tensor[...] | None``).  With a tracer
+  attached (``explain=True``) the answer is the same, and so is the near miss it records.
+* Choices: a failure after an unexplored commutative choice starts over with that choice swapped;
+  a skipped match goes on to the other operand orders (every execution, by the ``matching`` fixture).
+* Every template kind compiles (modules, attributes, several outputs); the compiled ruleset is built
+  once; ``explain=True`` visits the nodes ``apply`` visits and still reports the near misses at the
+  nodes narrowing left out.
 * Families and alternatives: tests/test_compiled_families.py.
 """
 
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,10 +28,12 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 import fxrules
 from fxrules.lang.ir import Rule, RuleSet
-from fxrules.match.compiled import Candidates, compile_rule, compile_ruleset
-from fxrules.match.matcher import Match, Matcher
+from fxrules.match.compiled import compile_rule, compile_ruleset
+from fxrules.match.matcher import Match, Matcher, Miss
+from fxrules.match.narrowing import Candidates
 from fxrules.match.skips import Skip
-from tests.conftest import slow_examples, trace
+from tests.conftest import apply_outcome, slow_examples, trace
+from tests.reference_matcher import ReferenceMatcher
 from tests.strategies import GeneratedGraph, graphs, with_metadata
 from tests.test_differential import RULES as DIFFERENTIAL_RULES
 
@@ -205,20 +212,25 @@ ALL_RULES = DIFFERENTIAL_RULES + EXACT + TYPED
 COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
 
 
-def generic(rule: Rule, node: torch.fx.Node, gm: torch.fx.GraphModule) -> Match | Skip | None:
+def answer(matcher: Matcher, rule: Rule, node: torch.fx.Node) -> Match | Skip | None:
     try:
-        return Matcher(gm).match(rule, node)
+        return matcher.match(rule, node)
     except Skip as skip:
         return skip
+
+
+def interpreted(rule: Rule, node: torch.fx.Node, gm: torch.fx.GraphModule) -> Match | Skip | None:
+    return answer(ReferenceMatcher(gm), rule, node)
 
 
 def compiled(rule: Rule, node: torch.fx.Node, gm: torch.fx.GraphModule) -> Match | Skip | None:
-    matcher = compile_rule(rule)
-    assert matcher is not None
-    try:
-        return matcher.match(node, Matcher(gm))
-    except Skip as skip:
-        return skip
+    return answer(Matcher(gm), rule, node)
+
+
+def near_miss(matcher: Matcher, rule: Rule, node: torch.fx.Node) -> tuple[Any, Miss | None]:
+    """The answer of ``matcher`` (a tracing one) and the near miss it recorded."""
+    found = outcome(answer(matcher, rule, node))
+    return found, matcher.misses.best
 
 
 def outcome(found: Any) -> Any:
@@ -231,18 +243,20 @@ def outcome(found: Any) -> Any:
 
 
 def check_agreement(gm: torch.fx.GraphModule, rules: RuleSet) -> Counter[str]:
-    """Compare at every (compiled rule, node), and check that the generic matcher matches or skips only
+    """Compare at every (compiled rule, node), and check that the interpreter matches or skips only
     where the compiled ``may_match`` holds; how many of each answer there were (skips by reason)."""
     answers: Counter[str] = Counter()
     for rule in rules:
         matcher = compile_rule(rule)
-        if matcher is None:
-            continue
         for node in gm.graph.nodes:
             found = compiled(rule, node, gm)
-            expected = generic(rule, node, gm)
+            expected = interpreted(rule, node, gm)
             assert outcome(found) == outcome(expected), f"{rule.name} at {node.name}:\n{gm.code}"
             assert expected is None or matcher.may_match(node), f"{rule.name} at {node.name}:\n{gm.code}"
+            traced = near_miss(Matcher(gm, explain=True), rule, node)
+            assert traced == near_miss(ReferenceMatcher(gm, explain=True), rule, node), \
+                f"{rule.name} at {node.name}:\n{gm.code}"
+            assert traced[0] == outcome(found)
             answers[type(found).__name__] += 1
             if isinstance(found, Skip):
                 answers[found.reason] += 1
@@ -250,7 +264,7 @@ def check_agreement(gm: torch.fx.GraphModule, rules: RuleSet) -> Counter[str]:
 
 
 def check_candidates(gm: torch.fx.GraphModule, rules: RuleSet) -> int:
-    """For every compiled rule and node: the generic matcher's match or skip implies ``may_match``, which
+    """For every compiled rule and node: the interpreter's match or skip implies ``may_match``, which
     implies the node is among the rule's candidates in the whole graph and in every part that holds it;
     candidates in a part stay in it.  The number of (rule, node) where ``may_match`` holds."""
     nodes = list(gm.graph.nodes)
@@ -259,8 +273,6 @@ def check_candidates(gm: torch.fx.GraphModule, rules: RuleSet) -> int:
     hits = 0
     for rule in rules:
         compiled = compile_rule(rule)
-        if compiled is None:
-            continue
         whole = compiled.candidates(found)
         fresh = compiled.candidates(Candidates(gm.graph))
         assert whole == fresh, f"{rule.name}: the shared `found` changes the answer"
@@ -269,11 +281,8 @@ def check_candidates(gm: torch.fx.GraphModule, rules: RuleSet) -> int:
             assert in_part is None or in_part <= part, rule.name
         for node in nodes:
             may_match = compiled.may_match(node)
-            try:
-                generic = Matcher(gm).match(rule, node)
-            except Skip as skip:
-                generic = skip
-            assert generic is None or may_match, f"{rule.name} at {node.name}: may_match rejects a match"
+            expected = interpreted(rule, node, gm)
+            assert expected is None or may_match, f"{rule.name} at {node.name}: may_match rejects a match"
             if not may_match:
                 continue
             hits += 1
@@ -285,7 +294,7 @@ def check_candidates(gm: torch.fx.GraphModule, rules: RuleSet) -> int:
 
 @settings(max_examples=60, **COMMON)
 @given(graph=graphs(dead_code=True).flatmap(with_metadata))
-def test_compiled_rules_answer_as_the_generic_matcher(graph: GeneratedGraph) -> None:
+def test_compiled_rules_answer_as_the_interpreter(graph: GeneratedGraph) -> None:
     check_agreement(graph.gm, ALL_RULES)
     check_candidates(graph.gm, ALL_RULES)
 
@@ -293,7 +302,7 @@ def test_compiled_rules_answer_as_the_generic_matcher(graph: GeneratedGraph) -> 
 @pytest.mark.slow
 @settings(max_examples=slow_examples(300), **COMMON)
 @given(graph=graphs(max_steps=16, dead_code=True).flatmap(with_metadata))
-def test_compiled_rules_answer_as_the_generic_matcher_many_examples(graph: GeneratedGraph) -> None:
+def test_compiled_rules_answer_as_the_interpreter_many_examples(graph: GeneratedGraph) -> None:
     check_agreement(graph.gm, ALL_RULES)
     check_candidates(graph.gm, ALL_RULES)
 
@@ -351,26 +360,27 @@ def test_typed_rules_agree_whatever_metadata_the_graph_has(coverage: str) -> Non
     assert all(answers[answer] >= count for answer, count in least.items()), answers
 
 
-def test_a_failure_after_an_unexplored_choice_starts_over_with_that_choice_swapped() -> None:
+def test_a_failure_after_an_unexplored_choice_starts_over_with_that_choice_swapped(
+        matching: Callable[[torch.nn.Module], Matcher]) -> None:
     # (x + y) * y at (u + v) * u: the add matches unswapped (x=u, y=v), then the outer operand u is
-    # not y; the generic matcher backtracks into the add's swapped order (x=v, y=u) and matches.
+    # not y; the interpreter backtracks into the add's swapped order (x=v, y=u) and matches.
     rules = fxrules.parse("rule r:\n    (x + y) * y => x\n")
     gm = trace(lambda u, v: ((u + v) * u).exp())  # returning the input v itself would be skipped ('alias')
     anchor = next(n for n in gm.graph.nodes if n.target is operator.mul)
-    match = compiled(rules["r"], anchor, gm)
+    match = answer(matching(gm), rules["r"], anchor)
     assert isinstance(match, Match) and match.bindings["x"].name == "v"
-    assert outcome(match) == outcome(generic(rules["r"], anchor, gm))
     assert fxrules.apply(gm, rules).counts() == {"r": 1}
 
 
-def test_a_choice_exhausted_where_it_was_made_is_a_miss() -> None:
+def test_a_choice_exhausted_where_it_was_made_is_a_miss(matching: Callable[[torch.nn.Module], Matcher]) -> None:
     rules = fxrules.parse("rule r:\n    x * 3 => x\n")
     gm = trace(lambda u: u * 2)
     anchor = next(n for n in gm.graph.nodes if n.target is operator.mul)
-    assert compiled(rules["r"], anchor, gm) is None
+    assert answer(matching(gm), rules["r"], anchor) is None
 
 
-def test_a_skipped_match_goes_on_to_the_other_order_then_reports_the_first_skip() -> None:
+def test_a_skipped_match_goes_on_to_the_other_order_then_reports_the_first_skip(
+        matching: Callable[[torch.nn.Module], Matcher]) -> None:
     rules = fxrules.parse("rule r:\n    torch.neg(x) * y => torch.neg(x * y)\n")
 
     def f(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, ...]:
@@ -380,50 +390,83 @@ def test_a_skipped_match_goes_on_to_the_other_order_then_reports_the_first_skip(
 
     gm = trace(f)
     usable_swapped, skipped = (n for n in gm.graph.nodes if n.target is operator.mul)
-    match = compiled(rules["r"], usable_swapped, gm)
+    match = answer(matching(gm), rules["r"], usable_swapped)
     assert isinstance(match, Match) and match.bindings["x"].name == "b"
-    assert outcome(match) == outcome(generic(rules["r"], usable_swapped, gm))
-    skip = compiled(rules["r"], skipped, gm)
+    skip = answer(matching(gm), rules["r"], skipped)
     assert isinstance(skip, Skip) and skip.reason == "escaping user"
-    assert outcome(skip) == outcome(generic(rules["r"], skipped, gm))
     report = fxrules.apply(gm, rules)
     assert report.counts() == {"r": 1} and report["r"].skipped[0].node == skipped.name
 
 
-def test_which_rules_compile() -> None:
-    inside = EXACT + fxrules.parse("""
-rule family:
-    relu(relu(x)) => relu(x)
-
-rule alternative:
-    (x * 1) | torch.mul(x, 1) => x
-
-rule typed:
-    given:
-        x: Tensor[n, n]
-    pattern:
-        return torch.transpose(x, 0, 1)
-    replace:
-        return x
-""")
-    assert all(compile_ruleset(inside).matchers[id(rule)] is not None for rule in inside)
-    outside = fxrules.parse("""
-rule module:
+#: A rule of each template kind the engine once ran without compiling: modules (by class, typed exactly,
+#: used twice), attributes, families with module members, several outputs (one computed from another).
+KIND_RULES = """
+rule module_relu:
     given:
         m: nn.ReLU
     pattern:
-        return m(x)
+        return torch.neg(m(x))
     replace:
-        return torch.relu(x)
+        return torch.neg(torch.relu(x))
 
-rule two_outputs:
+rule exact_module_twice:
+    given:
+        m: nn.Tanh
     pattern:
-        return torch.neg(x), torch.neg(x)
+        return m(m(x))
     replace:
-        n = torch.neg(x)
-        return n, n
-""")
-    assert all(m is None for m in compile_ruleset(outside).matchers.values())
+        return m(x)
+
+rule attribute:
+    given:
+        p: Attr
+    pattern:
+        return torch.add(x, p) | (x + p)
+    where:
+        p.ndim == 1
+    replace:
+        return torch.sub(x, -p)
+
+rule family_with_modules:
+    relu(relu(x)) => relu(x)
+
+rule three_of_x:
+    pattern:
+        a = torch.sigmoid(x)
+        b = torch.tanh(a)
+        c = torch.exp(b)
+        return c, a
+    replace:
+        a = torch.sigmoid(x)
+        return torch.tanh(a).exp(), a
+"""
+
+
+class Kinds(torch.nn.Module):
+    """Modules (a ReLU, a Tanh called twice), a parameter added to values, sigmoid/tanh/exp chains."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.act, self.squash, self.bias = torch.nn.ReLU(), torch.nn.Tanh(), torch.nn.Parameter(torch.ones(3))
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        a = torch.sigmoid(x)
+        return (torch.neg(self.act(x)), self.squash(self.squash(x)), x + self.bias, torch.add(a, self.bias),
+                torch.relu(self.act(x)), torch.exp(torch.tanh(a)), a, torch.exp(torch.sigmoid(x)))
+
+
+def test_every_template_kind_compiles_and_answers_as_the_interpreter() -> None:
+    class Leaves(torch.fx.Tracer):
+        def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
+            return True
+
+    model = Kinds()
+    gm = torch.fx.GraphModule(model, Leaves().trace(model))
+    ShapeProp(gm).propagate(torch.randn(3))
+    rules = fxrules.parse(KIND_RULES, filename="kinds.fxr")
+    answers = check_agreement(gm, rules)
+    assert answers["Match"] == 4 and answers["escaping user"] == 2, answers  # the attribute is used twice
+    assert check_candidates(gm, rules) >= 6
 
 
 def test_compiled_ruleset_is_built_once_per_ruleset_object() -> None:
@@ -432,11 +475,47 @@ def test_compiled_ruleset_is_built_once_per_ruleset_object() -> None:
     assert compile_ruleset(rules).matchers.keys() == {id(rule) for rule in rules}
 
 
-def test_explain_takes_the_generic_path_and_reports_near_misses() -> None:
+def test_explain_reports_the_near_miss_at_a_node_narrowing_left_out() -> None:
     rules = fxrules.parse("rule mul_three:\n    x * 3 => x\n")
     gm = trace(lambda u: u * 2)
     report = fxrules.apply(gm, rules, explain=True)
-    assert [m.condition for m in report["mul_three"].near_misses] == ["literal"]
+    assert report["mul_three"].attempts == 0  # the pass leaves the node out, as without explain
+    assert [(m.anchor, m.condition, m.detail) for m in report["mul_three"].near_misses] == [
+        ("mul", "literal", "expected 3, found 2")]
+
+
+@pytest.mark.parametrize("rules", [KIND_RULES, EXACT_RULES, TYPED_RULES])
+def test_explain_visits_the_nodes_apply_visits_and_rewrites_the_same(rules: str) -> None:
+    class Leaves(torch.fx.Tracer):
+        def is_leaf_module(self, m: torch.nn.Module, module_qualified_name: str) -> bool:
+            return True
+
+    ruleset = fxrules.parse(rules)
+    found = []
+    for explain in (False, True):
+        model = Kinds()
+        gm = torch.fx.GraphModule(model, Leaves().trace(model))
+        ShapeProp(gm).propagate(torch.randn(3))
+        report = fxrules.apply(gm, ruleset, explain=explain)
+        found.append((apply_outcome(gm, report), [(rule.name, rule.attempts) for rule in report.rules]))
+    assert found[0] == found[1]
+
+
+def test_a_near_miss_of_a_pattern_with_several_outputs_names_the_output_that_failed() -> None:
+    rules = fxrules.parse(KIND_RULES + """
+rule relu_and_sigmoid:
+    pattern:
+        r = torch.relu(x)
+        return r, torch.sigmoid(x)
+    replace:
+        return torch.clamp_min(x, 0.0), torch.sigmoid(x)
+""", filename="kinds.fxr")
+    gm = trace(lambda x: (torch.exp(torch.tanh(torch.relu(x))), torch.tanh(x)))
+    report = fxrules.apply(gm, rules, explain=True)
+    assert [(m.progress, m.condition, m.detail, str(m.span)) for m in report["three_of_x"].near_misses] == [
+        (2, "target", "output 1 'c': expected torch.sigmoid, found relu 'relu'", "kinds.fxr:33:13")]
+    assert [(m.progress, m.condition, m.detail, str(m.span)) for m in report["relu_and_sigmoid"].near_misses] == [
+        (1, "target", "output 2: expected torch.sigmoid, found tanh 'tanh'", "kinds.fxr:44:19")]
 
 
 def test_candidates_test_node_by_node_where_arguments_cannot_be_hashed() -> None:

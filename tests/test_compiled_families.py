@@ -1,12 +1,12 @@
-"""Compiled matchers of family patterns and alternatives against the generic matcher.
+"""Compiled matchers of family patterns and alternatives against the interpreter kept as their oracle.
 
 * Families: at every node of graphs that spell each operation every way (function, ``F.`` function,
   method, ``nn.Module`` with its attributes, aten overload, keyword and default arguments), every
-  compiled family rule gives the generic matcher's answer: the same match, None, or the same skip.
+  compiled family rule gives the interpreter's answer: the same match, None, or the same skip.
 * Alternatives: the first option that matches wins; a failure further on (an operand, a skip)
-  goes back to the next option, as the generic matcher's backtracking does, also combined with
+  goes back to the next option, as the interpreter's backtracking does, also combined with
   commutative operand orders.
-* The bundled rulesets: their compiled rules (tensor-typed ones included) agree with the generic matcher on
+* The bundled rulesets: their compiled rules (tensor-typed ones included) agree with the interpreter on
   the real-model corpus, as built and with shape metadata.
 """
 
@@ -15,7 +15,6 @@ from __future__ import annotations
 import operator
 from collections import Counter
 
-import attrs
 import pytest
 import torch
 import torch.fx
@@ -23,13 +22,13 @@ from hypothesis import HealthCheck, given, settings
 from torch.fx.passes.shape_prop import ShapeProp
 
 import fxrules
-from fxrules.match.compiled import CompiledRuleSet, compile_rule, compile_ruleset
+from fxrules.match.compiled import compile_rule
 from fxrules.match.matcher import Match
 from fxrules.match.skips import Skip
 from tests.conftest import trace
 from tests.models import MODELS
 from tests.strategies import GeneratedGraph, graphs
-from tests.test_compiled import check_agreement, compiled, generic, outcome
+from tests.test_compiled import check_agreement, compiled, interpreted, outcome
 
 nn = torch.nn
 F = torch.nn.functional
@@ -130,7 +129,7 @@ def test_every_family_and_alternative_rule_compiles() -> None:
 
 
 @pytest.mark.parametrize("training", [False, True])
-def test_family_rules_answer_as_the_generic_matcher_on_every_spelling(training: bool) -> None:
+def test_family_rules_answer_as_the_interpreter_on_every_spelling(training: bool) -> None:
     answers = check_agreement(spellings_module(training), FAMILY_RULES)
     assert answers["Match"] >= 30 and answers["Skip"] >= 2 and answers["NoneType"] > 500
 
@@ -149,7 +148,7 @@ def test_family_rules_agree_on_an_aten_graph() -> None:
 
 @settings(max_examples=60, **COMMON)
 @given(graph=graphs(dead_code=True))
-def test_family_rules_answer_as_the_generic_matcher_on_random_graphs(graph: GeneratedGraph) -> None:
+def test_family_rules_answer_as_the_interpreter_on_random_graphs(graph: GeneratedGraph) -> None:
     check_agreement(graph.gm, FAMILY_RULES)
 
 
@@ -161,12 +160,12 @@ def test_an_alternative_goes_on_to_the_next_option_when_an_operand_fails() -> No
     rule = FAMILY_RULES["transpose_back"]
     match = compiled(rule, anchor, gm)
     assert isinstance(match, Match) and match.bindings["a"] == 1
-    assert outcome(match) == outcome(generic(rule, anchor, gm))
+    assert outcome(match) == outcome(interpreted(rule, anchor, gm))
 
 
 def test_an_alternative_whose_first_option_is_skipped_goes_on_to_the_next() -> None:
     # torch.sigmoid(x) * y: as given the sigmoid escapes (it is an output too); swapped it is not a sigmoid;
-    # then the tanh option does not fit either: the first skip is reported, as the generic matcher does.
+    # then the tanh option does not fit either: the first skip is reported, as the interpreter does.
     def f(u: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
         s = torch.sigmoid(u)
         return s * v, s, torch.tanh(u) * v
@@ -176,14 +175,14 @@ def test_an_alternative_whose_first_option_is_skipped_goes_on_to_the_next() -> N
     rule = FAMILY_RULES["gated_either"]
     skip = compiled(rule, skipped, gm)
     assert isinstance(skip, Skip) and skip.reason == "escaping user"
-    assert outcome(skip) == outcome(generic(rule, skipped, gm))
+    assert outcome(skip) == outcome(interpreted(rule, skipped, gm))
     match = compiled(rule, matched, gm)
-    assert isinstance(match, Match) and outcome(match) == outcome(generic(rule, matched, gm))
+    assert isinstance(match, Match) and outcome(match) == outcome(interpreted(rule, matched, gm))
 
 
-def test_alternatives_with_commutative_options_explore_in_the_generic_order() -> None:
+def test_alternatives_with_commutative_options_explore_in_the_interpreters_order() -> None:
     # neg(x + y) | neg(torch.add(y, x)): each option has its own operand orders; the answers and the
-    # bindings (x, y) must be those of the generic depth-first order.
+    # bindings (x, y) must be those of the interpreter's depth-first order.
     def f(u: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return torch.neg(u + v), torch.neg(torch.add(v, u)), torch.neg(torch.add(u, u)), torch.neg(u - v)
 
@@ -192,7 +191,7 @@ def test_alternatives_with_commutative_options_explore_in_the_generic_order() ->
     found = Counter()
     for node in gm.graph.nodes:
         answer = compiled(rule, node, gm)
-        assert outcome(answer) == outcome(generic(rule, node, gm)), node.name
+        assert outcome(answer) == outcome(interpreted(rule, node, gm)), node.name
         found[type(answer).__name__] += 1
     assert found["Match"] == 3
 
@@ -208,26 +207,6 @@ def test_module_members_read_their_arguments_from_the_module() -> None:
     assert isinstance(match, Match) and match.bindings["d"] == 0
     inplace = nodes["relu_inplace"]
     assert compiled(FAMILY_RULES["relu_twice"], inplace, gm) is None  # nn.ReLU(inplace=True) is not relu
-
-
-def test_apply_gives_the_same_rewrites_with_and_without_compiled_matchers(monkeypatch: pytest.MonkeyPatch) -> None:
-    x, y = torch.randn(4, 4), torch.randn(4, 4)
-    gm = spellings_module(training=False)
-    generic_gm = spellings_module(training=False)
-    report = fxrules.apply(gm, FAMILY_RULES)
-    with monkeypatch.context() as patched:
-        patched.setattr("fxrules.engine.driver.compile_ruleset",
-                        lambda rules: _without_matchers(compile_ruleset(rules)))
-        generic_report = fxrules.apply(generic_gm, FAMILY_RULES)
-    assert report.counts() == generic_report.counts() and sum(report.counts().values()) >= 20
-    assert gm.code == generic_gm.code
-    # (not all of these rules keep values; and nn.ReLU(inplace=True) writes into its input: fresh copies)
-    for got, want in zip(gm(x.clone(), y.clone()), generic_gm(x.clone(), y.clone()), strict=True):
-        torch.testing.assert_close(got, want)
-
-
-def _without_matchers(compiled_rules: CompiledRuleSet) -> CompiledRuleSet:
-    return attrs.evolve(compiled_rules, matchers=dict.fromkeys(compiled_rules.matchers))
 
 
 BUNDLED = ("algebra.fxr", "fusions.fxr", "cleanup.fxr")

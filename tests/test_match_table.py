@@ -7,9 +7,10 @@ single pass fires (``rule@node`` when a row has several rules).  No row has
 overlapping or cascading sites, so "matches" and "fires" coincide and every
 implementation must give the same answer:
 
-* ``reference`` -- :mod:`tests.reference_matcher`: every rule at every node;
-* ``indexed`` -- the engine's anchor index, then the matcher, on the same graph;
-* ``apply`` -- the anchors ``fxrules.apply`` reports.
+* the reference -- :mod:`tests.reference_matcher`: every rule at every node;
+* the engine's anchor index, then each execution of matching (the ``matching`` fixture: compiled,
+  compiled with a tracer, interpreted), on the same graph;
+* the anchors ``fxrules.apply`` reports, with and without ``explain=True``.
 """
 
 from __future__ import annotations
@@ -140,6 +141,20 @@ rule module_twice:
         return m(x)
 """
 
+NEG_EXP = """
+rule neg_exp:
+    pattern:
+        n = torch.neg(x)
+        d = torch.exp(n) * 2
+        return {}
+    replace:
+        m = torch.neg(x)
+        e = torch.exp(m)
+        return {}
+"""
+NEG_EXP_AS_WRITTEN = NEG_EXP.format("n, d", "m, e + e")
+NEG_EXP_COMPUTED_FIRST = NEG_EXP.format("d, n", "e + e, m")
+
 INT_CAPTURE = """
 rule scale_by_int:
     given:
@@ -204,6 +219,11 @@ def _mean_and_sum(u: torch.Tensor, v: torch.Tensor) -> Any:
     c = torch.cat([u, v])
     m = c.mean()
     return c.sum(), m
+
+
+def _neg_and_doubled_exp(x: torch.Tensor) -> Any:
+    n = torch.neg(x)
+    return n.sin(), torch.exp(n) * 2
 
 
 def _sum_mean_and_exp(u: torch.Tensor, v: torch.Tensor) -> Any:
@@ -311,6 +331,8 @@ ROWS = [
     row("DAG: two equal nodes are not one", lambda x: torch.sigmoid(x) * torch.sigmoid(x), SIGMOID_SQUARED),
     row("two outputs", _sum_and_mean, SPLIT_SUM_OF_CAT, "sum_1"),
     row("two outputs, in the other order", _mean_and_sum, SPLIT_SUM_OF_CAT, "sum_1"),
+    row("two outputs: one computed from the other, named first", _neg_and_doubled_exp, NEG_EXP_AS_WRITTEN, "mul"),
+    row("two outputs: one computed from the other, named last", _neg_and_doubled_exp, NEG_EXP_COMPUTED_FIRST, "mul"),
     row("two outputs, an escaping interior node", _sum_mean_and_exp, SPLIT_SUM_OF_CAT),
     row("two outputs, a capture computed from the match (a cycle)", _cycle, NEG_AND_ADD),
     row("two outputs, no cycle", lambda x, w: (torch.neg(x), torch.add(x, w)), NEG_AND_ADD, "neg"),
@@ -326,8 +348,9 @@ def by_reference(gm: torch.fx.GraphModule, rules: RuleSet) -> set[tuple[str, str
     return predict_pass(gm, rules)
 
 
-def by_index(gm: torch.fx.GraphModule, rules: RuleSet) -> set[tuple[str, str]]:
-    index, matcher = RuleIndex(gm, rules), Matcher(gm)
+def by_index(gm: torch.fx.GraphModule, rules: RuleSet, matcher: Matcher) -> set[tuple[str, str]]:
+    """The rules the engine's anchor index files under each node, matched there by ``matcher``."""
+    index = RuleIndex(gm, rules)
     matches: Matches = {}
     for node in gm.graph.nodes:
         for rule in index.rules_at(node):
@@ -340,32 +363,39 @@ def by_index(gm: torch.fx.GraphModule, rules: RuleSet) -> set[tuple[str, str]]:
     return predict_pass(gm, rules, matches)
 
 
-def by_apply(gm: torch.fx.GraphModule, rules: RuleSet) -> set[tuple[str, str]]:
+def by_apply(gm: torch.fx.GraphModule, rules: RuleSet, explain: bool) -> set[tuple[str, str]]:
     """What fired, and the matches the rewriter refused only because the graph would return its input (an
     identity rewrite of the returned value): they match, which is what the table is about."""
-    report = fxrules.apply(gm, rules)
+    report = fxrules.apply(gm, rules, explain=explain)
     gm.graph.lint()
     return {(rule.name, anchor) for rule in report.rules for anchor in rule.anchors} | {
         (rule.name, skip.node) for rule in report.rules for skip in rule.skipped if skip.reason == "alias"}
 
 
-IMPLEMENTATIONS = {"reference": by_reference, "indexed": by_index, "apply": by_apply}
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "implementation" in metafunc.fixturenames:
-        metafunc.parametrize("implementation", list(IMPLEMENTATIONS.values()), ids=list(IMPLEMENTATIONS))
-
-
-@pytest.mark.parametrize("case", ROWS)
-def test_match_table(case: Row, implementation: Callable[[torch.fx.GraphModule, RuleSet], set[tuple[str, str]]]
-                     ) -> None:
+def check_row(case: Row, implementation: Callable[[torch.fx.GraphModule, RuleSet], set[tuple[str, str]]]) -> None:
     rules = fxrules.parse(case.rules, filename=f"<{case.name}>")
     gm = to_graph(case.source)
     code = gm.code
     found = implementation(gm, rules)
     shown = {anchor if len(rules) == 1 else f"{rule}@{anchor}" for rule, anchor in found}
     assert shown == case.expected, f"rules:\n{case.rules}\ngraph:{code}"
+
+
+@pytest.mark.parametrize("case", ROWS)
+def test_the_reference_predicts_each_row(case: Row) -> None:
+    check_row(case, by_reference)
+
+
+@pytest.mark.parametrize("case", ROWS)
+def test_each_execution_matches_each_row_at_the_indexed_nodes(case: Row,
+                                                              matching: Callable[[torch.nn.Module], Matcher]) -> None:
+    check_row(case, lambda gm, rules: by_index(gm, rules, matching(gm)))
+
+
+@pytest.mark.parametrize("explain", [False, True], ids=["apply", "explain"])
+@pytest.mark.parametrize("case", ROWS)
+def test_apply_fires_each_row(case: Row, explain: bool) -> None:
+    check_row(case, lambda gm, rules: by_apply(gm, rules, explain))
 
 
 def test_table_size() -> None:

@@ -13,7 +13,7 @@ import fxrules
 from fxrules.match.matcher import Match
 from fxrules.match.skips import Skip
 from tests.conftest import ops, trace
-from tests.test_compiled import compiled, generic, outcome
+from tests.test_compiled import compiled, interpreted, outcome
 
 ADDMM = """
 rule addmm:
@@ -208,12 +208,12 @@ def needs_metadata(name: str, node: str) -> str:
 
 
 def answer_at(rules: str, target: object, gm: torch.fx.GraphModule) -> Match | Skip | None:
-    """The answer of the only rule of ``rules`` at the last node calling ``target``; the compiled matcher
-    (the rule compiles) gives the same."""
+    """The answer of the only rule of ``rules`` at the last node calling ``target``; the interpreter kept as the
+    matcher's oracle gives the same."""
     [rule] = fxrules.parse(rules)
     node = [n for n in gm.graph.nodes if n.target is target][-1]
-    found = generic(rule, node, gm)
-    assert outcome(compiled(rule, node, gm)) == outcome(found)
+    found = compiled(rule, node, gm)
+    assert outcome(interpreted(rule, node, gm)) == outcome(found)
     return found
 
 

@@ -18,8 +18,9 @@
    have given a match (``_Run._wake_beyond_domain``); until they first fire
    they pass over those the previous pass looked at after every change within
    their reach (``_Run._settled``).  Rules are matched by their compiled matchers
-   (:mod:`fxrules.match.compiled`) where they have one, which reject most
-   candidates before binding any argument.  If nothing fires, the graph is
+   (:mod:`fxrules.match.compiled`), which reject most candidates before binding
+   any argument; ``explain=True`` attaches a tracer to them and visits the same
+   nodes (the near misses where narrowing left a node out are traced apart).  If nothing fires, the graph is
    left exactly as it was (and is not even linted).
 3. At a fixpoint, commit: lint, erase the retired nodes and other dead code,
    recompile, and delete the submodules and buffers the rewrite left
@@ -60,8 +61,9 @@ from fxrules.graph.metadata import has_side_effects
 from fxrules.graph.sizes import fixed
 from fxrules.graph.subgraphs import TOP_LEVEL, CallContext, higher_order_subgraphs
 from fxrules.lang.ir import Rule, RuleSet
-from fxrules.match.compiled import Candidates, CompiledRule, Satisfiers, compile_ruleset
-from fxrules.match.matcher import Match, Matcher, Miss, Nodes, RuleIndex, in_graph_order
+from fxrules.match.compiled import CompiledRule, compile_ruleset
+from fxrules.match.matcher import Match, Matcher, Miss, NodeIndex, Nodes, RuleIndex, in_graph_order
+from fxrules.match.narrowing import Candidates, Satisfiers
 from fxrules.match.skips import Skip, SkipReason
 from fxrules.rewrite import helpers as bundled_helpers
 from fxrules.rewrite.rewriter import Rewrite, Rewriter, Transaction
@@ -177,17 +179,16 @@ class _Run:
         self.report = ReportBuilder(ruleset)
         self.index = RuleIndex(gm, ruleset)
         compiled = compile_ruleset(ruleset)
-        # explain=True wants the generic matcher's near misses: no compiled fast path then
-        self.compiled: Mapping[int, CompiledRule | None] = {} if explain else compiled.matchers
+        self.compiled: Mapping[int, CompiledRule] = compiled.matchers
         # id(rule) -> its compiled matcher's cheap test at a node the index filed under the rule (absent: none)
         self.anchor_tests = {key: m.may_match_anchor for key, m in self.compiled.items()
-                             if m is not None and m.may_match_anchor is not None}
+                             if m.may_match_anchor is not None}
         self.depth = compiled.depth
         self._satisfiers_by_key: dict[tuple[str, Any], Satisfiers | None] = {}
         self.multi_output = compiled.multi_output
         # Whether a pass may skip the nodes whose outcome the previous pass knows (see _settled).
         self.counts_users = compiled.counts_users
-        self.settles = not (explain or compiled.multi_output or compiled.counts_users)
+        self.settles = not (compiled.multi_output or compiled.counts_users)
 
     def begin(self) -> _Rewritten:
         """The undo log of this run, made before anything changes (the caller keeps it to undo what follows)."""
@@ -198,6 +199,8 @@ class _Run:
         graph = self.gm.graph
         found = Candidates(graph)
         candidates = self.index.candidates(found, self._narrowing(found))
+        if self.explain:
+            self._explain_passed_over(Matcher(self.gm, explain=True), candidates, None)
         if not candidates:  # no node any rule can anchor at: one pass that finds nothing, and nothing to undo
             self.report.passes = 1
             self.report.match_seconds = time.perf_counter() - rewritten.started
@@ -208,11 +211,10 @@ class _Run:
     def _narrowing(self, found: Candidates,
                    among: set[torch.fx.Node] | None = None) -> Callable[[Rule], Nodes | None]:
         """The nodes of ``found.graph`` (``among`` them) where a rule may match at most, by its compiled matcher
-        (None: not compiled); ``found`` is shared by the rules (operands' candidates, nodes by key)."""
+        (None: any node of its anchor keys); ``found`` is shared by the rules (operands' candidates, nodes by key)."""
 
         def narrowed(rule: Rule) -> Nodes | None:
-            compiled = self.compiled.get(id(rule))
-            return None if compiled is None else compiled.candidates(found, among)
+            return self.compiled[id(rule)].candidates(found, among)
 
         return narrowed
 
@@ -273,6 +275,9 @@ class _Run:
                     return number > 1
                 candidates, domain = self._worklist(current.touched, transaction.retired)
                 settled = self._settled(candidates, current)
+                if self.explain:
+                    self._explain_passed_over(Matcher(self.gm, explain=True, retired=transaction.retired),
+                                              candidates, domain)
         finally:  # timed per apply, not per attempt: the clock would cost as much as a rejection
             self.report.match_seconds = time.perf_counter() - started - self.report.rewrite_seconds
         raise FxrConvergenceError(
@@ -285,7 +290,8 @@ class _Run:
         the pass first fires."""
         claimed, retired, attempts, visited = current.claimed, current.matcher.retired, self.report.attempts, \
             current.visited
-        rules_at, anchor_test = self.index.rules_at, self.anchor_tests.get
+        # with explain=True the matcher's tracer hears what the cheap test would reject: it is not asked first
+        rules_at, anchor_test = self.index.rules_at, ({}.get if self.explain else self.anchor_tests.get)
         woken = current.woken
         position = -1
         for node in _merged(candidates, woken):
@@ -325,10 +331,24 @@ class _Run:
         return self._rewrite(rule, node, match, current)
 
     def _match(self, rule: Rule, node: torch.fx.Node, matcher: Matcher) -> Match | None:
-        """The rule's compiled matcher when it has one (it answers as the generic matcher does; ``_visit``
-        asked its ``may_match_anchor`` already)."""
-        compiled = self.compiled.get(id(rule))
-        return compiled.match_candidate(node, matcher) if compiled is not None else matcher.match(rule, node)
+        """The rule's compiled matcher (``_visit`` asked its ``may_match_anchor`` already)."""
+        return self.compiled[id(rule)].match_candidate(node, matcher)
+
+    def _explain_passed_over(self, matcher: Matcher, candidates: list[torch.fx.Node],
+                             domain: set[torch.fx.Node] | None) -> None:
+        """With ``explain=True``: the near misses at the nodes rules may anchor at (in ``domain``) that the pass
+        leaves out because no rule can match there, found by the same matchers with the tracer attached."""
+        listed = set(candidates)
+        anchors = self.index.anchors(NodeIndex(self.gm.graph), among=domain)
+        for node in in_graph_order(self.gm.graph, anchors - listed):
+            for rule in self.index.rules_at(node):
+                try:
+                    self.compiled[id(rule)].match_candidate(node, matcher)
+                except Skip:
+                    continue
+                best = matcher.misses.best
+                if best is not None and best.progress > 0:
+                    self.report.missed(best)
 
     def _skipped(self, rule: Rule, node: torch.fx.Node, skip: Skip, matcher: Matcher) -> None:
         self.report.skipped(rule, node.name, skip.reason, lambda: skip.detail)
@@ -355,7 +375,6 @@ class _Run:
         self.report.fired(rule, node.name)
         if self.on_rewrite is not None:
             self.on_rewrite(match)
-        current.matcher.forget()
         current.claimed.update(change.created)
         current.touched.update(change.created)
         if change.redirected:
@@ -439,7 +458,7 @@ class _Run:
 
     def _satisfiers_at(self, node: torch.fx.Node) -> Satisfiers | None:
         """What may satisfy a required argument of the rules filed under the node's key (None: no rule is),
-        once per key.  An uncompiled rule's nodes are never left out, so only compiled rules count."""
+        once per key."""
         try:
             return self._satisfiers_by_key[(node.op, node.target)]
         except KeyError:
@@ -452,8 +471,7 @@ class _Run:
     def _satisfiers_of(self, rules: tuple[Rule, ...]) -> Satisfiers | None:
         if not rules:
             return None
-        compiled = [self.compiled.get(id(rule)) for rule in rules]
-        return functools.reduce(operator.or_, (c.satisfiers for c in compiled if c is not None), Satisfiers())
+        return functools.reduce(operator.or_, (self.compiled[id(rule)].satisfiers for rule in rules), Satisfiers())
 
     def _worklist(self, touched: set[torch.fx.Node],
                   retired: Mapping[torch.fx.Node, None]) -> tuple[list[torch.fx.Node], set[torch.fx.Node]]:

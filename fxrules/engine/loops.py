@@ -42,6 +42,7 @@ from fxrules.lang.ir import (
     RuleSet,
     Template,
     anchor_keys,
+    matching_order,
     walk,
 )
 from fxrules.match.matcher import Matcher, node_keys
@@ -163,9 +164,9 @@ class _RuleFilter:
 
 
 def _index_entries(rule: Rule) -> Iterator[tuple[tuple[AnchorKey, ...], list[frozenset[Feature]]]]:
-    """For each option of the pattern output: its anchor keys, and the arguments it requires (each a set of
-    features of which a matching node has one among its arguments)."""
-    output = rule.pattern[0]
+    """For each option of the pattern output a match starts at: its anchor keys, and the arguments it requires
+    (each a set of features of which a matching node has one among its arguments)."""
+    output = rule.pattern[matching_order(rule.pattern)[0]]
     for option in output.options if isinstance(output, AltTemplate) else (output,):
         keys = tuple(dict.fromkeys(anchor_keys(option)))
         if keys and isinstance(option, OpTemplate):

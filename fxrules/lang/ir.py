@@ -424,13 +424,27 @@ class Rule:
         return names
 
     def anchor_keys(self) -> tuple[AnchorKey, ...]:
-        return anchor_keys(self.pattern[0])
+        """The keys of the nodes a match starts at: those of the first output in :func:`matching_order`."""
+        return anchor_keys(self.pattern[matching_order(self.pattern)[0]])
 
     def __str__(self) -> str:
         return f"rule {self.name} ({self.span})"
 
     def __repr__(self) -> str:
         return f"Rule({self.name!r} at {self.span})"
+
+
+def matching_order(pattern: tuple[Template, ...]) -> tuple[int, ...]:
+    """The positions of a pattern's outputs in the order a match finds them: an output that another output
+    computes from (``return m, v`` where ``v`` uses ``m``) after that one, which binds it; else as ``return``
+    names them.  A match starts at the first (its anchor), and finds each later one among the users of
+    what it bound, so the order ``return`` names them in does not decide whether a pattern matches."""
+    inside = [{j for j, other in enumerate(pattern) if other is not output and any(t is output for t in walk(other))}
+              for output in pattern]
+    order: list[int] = []
+    while len(order) < len(pattern):
+        order.append(next(i for i in range(len(pattern)) if i not in order and inside[i] <= set(order)))
+    return tuple(order)
 
 
 def anchor_keys(template: Template) -> tuple[AnchorKey, ...]:

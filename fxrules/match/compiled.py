@@ -1,60 +1,48 @@
-"""Rules compiled once into matchers made of plain closures: the engine's fast path for matching.
+"""Rules compiled once into matchers made of plain closures: the one matcher the engine runs.
 
-The generic :class:`~fxrules.match.matcher.Matcher` interprets a pattern's templates with backtracking
-generators over immutable states; that costs 10-20 µs an attempt, even when the anchor's first
-argument already rules the match out, and most attempts are such near misses.
-:func:`compile_rule` turns a rule once into one step per template (a target test, an argument
-reader built from the same :class:`~fxrules.lang.signatures.BindingPlan` the generic matcher binds
-with, captures and literals) that bind into one mutable :class:`_Attempt`.  Before any binding,
-``may_match`` checks the anchor's target and that the operand calls and the literals the pattern
-needs are among its arguments (and so on down the pattern): most near misses end there, in about
-a microsecond.
+:func:`compile_rule` turns a rule once into one step per template (a target test, an argument reader
+built from the :class:`~fxrules.lang.signatures.BindingPlan` of the node's call, captures, literals,
+modules, attributes) that bind into one mutable :class:`_Attempt`.  Every template kind compiles:
+function, method, module, attribute and family calls, alternatives, typed captures, literals, ``_``,
+lists, slices, and patterns with several outputs.  The pieces each step decides with (types, argument
+binding by name, budgets) are :mod:`fxrules.match.primitives`, which the tests' interpreter, the oracle
+this matcher is checked against, is built from too.
 
-A compiled rule gives the generic matcher's answer: the first structural match in the generic
-order (operands left to right, a commutative operation unswapped before swapped, the options of
-``A | B`` in order) that passes the same :meth:`Matcher.check_usable
-<fxrules.match.matcher.Matcher.check_usable>`, else the first skip, else None.  The generic matcher
-backtracks into the most recent choice with an option left; the compiled one tries a choice's next
-option on the spot when nothing chosen since is left to backtrack into, and otherwise starts over,
-replaying the choices made up to the most recent open one and taking its next option (the same
-depth-first order, without generators).  The generic matcher stays the reference the tests compare
-against, and the matcher of ``explain=True`` (it records near misses).
-
-Both count the same match steps against the same budget (see :mod:`fxrules.match.matcher`): an operation
-tried at a node that calls its target, each option of a choice, each structural match; a replay
-counts only what it explores beyond the choices it replays.  The compiled matcher rules some nodes
-out by their arguments before it would count anything there (the generic matcher finds no match
-there either), so at an anchor it never takes more steps than the generic matcher: where the generic
-matcher stays within the budget, the compiled one gives its answer.
-
-For a whole graph, or a region of it, :attr:`CompiledRule.candidates` finds at once the nodes where
-``may_match`` may hold: the nodes the graph's own op/target index lists for the output's target,
-kept when an argument is among the operand operation's candidates (found the same way, or through
-their users when they are fewer) or equals a required literal, with set containment tests that
-make no Python call per node.  The engine's first pass visits only these.
+* **Order.** The first structural match in depth-first order (operands left to right, a commutative
+  operation unswapped before swapped, the options of ``A | B`` in order, the outputs in
+  :func:`~fxrules.lang.ir.matching_order`, each further output among the users of what is bound, in
+  the order they are found) that :meth:`Matcher.check_usable <fxrules.match.matcher.Matcher.check_usable>`
+  accepts, else the first skip, else None.  A choice's next option is tried on the spot when nothing
+  chosen since is left to backtrack into; otherwise the attempt starts over, replaying the choices made
+  up to the most recent open one and taking its next option (depth-first, without generators).
+* **Steps.** Counted against the budget of :mod:`fxrules.match.primitives`; a replay counts only what
+  it explores beyond the choices it replays.
+* **Early rejection.** Before any binding, ``may_match`` checks the anchor's target and that the
+  operand calls and the literals the pattern needs are among its arguments (and so on down the
+  pattern): most near misses end there, in about a microsecond.  For a whole graph, or a region of it,
+  :attr:`CompiledRule.candidates` finds at once the nodes where ``may_match`` may hold (the graph's own
+  op/target index, narrowed with set containment tests that make no Python call per node).
+* **Tracing.** With a tracer attached (``explain=True``), each step that fails reports why to it, and
+  an operation that early rejection rules out is explored anyway, without counting steps, so that
+  the near miss names the argument that failed.  What matches, the steps counted and the nodes
+  visited are the same with and without a tracer.
 
 :func:`compile_ruleset` does this once per :class:`~fxrules.lang.ir.RuleSet` object, together with the
 other things ``apply`` derives from the rules alone (pattern depth, helper calls), so an ``apply``
 that finds nothing to do costs little more than the index lookups.
-
-Compiled: single-output patterns of function and method calls (commutative or not) and of family
-calls (the member the node calls, found by its target, or its module's class, maps its arguments
-onto the family's with :func:`~fxrules.lang.families.map_member_call`), alternatives, typed captures
-(tensor types too: a node without shape metadata is accepted provisionally, as the generic matcher
-does, and the structural match it completes is skipped for ``missing metadata``), literals, ``_``,
-lists and slices.  Not compiled (:func:`compile_rule` returns None): modules and attributes named in
-the pattern, and several outputs.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+import weakref
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import torch.fx
 
+from fxrules.diagnostics import Span
 from fxrules.lang.families import family_parameters, map_member_call, parameter_map
 from fxrules.lang.ir import (
     AltTemplate,
@@ -66,6 +54,7 @@ from fxrules.lang.ir import (
     GuardExpr,
     HelperTemplate,
     Literal,
+    ModuleType,
     OpKind,
     OpTemplate,
     Rule,
@@ -75,26 +64,42 @@ from fxrules.lang.ir import (
     Template,
     TensorType,
     Wildcard,
+    matching_order,
     walk,
 )
 from fxrules.lang.signatures import BindingPlan, CallSignature, holds_default, literal_equal
-from fxrules.match.matcher import (
+from fxrules.match.index import Nodes
+from fxrules.match.narrowing import (
+    Candidates,
+    CandidatesOf,
+    Requirement,
+    Satisfiers,
+    in_any,
+    literal_argument,
+    literal_test,
+    operand_call,
+)
+from fxrules.match.primitives import (
+    MISSING,
     Budget,
     BudgetExhausted,
     Match,
-    Matcher,
-    NodeIndex,
-    Nodes,
     SeenMatches,
     State,
     Unfit,
     Unreadable,
+    describe_node,
     named_values,
+    show,
     tensor_fit,
+    users_near,
     value_type_problem,
 )
 from fxrules.match.skips import Skip
 from fxrules.memo import per_object
+
+if TYPE_CHECKING:
+    from fxrules.match.matcher import Matcher, Tracer
 
 Node = torch.fx.Node
 
@@ -102,13 +107,16 @@ Node = torch.fx.Node
 class _Attempt:
     """One run of a compiled matcher: what it bound, and the option taken at each choice."""
 
-    __slots__ = ("bindings", "budget", "matcher", "missing_metadata", "nodes", "orders", "replayed")
+    __slots__ = ("bindings", "budget", "matcher", "missing_metadata", "modules", "nodes", "orders", "replayed",
+                 "tracer")
 
     def __init__(self, replayed: tuple[int, ...], matcher: Matcher, budget: Budget) -> None:
-        self.bindings: dict[str, Any] = {}  # in binding order, as the generic State's
+        self.bindings: dict[str, Any] = {}  # in binding order
         self.nodes: dict[int, Node] = {}  # id(OpTemplate) -> node, in matching order
-        self.missing_metadata: Skip | None = None  # as the generic State's: the first typed capture without it
-        self.matcher = matcher  # for what a node alone does not say: the module a call_module calls
+        self.modules: dict[str, str] = {}  # module capture -> qualified name
+        self.missing_metadata: Skip | None = None  # the first typed capture bound without metadata
+        self.matcher = matcher  # the graph module (the module a call_module calls), the retired nodes, the tracer
+        self.tracer: Tracer | None = matcher.tracer
         self.budget = budget  # the anchor's, shared by its replays
         self.replayed = replayed  # the options to take at the first choices
         self.orders: list[tuple[int, int]] = []  # (option taken, last option) at each choice met
@@ -127,6 +135,19 @@ class _Attempt:
                 return (*(option for option, _ in orders[:index]), taken + 1)
         return None
 
+    def fail(self, condition: str, detail: Callable[[], str], span: Span, progress: int | None = None) -> None:
+        """Tell the tracer (the caller checked there is one) why a step failed, ``progress`` operations in
+        (by default, the operations bound so far)."""
+        assert self.tracer is not None
+        self.tracer.fail(len(self.nodes) if progress is None else progress, condition, detail, span)
+
+    def scratch(self, replayed: tuple[int, ...]) -> _Attempt:
+        """A copy to explore in without counting steps, from the choices ``replayed`` on."""
+        copy = _Attempt(replayed, self.matcher, Budget())
+        copy.bindings, copy.nodes, copy.modules = dict(self.bindings), dict(self.nodes), dict(self.modules)
+        copy.missing_metadata = self.missing_metadata
+        return copy
+
 
 class _Backtrack(Exception):  # noqa: N818 - a control-flow signal, not an error
     """A failure after a choice with an unexplored option: start over to explore it."""
@@ -139,11 +160,12 @@ Step = Callable[[Any, _Attempt], bool]
 class CompiledRule:
     """One rule's compiled matcher."""
 
-    def __init__(self, rule: Rule, root: Step, may_match: Callable[[Node], bool],
+    def __init__(self, rule: Rule, root: Step, traced_root: Step, may_match: Callable[[Node], bool],
                  may_match_anchor: Callable[[Node], bool] | None, candidates: CandidatesOf,
                  satisfiers: Satisfiers) -> None:
-        self.rule = rule
-        self._root = root
+        self._rule = weakref.ref(rule)  # the rule's compiled matcher is kept per rule: no cycle back to it
+        self._root = root  # at an anchor where may_match holds
+        self._traced_root = traced_root  # at any node: tests the target, rules nothing out before tracing it
         #: may_match(anchor) is False when the rule certainly does not match there (nothing to report
         #: either): the anchor does not call the output's target, or lacks an operand call or a literal
         #: the pattern needs.  Most attempts end here, before any argument binding.
@@ -157,12 +179,25 @@ class CompiledRule:
         #: what can satisfy a required argument of an operation of the pattern (see ``_Run._wake``)
         self.satisfiers = satisfiers
 
+    @property
+    def rule(self) -> Rule:
+        rule = self._rule()
+        assert rule is not None, "a compiled matcher outlived its rule"
+        return rule
+
     def match(self, anchor: Node, matcher: Matcher) -> Match | None:
-        """What ``matcher.match(rule, anchor)`` returns (a match or None) or raises (:class:`Skip`)."""
-        return self.match_candidate(anchor, matcher) if self.may_match(anchor) else None
+        """The first usable match at ``anchor`` (see the module docstring) or None; raises :class:`Skip`."""
+        if matcher.tracer is None and not self.may_match(anchor):
+            return None
+        return self.match_candidate(anchor, matcher)
 
     def match_candidate(self, anchor: Node, matcher: Matcher) -> Match | None:
-        """:meth:`match` at an anchor for which :attr:`may_match` holds."""
+        """:meth:`match` at an anchor for which :attr:`may_match` holds (any node, with a tracer)."""
+        rule, tracer = self.rule, matcher.tracer
+        root = self._root
+        if tracer is not None:
+            tracer.start(rule, anchor)
+            root = self._traced_root
         skip: Skip | None = None
         budget = matcher.budget = Budget()
         seen = SeenMatches()
@@ -170,7 +205,7 @@ class CompiledRule:
         while replayed is not None:
             attempt = _Attempt(replayed, matcher, budget)
             try:
-                matched = self._root(anchor, attempt)
+                matched = root(anchor, attempt)
                 if matched:
                     budget.step()
             except _Backtrack:
@@ -178,41 +213,56 @@ class CompiledRule:
             except BudgetExhausted:
                 raise budget.skip() from None
             if matched and seen.is_new(attempt.bindings, attempt.nodes):
-                state = State(attempt.bindings, attempt.nodes, missing_metadata=attempt.missing_metadata)
+                state = State(attempt.bindings, attempt.nodes, attempt.modules, attempt.missing_metadata)
+                if tracer is not None:
+                    tracer.output = ""  # what check_usable reports is the whole match's
                 try:
-                    matcher.check_usable(self.rule, state)
-                except Skip as reason:  # the generic matcher goes on to the other options, and raises the first
+                    matcher.check_usable(rule, state)
+                except Skip as reason:  # go on to the other options, and raise the first if none is usable
                     skip = skip or reason
                     seen.rejected(attempt.bindings, attempt.nodes)
                 else:
-                    return matcher.to_match(self.rule, state)
+                    return matcher.to_match(rule, state)
             replayed = attempt.next_replay()
         if skip is not None:
             raise skip
         return None
 
 
-def compile_rule(rule: Rule) -> CompiledRule | None:
-    """The rule's compiled matcher, or None when its pattern is outside the compiled subset."""
-    output = rule.pattern[0]
-    if len(rule.pattern) != 1:
-        return None
+@per_object
+def compiled_rule(rule: Rule) -> CompiledRule:
+    """The rule's compiled matcher, built on first use for each Rule object."""
+    return compile_rule(rule)
+
+
+def compile_rule(rule: Rule) -> CompiledRule:
+    """The rule's compiled matcher."""
     compiler = _Compiler(rule.types)
-    try:
-        if isinstance(output, AltTemplate):
-            if not all(_compiles(o) for o in output.options):
-                return None
-            step = compiler.step(output)
-            options = tuple(compiler.operation(o) for o in output.options)  # type: ignore[arg-type]
-            return CompiledRule(rule, step, _any_option(options), _any_option(options), _union_of_options(options),
-                                compiler.satisfiers)
-        if not _compiles(output):
-            return None
-        root = compiler.operation(output)  # type: ignore[arg-type]
-    except _UnsupportedTemplateError:
-        return None
-    return CompiledRule(rule, root.match_checked, root.may_match, root.has_required if root.required else None,
-                        root.candidates, compiler.satisfiers)
+    order = matching_order(rule.pattern)
+    first = rule.pattern[order[0]]
+    options = tuple(compiler.operation(o) for o in (first.options if isinstance(first, AltTemplate) else (first,))
+                    if isinstance(o, OpTemplate))
+    step = compiler.step(first)
+    root: Step
+    traced_root: Step
+    may_match: Callable[[Node], bool]
+    may_match_anchor: Callable[[Node], bool] | None
+    candidates: CandidatesOf
+    if isinstance(first, OpTemplate):
+        root, traced_root = options[0].match_checked, step
+        may_match = options[0].may_match
+        may_match_anchor = options[0].has_required if options[0].required else None
+        candidates = options[0].candidates
+    else:  # A | B (of operations: an output is a computation)
+        root = traced_root = step
+        may_match = _any_option(options)
+        may_match_anchor = may_match
+        candidates = _union_of_options(options)
+    if len(rule.pattern) > 1:
+        further = tuple(_further_output(compiler.step(rule.pattern[i]), rule.pattern[i], _output_label(rule, i))
+                        for i in order[1:])
+        root, traced_root = (_with_outputs(r, _output_label(rule, order[0]), further) for r in (root, traced_root))
+    return CompiledRule(rule, root, traced_root, may_match, may_match_anchor, candidates, compiler.satisfiers)
 
 
 def _any_option(options: tuple[_Operation, ...]) -> Callable[[Node], bool]:
@@ -228,6 +278,58 @@ def _union_of_options(options: tuple[_Operation, ...]) -> CandidatesOf:
         return None if any(s is None for s in sets) else set().union(*sets)  # type: ignore[arg-type]
 
     return candidates_of_an_option
+
+
+# ---------------------------------------------------------------- patterns with several outputs
+
+
+def _output_label(rule: Rule, position: int) -> str:
+    """How a near miss names the output it failed in: ``output 2 'v': ``."""
+    name = getattr(rule.pattern[position], "name", None)
+    return f"output {position + 1} '{name}': " if name else f"output {position + 1}: "
+
+
+def _with_outputs(first: Step, label: str, further: tuple[Step, ...]) -> Step:
+    """The root of a pattern with several outputs: the first output at the anchor, then the others."""
+
+    def outputs(anchor: Any, attempt: _Attempt) -> bool:
+        if attempt.tracer is not None:
+            attempt.tracer.output = label
+        if not first(anchor, attempt):
+            return False
+        for step in further:  # noqa: SIM110 - a loop: all() would add a generator
+            if not step(None, attempt):
+                return False
+        return True
+
+    return outputs
+
+
+def _further_output(step: Step, template: Template, label: str) -> Step:
+    """A further output: an operation the outputs matched so far already bound, or one of the users of what
+    they bound (each tried is an option of a choice, in the order the users are found)."""
+    key = id(template) if isinstance(template, OpTemplate) else None
+    span: Span = template.span  # type: ignore[union-attr]
+
+    def further_output(_: Any, attempt: _Attempt) -> bool:
+        if attempt.tracer is not None:
+            attempt.tracer.output = label
+        if key is not None and key in attempt.nodes:  # an interior node of an output matched before
+            return True
+        near = _users_near(attempt)
+        if not near and attempt.tracer is not None:
+            attempt.fail("target", lambda: "no node uses what the other outputs matched", span)
+        return _choose(tuple(((step,), (node,)) for node in near), attempt)
+
+    return further_output
+
+
+def _users_near(attempt: _Attempt) -> list[Node]:
+    """The nodes that may be further outputs: users of what the match bound so far that are operations, not
+    matched, not retired."""
+    nodes = attempt.nodes.values()
+    return users_near([*nodes, *(v for v in attempt.bindings.values() if isinstance(v, Node))], set(nodes),
+                      attempt.matcher.retired)
 
 
 def pattern_depth(template: Template, known: dict[int, int] | None = None) -> int:
@@ -252,40 +354,10 @@ def pattern_depth(template: Template, known: dict[int, int] | None = None) -> in
 
 
 @attrs.frozen(eq=False)
-class Satisfiers:
-    """What can satisfy a required argument of compiled operations: a node calling one of ``keys``
-    (directly, or one of its aten overloads) or any module (``modules``), or a literal passing one of
-    ``literal_tests``."""
-
-    keys: frozenset[tuple[str, Any]] = frozenset()
-    modules: bool = False
-    literal_tests: tuple[Callable[[Any], bool], ...] = ()
-
-    def __or__(self, other: Satisfiers) -> Satisfiers:
-        return Satisfiers(self.keys | other.keys, self.modules or other.modules,
-                          self.literal_tests + other.literal_tests)
-
-    def admit(self, value: Any) -> bool:
-        """Whether ``value`` may satisfy one of the required arguments."""
-        if not isinstance(value, Node):
-            return any(test(value) for test in self.literal_tests)
-        if value.op == "call_module":
-            return self.modules
-        keys, target = self.keys, value.target
-        try:
-            if (value.op, target) in keys:
-                return True
-        except TypeError:  # an unhashable target: it may
-            return True
-        packet = getattr(target, "overloadpacket", None)
-        return packet is not None and (value.op, packet) in keys
-
-
-@attrs.frozen(eq=False)
 class CompiledRuleSet:
     """What ``apply`` derives from a rule set alone, computed once per :class:`RuleSet` object."""
 
-    matchers: Mapping[int, CompiledRule | None]  # id(rule) -> its compiled matcher (None: not compiled)
+    matchers: Mapping[int, CompiledRule]  # id(rule) -> its compiled matcher
     depth: int  # the deepest pattern output: how far a change can reach to affect a match
     multi_output: bool
     helper_calls: tuple[tuple[Rule, HelperTemplate], ...]  # every helper a replacement calls
@@ -296,7 +368,7 @@ class CompiledRuleSet:
 def compile_ruleset(ruleset: RuleSet) -> CompiledRuleSet:
     """The rule set's :class:`CompiledRuleSet`, built on first use for each RuleSet object."""
     return CompiledRuleSet(
-        matchers={id(rule): compile_rule(rule) for rule in ruleset},
+        matchers={id(rule): compiled_rule(rule) for rule in ruleset},
         depth=max((pattern_depth(o) for rule in ruleset for o in rule.pattern), default=1),
         multi_output=any(len(rule.pattern) > 1 for rule in ruleset),
         helper_calls=tuple((rule, helper) for rule in ruleset for output in rule.replacement
@@ -331,16 +403,13 @@ def _helpers_in(template: Template) -> list[HelperTemplate]:
     return found
 
 
-class _UnsupportedTemplateError(Exception):
-    """The pattern has a template the compiled matcher does not handle."""
-
-
 class _Compiler:
     """Builds the steps of one pattern, one per template object (a shared operation is one step)."""
 
     def __init__(self, types: Mapping[str, CaptureType]) -> None:
         self.types = types
         self.steps: dict[int, Step] = {}
+        self.operations: dict[int, _Operation] = {}
         self.satisfiers = Satisfiers()  # of every required argument of the pattern's operations
 
     def step(self, template: Template) -> Step:
@@ -350,32 +419,28 @@ class _Compiler:
         return known
 
     def _build(self, template: Template) -> Step:
+        if isinstance(template, OpTemplate):
+            return self.operation(template).match
         if isinstance(template, Capture):
-            return _capture_step(template.name, self.types.get(template.name))
+            return _capture_step(template, self.types.get(template.name))
         if isinstance(template, Literal):
-            return _literal_step(template.value)
+            return _literal_step(template)
         if isinstance(template, Wildcard):
             return _anything
         if isinstance(template, SeqTemplate):
-            return _sequence_step(tuple(self.step(t) for t in template.items))
+            return _sequence_step(template, tuple(self.step(t) for t in template.items))
         if isinstance(template, SliceTemplate):
-            return _slice_step(tuple(self.step(t) for t in (template.start, template.stop, template.step)))
+            return _slice_step(template, tuple(self.step(t) for t in (template.start, template.stop, template.step)))
         if isinstance(template, AltTemplate):
             return _alternatives_step(tuple(self.step(t) for t in template.options))
-        if _compiles(template):
-            operation = _FamilyOperation if template.kind is OpKind.FAMILY else _Operation  # type: ignore[union-attr]
-            return operation(template, self).match  # type: ignore[arg-type]
-        raise _UnsupportedTemplateError(type(template).__name__)
+        raise TypeError(f"a pattern cannot hold {type(template).__name__}")  # the resolver never puts one there
 
     def operation(self, template: OpTemplate) -> _Operation:
-        step = self.step(template)
-        return step.__self__  # type: ignore[attr-defined]  # the bound method _Operation.match
-
-
-def _compiles(template: Template) -> bool:
-    """An operation the compiled matcher handles: a function or method call, or a family's."""
-    return isinstance(template, OpTemplate) and template.kind in (OpKind.FUNCTION, OpKind.METHOD, OpKind.FAMILY) \
-        and template.binds is None
+        known = self.operations.get(id(template))
+        if known is None:
+            kind = _FamilyOperation if template.kind is OpKind.FAMILY else _Operation
+            known = self.operations[id(template)] = kind(template, self)
+        return known
 
 
 # ---------------------------------------------------------------- captures, literals, lists
@@ -385,72 +450,72 @@ def _anything(value: Any, attempt: _Attempt) -> bool:
     return True
 
 
-def _capture_step(name: str, declared: CaptureType | None) -> Step:
+def _capture_step(template: Capture, declared: CaptureType | None) -> Step:
     if isinstance(declared, TensorType):
-        return _tensor_capture_step(name, declared)
+        return _tensor_capture_step(template, declared)
+    name = template.name
 
     def capture(value: Any, attempt: _Attempt) -> bool:
         if name in attempt.bindings:
-            return _same_as_bound(attempt.bindings[name], value)
-        if declared is not None and value_type_problem(name, declared, value) is not None:
-            return False
+            return _same_as_bound(template, attempt.bindings[name], value, attempt)
+        if declared is not None:
+            problem = value_type_problem(name, declared, value)
+            if problem is not None:
+                if attempt.tracer is not None:
+                    attempt.fail("type", lambda: problem, template.span)
+                return False
         attempt.bindings[name] = value
         return True
 
     return capture
 
 
-def _tensor_capture_step(name: str, declared: TensorType) -> Step:
-    """A tensor-typed capture, checked with the generic matcher's :func:`~fxrules.match.matcher.tensor_fit`."""
+def _tensor_capture_step(template: Capture, declared: TensorType) -> Step:
+    """A tensor-typed capture: a node without shape metadata is accepted provisionally (its dims stay unbound),
+    and the structural match it completes is skipped for ``missing metadata``."""
+    name = template.name
 
     def tensor_capture(value: Any, attempt: _Attempt) -> bool:
         bindings = attempt.bindings
         if name in bindings:
-            return _same_as_bound(bindings[name], value)
+            return _same_as_bound(template, bindings[name], value, attempt)
         fit = tensor_fit(name, declared, value, bindings)
         if isinstance(fit, Unfit):
+            if attempt.tracer is not None:
+                attempt.fail("type", fit.detail, template.span)
             return False
         if isinstance(fit, Skip):
-            if attempt.missing_metadata is None:  # the first one is reported, as the generic matcher does
+            if attempt.missing_metadata is None:  # the first one is reported
                 attempt.missing_metadata = fit
         else:
-            bindings.update(fit)  # its dims first, then the capture: the generic State's binding order
+            bindings.update(fit)  # its dims first, then the capture
         bindings[name] = value
         return True
 
     return tensor_capture
 
 
-def _same_as_bound(previous: Any, value: Any) -> bool:
+def _same_as_bound(template: Capture, previous: Any, value: Any, attempt: _Attempt) -> bool:
     """A non-linear capture (x * x) seen again: the same node, or an equal literal."""
     if isinstance(previous, Node) or isinstance(value, Node):
-        return previous is value
-    return literal_equal(previous, value)
+        same = previous is value
+    else:
+        same = literal_equal(previous, value)
+    if not same and attempt.tracer is not None:
+        attempt.fail("argument", lambda: f"'{template.name}' is bound to {show(previous)} but here is {show(value)}",
+                     template.span)
+    return same
 
 
-def _literal_test(expected: Any) -> Callable[[Any], bool]:
-    """``literal_equal(expected, value)`` for a value that is not a node, as cheap as the literal allows."""
-    if type(expected) in (int, bool, str, type(None)) or (
-            type(expected) is float and expected == expected and expected != 0.0):  # noqa: PLR0124 - not nan
-        kind = type(expected)
-
-        def plain_literal(value: Any) -> bool:
-            # literal_equal for these types: same type and equal (no nan or signed zero to tell apart)
-            return type(value) is kind and value == expected
-
-        return plain_literal
-
-    def literal(value: Any) -> bool:
-        return not isinstance(value, Node) and literal_equal(expected, value)
-
-    return literal
-
-
-def _literal_step(expected: Any) -> Step:
-    test = _literal_test(expected)
+def _literal_step(template: Literal) -> Step:
+    test = literal_test(template.value)
 
     def literal(value: Any, attempt: _Attempt) -> bool:
-        return test(value)
+        if test(value):
+            return True
+        if attempt.tracer is not None:
+            attempt.fail("literal", lambda: f"expected {template.value!r}, found {show(value)}", template.span)
+        return False
 
     return literal
 
@@ -469,16 +534,24 @@ def _match_all(steps: tuple[Step, ...], values: tuple[Any, ...], attempt: _Attem
     return True
 
 
-def _sequence_step(items: tuple[Step, ...]) -> Step:
+def _sequence_step(template: SeqTemplate, items: tuple[Step, ...]) -> Step:
     def sequence(value: Any, attempt: _Attempt) -> bool:
-        return isinstance(value, list | tuple) and len(value) == len(items) and _match_all(items, tuple(value), attempt)
+        if isinstance(value, list | tuple) and len(value) == len(items):
+            return _match_all(items, tuple(value), attempt)
+        if attempt.tracer is not None:
+            attempt.fail("argument", lambda: f"expected a sequence of {len(items)}, found {show(value)}", template.span)
+        return False
 
     return sequence
 
 
-def _slice_step(parts: tuple[Step, ...]) -> Step:
+def _slice_step(template: SliceTemplate, parts: tuple[Step, ...]) -> Step:
     def slice_(value: Any, attempt: _Attempt) -> bool:
-        return isinstance(value, slice) and _match_all(parts, (value.start, value.stop, value.step), attempt)
+        if isinstance(value, slice):
+            return _match_all(parts, (value.start, value.stop, value.step), attempt)
+        if attempt.tracer is not None:
+            attempt.fail("argument", lambda: f"expected a slice, found {show(value)}", template.span)
+        return False
 
     return slice_
 
@@ -542,18 +615,22 @@ class _PlannedReader:
 
 
 class _Operation:
-    """The step of one function or method call of the pattern: target, arguments, operands.
+    """The step of one call of the pattern (a function, method, module or attribute): target, arguments,
+    operands.
 
-    As the generic matcher: arguments are compared by parameter name when the pattern's call and the
-    node's call both bind unambiguously, else as written; a commutative operation also tries its
-    first two operands swapped.
+    Arguments are compared by parameter name when the pattern's call and the node's call both bind
+    unambiguously, else as written; a commutative operation also tries its first two operands swapped.
     """
 
     def __init__(self, template: OpTemplate, compiler: _Compiler) -> None:
+        self.template = template
         self.key = id(template)
         self.name = template.name
         self.target = template.target
+        self.kind = template.kind
         self.op = template.kind.value
+        self.binds = template.binds
+        self.declared = compiler.types.get(template.binds) if template.binds else None
         self.commutative = template.commutative
         self.rest = template.rest
         written = (*template.args, *(value for _, value in template.kwargs))
@@ -583,32 +660,55 @@ class _Operation:
         return self.fits(node) and (not self.required or self.has_required(node))
 
     def fits(self, node: Node) -> bool:
-        """The node calls the operation's target."""
+        """The node calls the operation's target (a module call: some module, whose class the match checks)."""
         if node.op != self.op:
             return False
-        target = node.target
-        if self.op == "call_method":
-            return bool(target == self.target)
-        return target is self.target or getattr(target, "overloadpacket", None) is self.target
+        if self.op == "call_function":
+            target = node.target
+            return target is self.target or getattr(target, "overloadpacket", None) is self.target
+        return self.op != "call_method" or bool(node.target == self.target)
 
     def match(self, value: Any, attempt: _Attempt) -> bool:
         if not isinstance(value, Node):
+            if attempt.tracer is not None:
+                attempt.fail("target", lambda: f"expected {self.template.describe()}, found {show(value)}",
+                             self.template.span)
             return False
         nodes = attempt.nodes
         if self.key in nodes:  # a shared operation of a DAG pattern: the node it matched before
-            return nodes[self.key] is value
+            if nodes[self.key] is value:
+                return True
+            if attempt.tracer is not None:
+                attempt.fail("argument", lambda: f"'{self.name}' is used twice but the graph has two different "
+                                                 "nodes", self.template.span)
+            return False
         if not self.fits(value) or value in nodes.values():
+            if attempt.tracer is not None:
+                self._trace_unfit(value, attempt)
             return False
         if self.required and not self.has_required(value):
+            if attempt.tracer is not None:
+                self._explore(value, attempt)
             return False
         return self.match_checked(value, attempt)
 
     def match_checked(self, node: Node, attempt: _Attempt) -> bool:
         """:meth:`match` of a node already found new to the attempt and passing :meth:`may_match`."""
+        module = None
+        if self.kind is OpKind.MODULE:
+            module = attempt.matcher.module_of(node)
+            if not isinstance(module, self.target):
+                if attempt.tracer is not None:
+                    self._trace_unfit(node, attempt)
+                return False
         attempt.step()
         attempt.nodes[self.key] = node
         if self.name:
             attempt.bindings[self.name] = node
+        if self.binds is not None and not self._bind_module_or_attr(node, module, attempt):
+            return False
+        if self.kind is OpKind.ATTR:
+            return True
         signature = self.signature
         plan = signature.plan(node.args, node.kwargs) if signature is not None else None
         if plan is None:
@@ -618,11 +718,84 @@ class _Operation:
             reader = self.readers[id(plan)] = _PlannedReader(plan, self.expected, self.rest,  # type: ignore[arg-type]
                                                              signature.pack_from)  # type: ignore[union-attr]
         values = reader.read(node)
-        return values is not None and self._by_name(values, attempt)
+        if values is None:
+            if attempt.tracer is not None:
+                bound = signature.bind(node.args, node.kwargs)  # type: ignore[union-attr]
+                if bound is not None:
+                    self._trace_unreadable(named_values(self.expected, self.rest, bound), attempt)  # type: ignore[arg-type]
+            return False
+        return self._by_name(values, attempt)
+
+    def _bind_module_or_attr(self, node: Node, module: torch.nn.Module | None, attempt: _Attempt) -> bool:
+        """Bind the module a call calls, or the ``get_attr`` node, to the capture the pattern names it by."""
+        name = self.binds
+        assert name is not None
+        value: Any = node if self.kind is OpKind.ATTR else module
+        bindings = attempt.bindings
+        if name in bindings and bindings[name] is not value:
+            if attempt.tracer is not None:
+                attempt.fail("argument", lambda: f"'{name}' is bound to another module", self.template.span)
+            return False
+        if self.kind is OpKind.MODULE:
+            declared = self.declared
+            if isinstance(declared, ModuleType) and not declared.fits(value):
+                if attempt.tracer is not None:
+                    attempt.fail("type", lambda: f"'{name}' must be exactly {declared.cls.__name__}, without "
+                                                 f"hooks; found {type(value).__name__}", self.template.span)
+                return False
+            attempt.modules[name] = str(node.target)
+        bindings[name] = value
+        return True
+
+    def _trace_unfit(self, value: Any, attempt: _Attempt) -> None:
+        """Tell the tracer why ``value`` is not this operation's node: matched already, or another call."""
+        if value in attempt.nodes.values():
+            attempt.fail("target", lambda: f"node '{value.name}' is already matched by another operation",
+                         self.template.span)
+            return
+        module = attempt.matcher.module_of(value) if value.op == "call_module" else None
+        attempt.fail("target", lambda: f"{self._expected()}, found {describe_node(value, module)}", self.template.span)
+
+    def _expected(self) -> str:
+        return f"expected {self.template.describe()}"
+
+    def _trace_unreadable(self, values: list[Any] | Unreadable, attempt: _Attempt) -> None:
+        """Tell the tracer which parameter the pattern cannot read from the node's call."""
+        if not isinstance(values, Unreadable):
+            return
+        name, given = values.parameter, values.given
+        if given is MISSING:
+            attempt.fail("argument", lambda: f"argument '{name}' is not given", self.template.span)
+        else:
+            attempt.fail("argument", lambda: f"argument '{name}' is {show(given)}; the pattern leaves it out, so it "
+                                             "must hold its default", self.template.span)
+
+    def _explore(self, node: Node, attempt: _Attempt) -> None:
+        """With a tracer: match the node early rejection ruled out (it fails), so that the tracer hears why.
+        Explored in copies of the attempt with their own budget: the attempt's steps are as without a tracer."""
+        replayed: tuple[int, ...] | None = ()
+        while replayed is not None:
+            scratch = attempt.scratch(replayed)
+            try:
+                self.match_checked(node, scratch)
+            except _Backtrack:
+                pass
+            except BudgetExhausted:
+                return
+            replayed = scratch.next_replay()
+
+    def satisfiers(self) -> Satisfiers:
+        """What may be a node this operation matches, for :class:`Satisfiers`."""
+        if self.kind is OpKind.MODULE:
+            return Satisfiers(modules=True)
+        if self.kind is OpKind.ATTR:
+            return Satisfiers(attributes=True)
+        return Satisfiers(keys=frozenset(((self.op, self.target),)))
 
     def index_keys(self) -> tuple[tuple[str, Any], ...] | None:
-        """The graph index's (op, target) keys of the nodes that call the operation's target."""
-        return ((self.op, self.target),)
+        """The graph index's (op, target) keys of the nodes that call the operation's target; None for modules
+        and attributes (the index keys them by name)."""
+        return ((self.op, self.target),) if self.kind in (OpKind.FUNCTION, OpKind.METHOD) else None
 
     def candidates(self, found: Candidates, among: set[Node] | None = None) -> Nodes | None:
         """The nodes of ``found.graph`` (``among`` them, if given) that may match the operation: every node
@@ -635,7 +808,7 @@ class _Operation:
         if keys is not None:
             groups = [found.calling(op, target) for op, target in keys]
             # one key's list as the index gives it: a set costs a hash per node, and a narrower scans a list as fast
-            nodes = groups[0] if among is None and len(groups) == 1 else _in_any(groups, among)
+            nodes = groups[0] if among is None and len(groups) == 1 else in_any(groups, among)
             for narrow in self.narrowers:
                 if not nodes:  # nothing left to narrow: the operands need not be looked for
                     break
@@ -655,20 +828,27 @@ class _Operation:
                 return False
         return True
 
+
     def _by_name(self, values: tuple[Any, ...], attempt: _Attempt) -> bool:
         if self.commutative and len(values) >= 2 and values[0] is not values[1]:  # else swapped is the same
             return _choose(((self.named_steps, values), (self.swapped_named_steps, values)), attempt)
         if self.commutative:
-            attempt.step()  # the one operand order: an option, as the generic matcher counts it
+            attempt.step()  # the one operand order: an option
         return _match_all(self.named_steps, values, attempt)
 
     def _as_written(self, node: Node, attempt: _Attempt) -> bool:
         args, kwargs = node.args, node.kwargs
         count = self.positional
         if len(args) < count or (len(args) > count and not self.rest):
+            if attempt.tracer is not None:
+                attempt.fail("argument", lambda: f"expected {count} positional argument(s), found {len(args)}",
+                             self.template.span)
             return False
         if (not self.rest and any(name not in self.keywords for name in kwargs)) or any(
                 name not in kwargs for name in self.keywords):
+            if attempt.tracer is not None:
+                attempt.fail("argument", lambda: f"keyword arguments differ: expected {list(self.keywords)}, found "
+                                                 f"{list(kwargs)}", self.template.span)
             return False
         keyword_values = tuple(kwargs[name] for name in self.keywords)
         values = (*args[:count], *keyword_values)
@@ -677,10 +857,10 @@ class _Operation:
             return _choose(((self.written_steps, values),
                             (self.written_steps, (*swapped[:count], *keyword_values))), attempt)
         if self.commutative:
-            attempt.step()  # the one operand order: an option, as the generic matcher counts it
+            attempt.step()  # the one operand order: an option
         return _match_all(self.written_steps, values, attempt)
 
-    def _required_arguments(self, template: OpTemplate, compiler: _Compiler) -> tuple[_Requirement, ...]:
+    def _required_arguments(self, template: OpTemplate, compiler: _Compiler) -> tuple[Requirement, ...]:
         """Tests of which each must hold for some argument of a node the operation matches.
 
         Whichever way the call binds (by name, as written, operands swapped), an operand that is a call
@@ -717,24 +897,38 @@ class _FamilyOperation(_Operation):
         return self._called_member(node) is not None
 
     def match_checked(self, node: Node, attempt: _Attempt) -> bool:
-        attempt.nodes[self.key] = node
-        if self.name:
-            attempt.bindings[self.name] = node
         module = attempt.matcher.module_of(node) if node.op == "call_module" else None
         member = self._called_member(node) if module is None else next(
             (m for m in self.module_members if isinstance(module, m.target)), None)
         if member is None:
+            if attempt.tracer is not None:
+                self._trace_unfit(node, attempt)
             return False
         bound = member.signature.bind(node.args, node.kwargs) \
             if member.signature is not None and self.expected is not None else None
-        mapped = map_member_call(member, self.family, bound, module).bound if bound is not None else None
-        if bound is not None and mapped is None:
+        mapped = map_member_call(member, self.family, bound, module) if bound is not None else None
+        if mapped is not None and mapped.bound is None:
+            if attempt.tracer is not None:
+                attempt.fail("argument", lambda: mapped.reason, self.template.span)
             return False
-        attempt.step()  # as the generic matcher: the node calls a member whose arguments map onto the family's
+        attempt.step()  # the node calls a member whose arguments map onto the family's
+        attempt.nodes[self.key] = node
+        if self.name:
+            attempt.bindings[self.name] = node
         if mapped is None:
             return self._as_written(node, attempt)
-        values = named_values(self.expected, self.rest, mapped)  # type: ignore[arg-type]
-        return not isinstance(values, Unreadable) and self._by_name(tuple(values), attempt)
+        values = named_values(self.expected, self.rest, mapped.bound)  # type: ignore[arg-type]
+        if isinstance(values, Unreadable):
+            if attempt.tracer is not None:
+                self._trace_unreadable(values, attempt)
+            return False
+        return self._by_name(tuple(values), attempt)
+
+    def _expected(self) -> str:
+        return f"expected a member of family {self.family.name}"
+
+    def satisfiers(self) -> Satisfiers:
+        return Satisfiers(keys=frozenset(self.by_target), modules=bool(self.module_members))
 
     def index_keys(self) -> tuple[tuple[str, Any], ...] | None:
         """The members' keys; None when a module may be a member (the graph's index keys modules by name)."""
@@ -754,7 +948,7 @@ class _FamilyOperation(_Operation):
             exact = of_packet
         return exact[1] if exact is not None else None
 
-    def _required_arguments(self, template: OpTemplate, compiler: _Compiler) -> tuple[_Requirement, ...]:
+    def _required_arguments(self, template: OpTemplate, compiler: _Compiler) -> tuple[Requirement, ...]:
         """As an exact call's, over every member: none when a member takes sizes loose; no literals when a
         module member can supply an argument from the module's attributes (nn.Softmax's dim)."""
         members = self.family.members
@@ -780,102 +974,31 @@ def _with_default(signature: CallSignature | None) -> set[str]:
 
 
 def _operand_tests(template: OpTemplate, compiler: _Compiler,
-                   with_default: set[str] | None) -> tuple[_Requirement, ...]:
+                   with_default: set[str] | None) -> tuple[Requirement, ...]:
     """A test per operand call, and per literal whose parameter has no default (none if ``with_default``
     is None): each holds for some argument of a node the operation matches."""
     parameter_of = {id(t): name for name, t in (template.bound or {}).items()}
-    tests: list[_Requirement] = []
+    tests: list[Requirement] = []
     for operand in template.operands():
-        if _compiles(operand):
-            operation = compiler.operation(operand)  # type: ignore[arg-type]
-            tests.append(_operand_call(operation))
-            keys = operation.index_keys()
-            compiler.satisfiers |= Satisfiers(keys=frozenset(keys or ()), modules=keys is None)
+        if isinstance(operand, OpTemplate):
+            operation = compiler.operation(operand)
+            tests.append(operand_call(operation))
+            compiler.satisfiers |= operation.satisfiers()
         elif isinstance(operand, Literal) and with_default is not None \
                 and parameter_of.get(id(operand)) not in with_default:
-            tests.append(_literal_argument(operand.value))
+            tests.append(literal_argument(operand.value))
             compiler.satisfiers |= Satisfiers(literal_tests=(tests[-1].test,))
     return tuple(tests)
 
 
-# ---------------------------------------------------------------- required arguments, node by node and graph-wide
-
-class Candidates(NodeIndex):
-    """What narrowing found in one graph: the nodes that may match each pattern operation (None: any
-    node may), besides the graph's nodes by key (families of many rules share members)."""
-
-    def __init__(self, graph: torch.fx.Graph) -> None:
-        super().__init__(graph)
-        self.of_operation: dict[int, Nodes | None] = {}  # id(OpTemplate) -> nodes, in the whole graph
-
-
-#: candidates(found, among=None) of a rule or an operation: see :attr:`CompiledRule.candidates`.
-CandidatesOf = Callable[[Candidates, "set[Node] | None"], "Nodes | None"]
-
-#: Narrows distinct nodes to those that may have the required argument (at least all that have it).
-Narrower = Callable[[Nodes, Candidates], Nodes]
-
-
-@attrs.frozen
-class _Requirement:
-    """Something some argument of a matching node must be: ``test`` asks it of one argument, ``narrow``
-    of many nodes at once, without a Python call per node; ``scans`` when that looks at every node."""
-
-    test: Callable[[Any], bool]
-    narrow: Narrower
-    scans: bool
-
-
-def _operand_call(operation: _Operation) -> _Requirement:
-    """An argument is a node that may match ``operation``."""
-
-    def narrow(nodes: Nodes, found: Candidates) -> Nodes:
-        operands = operation.candidates(found)
-        if operands is None:
-            return nodes
-        if len(operands) <= len(nodes):  # fewer operands: their users (a node's users use it somewhere)
-            return _in_any([o.users for o in operands], nodes)
-        return _with_argument_in(nodes, operands if isinstance(operands, set) else set(operands),
-                                 operation.may_be_operand)
-
-    return _Requirement(operation.may_be_operand, narrow, scans=False)
-
-
-def _literal_argument(value: Any) -> _Requirement:
-    """An argument is the literal ``value``."""
-    test = _literal_test(value)
-    if type(value) not in (int, bool, str, float, type(None)) or value != value:  # noqa: PLR0124 - nan
-        return _Requirement(test, lambda nodes, found: nodes, scans=False)
-    # A set holds every argument equal to the literal (and some others: 1 == True == 1.0).
-    return _Requirement(test, lambda nodes, found: _with_argument_in(nodes, frozenset((value,)), test),
-                        scans=True)
-
-
-def _in_any(groups: list[Iterable[Node]], within: Nodes | None) -> set[Node]:
-    """The nodes in any of ``groups`` (and in ``within``, when given), with set operations only."""
-    if within is None:
-        return set().union(*groups)
-    if not isinstance(within, set):
-        return set().union(*groups).intersection(within)
-    return within.intersection(*groups) if len(groups) == 1 else within.intersection(set().union(*groups))
-
-
-def _with_argument_in(nodes: Nodes, values: set[Any] | frozenset[Any], test: Callable[[Any], bool]) -> set[Node]:
-    """The nodes with an argument in ``values``: at least all those with an argument passing ``test``."""
-    misses = values.isdisjoint
-    try:  # Node._args and ._kwargs: the attributes behind .args and .kwargs, without a Python call per node
-        return {n for n in nodes if not misses(n._args) or (n._kwargs and not misses(n._kwargs.values()))}
-    except Exception:  # an argument that cannot be hashed (a slice, a symbolic float): node by node
-        return {n for n in nodes if any(test(v) for v in (*n.args, *n.kwargs.values()))}
-
-
 def _choose(options: tuple[tuple[tuple[Step, ...], tuple[Any, ...]], ...], attempt: _Attempt) -> bool:
     """A choice: the first of ``options`` (steps and the values they match) that matches, in order: a
-    commutative operation's operands as given then swapped, or the options of ``A | B``.
+    commutative operation's operands as given then swapped, the options of ``A | B``, the nodes that may
+    be a further output.
 
     Replayed where an earlier run of the attempt chose (see the module docstring).  A failure after a
     more recent choice that still has options left starts over (:class:`_Backtrack`), so choices are
-    explored depth-first, as the generic matcher's backtracking explores them.
+    explored depth-first.
     """
     orders = attempt.orders
     choice = len(orders)
@@ -885,12 +1008,16 @@ def _choose(options: tuple[tuple[tuple[Step, ...], tuple[Any, ...]], ...], attem
         orders.append((taken, last))
         attempt.step()  # counted when this is the replay's new option, the last it replays
         return _match_all(*options[taken], attempt)
-    bindings, nodes, missing_metadata = attempt.bindings, attempt.nodes, attempt.missing_metadata
+    bindings, nodes, modules, missing_metadata = attempt.bindings, attempt.nodes, attempt.modules, \
+        attempt.missing_metadata
     for taken, (steps, values) in enumerate(options):
         del orders[choice:]
         attempt.budget.step()
         # An option may bind before it fails: all but the last bind into copies of what the choice found.
-        attempt.bindings, attempt.nodes = (dict(bindings), dict(nodes)) if taken < last else (bindings, nodes)
+        if taken < last:
+            attempt.bindings, attempt.nodes, attempt.modules = dict(bindings), dict(nodes), dict(modules)
+        else:
+            attempt.bindings, attempt.nodes, attempt.modules = bindings, nodes, modules
         attempt.missing_metadata = missing_metadata
         orders.append((taken, last))
         if _match_all(steps, values, attempt):

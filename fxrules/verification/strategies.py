@@ -56,7 +56,7 @@ from fxrules.lang.ir import (
     walk,
 )
 from fxrules.match.guards import GuardError, holds
-from fxrules.match.matcher import unify_dims
+from fxrules.match.primitives import unify_dims
 from fxrules.rewrite.standalone import attribute_names, build_pattern, input_names, replacement_dims
 
 #: Every dtype a graph's tensor may have, float32 first (hypothesis shrinks toward it).
