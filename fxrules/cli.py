@@ -6,7 +6,7 @@
                              trace the model, apply, print the report and a diff of the code.
 ``fxrules explain RULES --model module:factory``  the same, with near misses.
 ``--static-shapes`` (apply, explain): rules may specialize the graph to the ``--input-shape`` sizes.
-``fxrules demo``             the bundled rulesets on two small models, measured.
+``fxrules demo``             the bundled rulesets on three small models, measured.
 ``fxrules verify FILE... [--examples N] [--seed S] [--max-side N] [--dtypes D,D] [--rule NAME]
 [--database DIR] [--json]``  check each rule's soundness; exit 1 if one is unsound or in error, 2 on a bad
                              option (the options are those of :func:`fxrules.verify`).
@@ -178,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              help="let rules specialize the graph to the --input-shape sizes (static_shapes=True)")
     check_rules = commands.add_parser("verify", help="check that rules are sound on generated inputs")
     _verify_parser(check_rules)
-    commands.add_parser("demo", help="apply the bundled rulesets to two small models and measure")
+    commands.add_parser("demo", help="apply the bundled rulesets to three small models and measure")
     for command in (check, *applying, check_rules):
         command.add_argument("--allow", action="append", default=[], metavar="MODULE",
                              help="a module the rules may name besides torch, operator and math (repeatable)")
