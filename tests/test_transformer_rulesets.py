@@ -95,3 +95,41 @@ def test_llama_attention_keeps_no_softmax_but_the_mask_term() -> None:
     assert len(softmaxes) == 2 and not case.gm.graph.find_nodes(op="call_function", target=F.softmax)
     sdpa = case.gm.graph.find_nodes(op="call_function", target=F.scaled_dot_product_attention)
     assert all(node.kwargs["attn_mask"] is softmax.args[0] for node, softmax in zip(sdpa, softmaxes, strict=True))
+
+
+def test_padding_that_hides_every_key_keeps_the_nan_of_multihead_attention() -> None:
+    """A sequence whose every key is padded gives nan in eager nn.MultiheadAttention; after sdpa_baddbmm too."""
+    case = build("attention_block")
+    x, padding = case.inputs
+    padding = padding.clone()
+    padding[0] = True
+    expected = run(case.gm, (x, padding))
+    fired, _, _ = rewrite_traced(case)
+    assert fired == {"sdpa_baddbmm": 1}
+    actual = run(case.gm, (x, padding))
+    assert expected[0].isnan().all() and not expected[1].isnan().any()
+    torch.testing.assert_close(actual, expected, atol=ATOL, rtol=RTOL, equal_nan=True)
+
+
+def _llama_attention(training: bool) -> Callable[..., torch.Tensor]:
+    def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        probs = F.softmax(q @ k.transpose(2, 3) / 2.0 + mask, dim=-1, dtype=torch.float32).to(q.dtype)
+        return F.dropout(probs, p=0.1, training=training) @ v
+    return attention
+
+
+def _fired(fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor]) -> dict[str, int]:
+    return fxrules.apply(torch.fx.symbolic_trace(fn), "fusions.fxr", example_inputs=inputs).counts()
+
+
+@pytest.mark.parametrize(("training", "dtype", "fired"), [
+    (False, torch.float32, {"sdpa_masked_div_float32_softmax": 1}),
+    (True, torch.float32, {}),  # dropout in training mode is random: never fused
+    (False, torch.float64, {}),  # the softmax rounds to float32 there: SDPA in float64 would not
+])
+def test_llama_attention_fuses_only_in_eval_mode_and_float32(training: bool, dtype: torch.dtype,
+                                                             fired: dict[str, int]) -> None:
+    generator = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 5, 8, generator=generator, dtype=dtype) for _ in range(3))
+    mask = torch.zeros(2, 1, 5, 5, dtype=dtype)
+    assert _fired(_llama_attention(training), [q, k, v, mask]) == fired
