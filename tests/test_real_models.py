@@ -81,6 +81,11 @@ EXPECTED: dict[str, dict[str, dict[str, int]]] = {
     },
 }
 
+#: scaled_dot_product_attention calls after fusions.fxr: every eager attention of the model fused (T5: but in the
+#: first layer of each stack; GPT-2: none, see EXPECTED), the encoder layer's own kept.
+SDPA_AFTER_FUSIONS = {"bert": 2, "gpt2": 0, "t5": 3, "llama": 2, "vit": 2, "transformer_encoder_layer": 1,
+                      "multihead_attention": 0, "cnn": 0}
+
 #: What cleanup.fxr folds with static_shapes=True: the graph specialized to the example's sizes (2, 8).
 STATIC_CLEANUP: dict[str, dict[str, int]] = {
     "bert": {"static_size_call": 10, "getitem_of_tuple": 3, "slice_of_tuple": 8, "tuple_concat": 8},
@@ -149,7 +154,7 @@ def test_every_bundled_ruleset_has_expectations() -> None:
     assert sorted(ruleset_names()) == RULESETS, "record what a new bundled ruleset fires on every model in EXPECTED"
     assert set(ALL) == set(RULESETS)
     assert all(sorted(table) == RULESETS for table in EXPECTED.values())
-    assert sorted(STATIC_CLEANUP) == sorted(MODELS)
+    assert sorted(STATIC_CLEANUP) == sorted(MODELS) == sorted(SDPA_AFTER_FUSIONS)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -161,8 +166,12 @@ def test_trace_computes_what_the_eager_model_computes(model: str) -> None:
 @pytest.mark.parametrize("ruleset", RULESETS)
 @pytest.mark.parametrize("model", MODELS)
 def test_ruleset_on_model(model: str, ruleset: str) -> None:
-    report = rewrite(MODELS[model](), ruleset)
+    case = MODELS[model]()
+    report = rewrite(case, ruleset)
     assert report.counts() == EXPECTED[model][ruleset], explained(model, ruleset)
+    if ruleset == "fusions.fxr":
+        sdpa = (F.scaled_dot_product_attention, torch.ops.aten.scaled_dot_product_attention.default)
+        assert sum(len(calls(case.gm, target)) for target in sdpa) == SDPA_AFTER_FUSIONS[model], case.gm.code
 
 
 @pytest.mark.parametrize("model", MODELS)
