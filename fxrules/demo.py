@@ -7,7 +7,7 @@ when ``transformers`` is installed, a Hugging Face Llama built from a tiny
 random-weight config (eager attention, RMS norm; nothing is downloaded) are
 traced, rewritten with ``fusions.fxr``, ``algebra.fxr`` and ``cleanup.fxr``,
 and compared: the report, a short diff of the generated code, node counts,
-the largest output difference and the eager CPU time before and after.
+the largest output difference and the eager CPU time (one thread) before and after.
 """
 
 from __future__ import annotations
@@ -150,15 +150,22 @@ def _largest_difference(expected: Any, actual: Any) -> float:
 
 
 def _median_ms(before: Callable[[], Any], after: Callable[[], Any], repeats: int = 15) -> tuple[float, float]:
-    """Median run times of two callables, measured alternately so that load on a shared machine hits both."""
+    """Median run times of two callables on one thread, measured alternately so that load on a shared machine
+    hits both (several threads on busy cores wait for each other, and the times say more of the load than of
+    the models)."""
     times: tuple[list[float], list[float]] = ([], [])
-    with torch.no_grad():
-        before(), after()
-        for _ in range(repeats):
-            for run, sink in ((before, times[0]), (after, times[1])):
-                started = time.perf_counter()
-                run()
-                sink.append(time.perf_counter() - started)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            before(), after()
+            for _ in range(repeats):
+                for run, sink in ((before, times[0]), (after, times[1])):
+                    started = time.perf_counter()
+                    run()
+                    sink.append(time.perf_counter() - started)
+    finally:
+        torch.set_num_threads(threads)
     return statistics.median(times[0]) * 1000, statistics.median(times[1]) * 1000
 
 
@@ -186,7 +193,7 @@ def run_demo(print_: Callable[[str], None] = print) -> list[dict[str, Any]]:
         print_(_short_diff(before_code, gm.code))
         print_(f"nodes: {report.nodes_before} -> {report.nodes_after}")
         print_(f"largest output difference: {difference:.3g}")
-        print_(f"eager CPU time (median of 15): {time_before:.2f} ms -> {time_after:.2f} ms "
+        print_(f"eager CPU time (median of 15, one thread): {time_before:.2f} ms -> {time_after:.2f} ms "
                f"({time_before / time_after:.2f}x)\n")
         results.append({"model": name, "fired": report.counts(), "nodes_before": report.nodes_before,
                         "nodes_after": report.nodes_after, "max_difference": difference,
