@@ -6,7 +6,7 @@
                              trace the model, apply, print the report and a diff of the code.
 ``fxrules explain RULES --model module:factory``  the same, with near misses.
 ``--static-shapes`` (apply, explain): rules may specialize the graph to the ``--input-shape`` sizes.
-``fxrules demo``             the bundled rulesets on two small models, measured.
+``fxrules demo``             the bundled rulesets on three small models, measured.
 ``fxrules verify FILE... [--examples N] [--seed S] [--max-side N] [--dtypes D,D] [--rule NAME]
 [--database DIR] [--json]``  check each rule's soundness; exit 1 if one is unsound or in error, 2 on a bad
                              option (the options are those of :func:`fxrules.verify`).
@@ -237,7 +237,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     proving.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT, metavar="S",
                          help=f"solver seconds per rule (default {DEFAULT_TIMEOUT:g})")
     proving.add_argument("--json", action="store_true", help="print the results as JSON")
-    commands.add_parser("demo", help="apply the bundled rulesets to two small models and measure")
+    commands.add_parser("demo", help="apply the bundled rulesets to three small models and measure")
     convert = commands.add_parser("convert", help="print the .fxr rule of a replace_pattern(pattern, replacement)")
     convert.add_argument("pattern", help="package.module:function (or nn.Module, GraphModule) of the pattern")
     convert.add_argument("replacement", help="package.module:function of the replacement")

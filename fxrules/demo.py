@@ -1,11 +1,13 @@
-"""``fxrules demo``: the bundled rulesets applied to two small models, with everything measured.
+"""``fxrules demo``: the bundled rulesets applied to small models, with everything measured.
 
-A ResNet-style CNN (conv + BatchNorm + ReLU blocks with residuals) and a
+A ResNet-style CNN (conv + BatchNorm + ReLU blocks with residuals), a
 Transformer encoder written the way eager PyTorch code is (attention as
-``softmax(q @ k^T / sqrt(d)) @ v``, GELU as its tanh formula, dropout) are
+``softmax(q @ k^T / sqrt(d)) @ v``, GELU as its tanh formula, dropout) and,
+when ``transformers`` is installed, a Hugging Face Llama built from a tiny
+random-weight config (eager attention, RMS norm; nothing is downloaded) are
 traced, rewritten with ``fusions.fxr``, ``algebra.fxr`` and ``cleanup.fxr``,
 and compared: the report, a short diff of the generated code, node counts,
-the largest output difference and the eager CPU time before and after.
+the largest output difference and the eager CPU time (one thread) before and after.
 """
 
 from __future__ import annotations
@@ -100,7 +102,24 @@ class Encoder(torch.nn.Module):
         return x
 
 
-def _models() -> list[tuple[str, torch.nn.Module, tuple[torch.Tensor, ...]]]:
+def _llama() -> tuple[str, torch.fx.GraphModule, tuple[torch.Tensor, ...]] | None:
+    """A 2-layer Llama from a tiny config with random weights, traced by transformers' own tracer."""
+    try:
+        import transformers
+        from transformers.utils.fx import symbolic_trace
+    except ImportError:
+        return None
+    config = transformers.LlamaConfig(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                      attn_implementation="eager", use_cache=False)
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = torch.randint(0, config.vocab_size, (4, 32))
+    mask = torch.ones(4, 32, dtype=torch.long)
+    mask[1, -4:] = 0  # padding at the end of one sequence
+    return "Llama (tiny random config)", symbolic_trace(model, input_names=["input_ids", "attention_mask"]), (ids, mask)
+
+
+def _models() -> list[tuple[str, torch.fx.GraphModule, tuple[torch.Tensor, ...]]]:
     torch.manual_seed(0)
     cnn = ResNetStyle()
     for module in cnn.modules():
@@ -109,22 +128,44 @@ def _models() -> list[tuple[str, torch.nn.Module, tuple[torch.Tensor, ...]]]:
             module.running_var.uniform_(0.5, 1.5)
     mask = torch.zeros(8, 1, 1, 32)
     mask[:, :, :, 28:] = torch.finfo(torch.float32).min  # padding at the end of each sequence
-    return [
-        ("ResNet-style CNN", cnn.eval(), (torch.randn(8, 3, 32, 32),)),
-        ("Transformer encoder", Encoder().eval(), (torch.randn(8, 32, 64), mask)),
+    models = [
+        ("ResNet-style CNN", torch.fx.symbolic_trace(cnn.eval()), (torch.randn(8, 3, 32, 32),)),
+        ("Transformer encoder", torch.fx.symbolic_trace(Encoder().eval()), (torch.randn(8, 32, 64), mask)),
     ]
+    llama = _llama()
+    return models if llama is None else [*models, llama]
+
+
+def _tensors(output: Any) -> list[torch.Tensor]:
+    """The tensors of a model's output: a tensor, or the values of a Hugging Face ``ModelOutput``."""
+    if isinstance(output, torch.Tensor):
+        return [output]
+    values = output.values() if isinstance(output, dict) else output
+    return [tensor for value in values for tensor in _tensors(value)]
+
+
+def _largest_difference(expected: Any, actual: Any) -> float:
+    pairs = zip(_tensors(expected), _tensors(actual), strict=True)
+    return max((e - a).abs().max().item() for e, a in pairs)
 
 
 def _median_ms(before: Callable[[], Any], after: Callable[[], Any], repeats: int = 15) -> tuple[float, float]:
-    """Median run times of two callables, measured alternately so that load on a shared machine hits both."""
+    """Median run times of two callables on one thread, measured alternately so that load on a shared machine
+    hits both (several threads on busy cores wait for each other, and the times say more of the load than of
+    the models)."""
     times: tuple[list[float], list[float]] = ([], [])
-    with torch.no_grad():
-        before(), after()
-        for _ in range(repeats):
-            for run, sink in ((before, times[0]), (after, times[1])):
-                started = time.perf_counter()
-                run()
-                sink.append(time.perf_counter() - started)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            before(), after()
+            for _ in range(repeats):
+                for run, sink in ((before, times[0]), (after, times[1])):
+                    started = time.perf_counter()
+                    run()
+                    sink.append(time.perf_counter() - started)
+    finally:
+        torch.set_num_threads(threads)
     return statistics.median(times[0]) * 1000, statistics.median(times[1]) * 1000
 
 
@@ -139,21 +180,20 @@ def _short_diff(before: str, after: str, lines: int = 24) -> str:
 def run_demo(print_: Callable[[str], None] = print) -> list[dict[str, Any]]:
     """Rewrite each demo model; print and return what was measured."""
     results = []
-    for name, model, inputs in _models():
-        gm = torch.fx.symbolic_trace(model)
+    for name, gm, inputs in _models():
         original = copy.deepcopy(gm)
         before_code = gm.code
         report = apply(gm, RULESETS, example_inputs=list(inputs))
         with torch.no_grad():
             expected, actual = original(*inputs), gm(*inputs)
-        difference = (expected - actual).abs().max().item()
+        difference = _largest_difference(expected, actual)
         time_before, time_after = _median_ms(lambda m=original, i=inputs: m(*i), lambda m=gm, i=inputs: m(*i))
         print_(f"=== {name} ===")
         print_(report.table(every_rule=False))
         print_(_short_diff(before_code, gm.code))
         print_(f"nodes: {report.nodes_before} -> {report.nodes_after}")
         print_(f"largest output difference: {difference:.3g}")
-        print_(f"eager CPU time (median of 15): {time_before:.2f} ms -> {time_after:.2f} ms "
+        print_(f"eager CPU time (median of 15, one thread): {time_before:.2f} ms -> {time_after:.2f} ms "
                f"({time_before / time_after:.2f}x)\n")
         results.append({"model": name, "fired": report.counts(), "nodes_before": report.nodes_before,
                         "nodes_after": report.nodes_after, "max_difference": difference,

@@ -85,11 +85,15 @@ def gpt2() -> ModelCase:
 
 
 def t5() -> ModelCase:
-    """T5 encoder-decoder (1 layer each): relative position bias, RMS norm, unscaled attention."""
+    """T5 encoder-decoder (2 layers each): relative position bias, RMS norm, unscaled attention.
+
+    Two layers, because the first layer of each stack reads the device of its attention scores to build the
+    position bias (and the decoder's cross-attention their dtype too), which keeps those scores in the graph.
+    """
     ids, mask = _token_inputs()
     inputs = {"input_ids": ids, "attention_mask": mask, "decoder_input_ids": ids[:, :5].clone()}
-    return _hf("T5Model", "T5Config", inputs, vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=1,
-               num_decoder_layers=1, num_heads=4)
+    return _hf("T5Model", "T5Config", inputs, vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2,
+               num_decoder_layers=2, num_heads=4)
 
 
 def llama() -> ModelCase:
@@ -107,10 +111,18 @@ def vit() -> ModelCase:
                hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
 
 
-def _exported(model: nn.Module, inputs: tuple[torch.Tensor, ...]) -> ModelCase:
-    """An aten-level graph module from ``torch.export`` (it calls a ``_guards_fn`` submodule first)."""
+def exported(model: nn.Module, inputs: tuple[torch.Tensor, ...], dead_code: bool = True) -> ModelCase:
+    """An aten-level graph module from ``torch.export`` (it calls a ``_guards_fn`` submodule first).
+
+    ``dead_code=False`` erases what computes nothing returned, as a user would before rewriting: the graph of
+    ``.module()`` keeps it (nn.MultiheadAttention's average of the weights a caller drops), and a rule never
+    rewrites a value that something else, even dead code, reads.
+    """
     gm = torch.export.export(model, inputs).module()
     assert isinstance(gm, torch.fx.GraphModule)
+    if not dead_code:
+        gm.graph.eliminate_dead_code()
+        gm.recompile()
     return ModelCase(gm, inputs, model)
 
 
@@ -119,7 +131,7 @@ def transformer_encoder_layer() -> ModelCase:
     with torch.random.fork_rng():
         torch.manual_seed(SEED)
         layer = nn.TransformerEncoderLayer(d_model=32, nhead=4, dim_feedforward=64, batch_first=True).eval()
-    return _exported(layer, (torch.randn(BATCH, SEQUENCE, 32, generator=_generator()),))
+    return exported(layer, (torch.randn(BATCH, SEQUENCE, 32, generator=_generator()),))
 
 
 def multihead_attention() -> ModelCase:
@@ -128,7 +140,28 @@ def multihead_attention() -> ModelCase:
         torch.manual_seed(SEED)
         attention = nn.MultiheadAttention(32, 4, batch_first=True).eval()
     x = torch.randn(BATCH, SEQUENCE, 32, generator=_generator())
-    return _exported(attention, (x, x, x))
+    return exported(attention, (x, x, x))
+
+
+class SelfAttentionBlock(nn.Module):
+    """``nn.MultiheadAttention`` as models use it: self-attention with a key padding mask, the weights dropped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.attention = nn.MultiheadAttention(32, 4, batch_first=True)
+
+    def forward(self, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+        return self.attention(x, x, x, key_padding_mask=padding)[0]
+
+
+def attention_block() -> ModelCase:
+    """:class:`SelfAttentionBlock`, exported, dead code erased: baddbmm(mask, q * s, k^T), softmax, bmm."""
+    with torch.random.fork_rng():
+        torch.manual_seed(SEED)
+        block = SelfAttentionBlock().eval()
+    padding = torch.zeros(BATCH, SEQUENCE, dtype=torch.bool)
+    padding[1, -2:] = True
+    return exported(block, (torch.randn(BATCH, SEQUENCE, 32, generator=_generator()), padding), dead_code=False)
 
 
 class ConvBNAct(nn.Module):
@@ -198,4 +231,9 @@ MODELS: dict[str, Callable[[], ModelCase]] = {
     "transformer_encoder_layer": transformer_encoder_layer,
     "multihead_attention": multihead_attention,
     "cnn": cnn,
+}
+
+#: Models beside the corpus, for the transformer rules' own tests and the benchmark.
+BLOCKS: dict[str, Callable[[], ModelCase]] = {
+    "attention_block": attention_block,
 }
