@@ -2,8 +2,9 @@
 
 Steps for a match: (1) emit the replacement's nodes before the earliest
 matched output (``Graph.inserting_before``), each shared template once, in
-dependency order; helpers run here, and in an aten-level graph each operation is spelled as
-an aten operator (:mod:`fxrules.rewrite.aten`); (2) give the new nodes the replaced
+dependency order; helpers run here, and each operation is spelled for the graph's level
+(:mod:`fxrules.rewrite.aten`: as written, but families, packets, and aten operators only where the
+graph's consumer requires them); (2) give the new nodes the replaced
 output's ``stack_trace``/``nn_module_stack``, provenance in
 ``meta["fxrules"]``, and shape metadata (copied for outputs, inferred for the
 rest); (3) redirect the outputs' users (``Node.replace_all_uses_with``);
@@ -23,6 +24,7 @@ from typing import Any
 import attrs
 import torch
 import torch.fx
+from torch.fx.operator_schemas import normalize_function
 
 from fxrules.diagnostics import FxrApplyError
 from fxrules.graph.metadata import (
@@ -52,7 +54,7 @@ from fxrules.lang.ir import (
 from fxrules.match.matcher import Match
 from fxrules.match.skips import Skip, SkipReason
 from fxrules.memo import per_object
-from fxrules.rewrite.aten import ATEN_GRAPH, NoAtenSpelling, aten_spelling, is_aten_graph, needs_aten_spelling
+from fxrules.rewrite.aten import ATEN_GRAPH, Level, NoAtenSpelling, graph_level, spelled
 from fxrules.rewrite.read_only import read_only
 from fxrules.rewrite.transaction import Transaction
 
@@ -115,9 +117,10 @@ class Rewriter:
         self.with_metadata = any(has_metadata(n) for n in graph.find_nodes(op="placeholder"))
 
     @functools.cached_property
-    def aten_level(self) -> bool:
-        """Whether replacements must be spelled as aten operators (decided at the first rewrite, not per apply)."""
-        return ATEN_GRAPH in getattr(self.gm, "meta", {}) or is_aten_graph(self.graph)
+    def level(self) -> Level:
+        """How replacements are spelled (:mod:`fxrules.rewrite.aten`; decided at the first rewrite, not per
+        apply)."""
+        return graph_level(self.gm, self.graph)
 
     @functools.cached_property
     def decomposed(self) -> Container[Any]:
@@ -140,8 +143,7 @@ class Rewriter:
         mark = self.transaction.mark(self.graph)
         try:  # a skip halfway (a helper's value unknown, no aten spelling...) leaves nothing behind
             values, created = self._emit(match, anchor)
-            if not created and all(v is o for v, o in zip(values, outputs, strict=True)):
-                raise Skip(SkipReason.NO_CHANGE, "the replacement is the matched node itself")
+            check_no_change(match, values, created)
             if len(outputs) > 1:
                 _check_order(anchor, outputs, values, created)
             self._check_receivers(outputs, values)
@@ -167,7 +169,7 @@ class Rewriter:
             shape = _ReplacementShape()  # a symbolic dim of a typed capture: the Emitter makes it a literal or skips
         if shape.values is not None:  # x * 1 => x: no node to insert
             return [bindings[key] if is_capture else key for is_capture, key in shape.values], []
-        if shape.call is not None and not self.aten_level:
+        if shape.call is not None and self.level is Level.TORCH:
             node = shape.call.emit(self.graph, self.transaction, bindings, anchor)
             if node is not None:
                 return [node], [node]
@@ -362,12 +364,10 @@ class Emitter:
         family = target if kind is OpKind.FAMILY else None
         if family is not None:
             kind, target = family.primary.kind, family.primary.target
-        if self.rewriter.aten_level and needs_aten_spelling(kind, target, args, kwargs):
-            try:
-                target, args, kwargs = aten_spelling(family, kind, target, args, kwargs)
-            except NoAtenSpelling as reason:
-                raise Skip(SkipReason.NO_ATEN_SPELLING, f"{template.span}: {reason}") from reason
-            kind = OpKind.FUNCTION
+        try:
+            kind, target, args, kwargs = spelled(self.rewriter.level, family, kind, target, args, kwargs)
+        except NoAtenSpelling as reason:
+            raise Skip(SkipReason.NO_ATEN_SPELLING, f"{template.span}: {reason}") from reason
         if target in self.rewriter.decomposed:
             raise Skip(SkipReason.DECOMPOSED_OPERATOR,
                 f"{template.span}: the compiler decomposes {target} before this pass; "
@@ -432,6 +432,59 @@ class Emitter:
             raise FxrApplyError("a module capture can be called or passed to a helper, not used as a value")
         return value
 
+
+
+def check_no_change(match: Match, values: list[Any], created: list[torch.fx.Node]) -> None:
+    """Skip a rewrite whose result is the computation it replaces: each output replaced by itself, or by new
+    nodes of the same ops and targets as the matched ones, with the same arguments (after normalization:
+    ``torch.sum(x, -1)`` is ``torch.sum(x, dim=-1)``), down to the same existing nodes.  Spliced, it would
+    change nothing but node names, and match again in the next pass, forever: ``aten.sin.default(x) =>
+    aten.sin(x)`` in an aten-level graph, where the packet is emitted as the overload it matched.
+    """
+    if not created and any(value is not output for value, output in zip(values, match.outputs, strict=True)):
+        return
+    new = set(created)
+    seen: dict[torch.fx.Node, torch.fx.Node] = {}
+    for value, output in zip(values, match.outputs, strict=True):
+        if not _same_value(value, output, new, seen):
+            return
+    if not created:
+        raise Skip(SkipReason.NO_CHANGE, "the replacement is the matched node itself")
+    raise Skip(SkipReason.NO_CHANGE, lambda: f"the replacement computes '{match.anchor.name}' as the match does: "
+                                             f"{', '.join(str(n.target) for n in created)} of the same arguments")
+
+
+def _same_value(value: Any, old: Any, new: set[torch.fx.Node], seen: dict[torch.fx.Node, torch.fx.Node]) -> bool:
+    """Whether ``value`` (an argument of the replacement) computes what ``old`` (one of the match) does."""
+    if value is old:
+        return True
+    if isinstance(value, list | tuple):
+        return type(value) is type(old) and len(value) == len(old) \
+            and all(_same_value(v, o, new, seen) for v, o in zip(value, old, strict=True))
+    if not isinstance(value, torch.fx.Node):
+        return not isinstance(old, torch.fx.Node | list | tuple) and type(value) is type(old) \
+            and (value == old or value != value and old != old)  # nan is nan here
+    if value not in new or not isinstance(old, torch.fx.Node):
+        return False
+    if value in seen:
+        return seen[value] is old
+    if value.op != old.op or value.target != old.target:
+        return False
+    seen[value] = old
+    new_args, old_args = _normalized(value), _normalized(old)
+    return new_args.keys() == old_args.keys() and all(_same_value(new_args[k], old_args[k], new, seen)
+                                                      for k in new_args)
+
+
+def _normalized(node: torch.fx.Node) -> dict[Any, Any]:
+    """A call's arguments by parameter name where its target's schema binds them unambiguously, else as
+    written (by position and keyword)."""
+    if node.op == "call_function":
+        pair = normalize_function(node.target, node.args, node.kwargs,  # type: ignore[arg-type]
+                                  normalize_to_only_use_kwargs=True)
+        if pair is not None:
+            return dict(pair.kwargs)
+    return {**dict(enumerate(node.args)), **node.kwargs}
 
 
 def _has_live_user(node: torch.fx.Node, retired: Mapping[torch.fx.Node, None]) -> bool:
