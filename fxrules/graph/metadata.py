@@ -387,6 +387,12 @@ def infer_metadata(node: torch.fx.Node) -> None:
             node.meta["val"] = result
         else:
             node.meta["tensor_meta"] = _extract_tensor_metadata(result)
+    elif isinstance(result, tuple | list) and result and all(isinstance(r, torch.Tensor) for r in result):
+        # several results (aten.var_mean), read by getitem nodes; torch.export's verifier wants them
+        if records_value:
+            node.meta["val"] = type(result)(result)
+        else:
+            node.meta["tensor_meta"] = type(result)(_extract_tensor_metadata(r) for r in result)
 
 
 def _mode_for(node: torch.fx.Node) -> tuple[FakeTensorMode, bool]:

@@ -89,7 +89,7 @@ def spelled(level: Level, family: Family | None, kind: OpKind, target: Any, args
     if level is Level.ATEN and isinstance(target, torch._ops.OpOverloadPacket):
         try:
             return kind, _resolve(target, args, kwargs), args, kwargs
-        except Exception:  # noqa: BLE001 - PyTorch's RuntimeError: no schema matches; the packet still runs
+        except Exception:
             return kind, target, args, kwargs
     return kind, target, args, kwargs
 
@@ -195,6 +195,20 @@ def aten_spelling(family: Family | None, kind: OpKind, target: Any, args: tuple[
         raise NoAtenSpelling(f"aten.{name}.{overload._overloadname} does not take the arguments "
                              f"{', '.join(named)} of {_describe(family, kind, target)}")
     return call
+
+
+def aten_name(kind: OpKind, target: Any) -> str | None:
+    """The name of the aten operator a call would be spelled as where aten operators are required (``sin``
+    for ``torch.sin``, ``Tensor.sin``, ``aten.sin`` and ``aten.sin.default``); None for a module."""
+    if isinstance(target, torch._ops.OpOverload):
+        target = target.overloadpacket
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return str(target._qualified_op_name).removeprefix("aten::")
+    if kind is OpKind.METHOD:
+        return str(target)
+    if kind is OpKind.FUNCTION:
+        return _OPERATOR_NAMES.get(target, getattr(target, "__name__", None))
+    return None
 
 
 def _resolve(packet: torch._ops.OpOverloadPacket, args: tuple[Any, ...],

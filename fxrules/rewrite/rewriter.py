@@ -17,6 +17,7 @@ instead of working on a copy of the graph.
 from __future__ import annotations
 
 import functools
+import math
 import operator
 from collections.abc import Callable, Container, Mapping
 from typing import Any
@@ -37,6 +38,7 @@ from fxrules.graph.metadata import (
     tensor_info,
     view_base,
 )
+from fxrules.graph.module_data import UnreadableAttribute, read_module_attribute
 from fxrules.graph.sizes import SYMBOLIC, DynamicSize, dynamic_size, is_size_error, literal
 from fxrules.graph.subgraphs import NO_NEW_TENSORS, OUTSIDE, TOP_LEVEL, CallContext, grad_modes
 from fxrules.lang.bounds import LiteralTooLarge, bounded
@@ -351,6 +353,8 @@ class Emitter:
         return value
 
     def _operation(self, template: OpTemplate) -> Any:
+        if template.target is getattr and self._module_capture(template.args[0]) is not None:
+            return self._module_attribute(template)
         args = tuple(self._graph_value(self.emit(a)) for a in template.args)
         kwargs = {name: self._graph_value(self.emit(v)) for name, v in template.kwargs}
         kind, target = template.kind, template.target
@@ -379,6 +383,33 @@ class Emitter:
         node = self.rewriter.transaction.create_node(self.graph, op, target, args, kwargs)
         self.created.append(node)
         return node
+
+    def _module_capture(self, template: Template) -> str | None:
+        """The name of a module capture ``template`` is (``l`` of ``l.weight``), else None."""
+        if isinstance(template, Capture) and isinstance(self.match.bindings.get(template.name), torch.nn.Module):
+            return template.name
+        return None
+
+    def _module_attribute(self, template: OpTemplate) -> Any:
+        """``l.weight`` of a captured module: a ``get_attr`` of that parameter or buffer (the existing tensor,
+        not a copy), or the plain value of a data attribute (``l.in_features``, ``l.bias`` when it is None),
+        read as guards read it: without running a property or ``__getattr__`` of the module."""
+        name = self._module_capture(template.args[0])
+        attribute = template.args[1]
+        assert name is not None and isinstance(attribute, Literal)
+        module = self.match.bindings[name]
+        try:
+            value = read_module_attribute(module, attribute.value)
+        except UnreadableAttribute as error:
+            raise FxrApplyError(f"{template.span}: {error}") from None
+        if isinstance(value, torch.Tensor):
+            node = self.rewriter.transaction.get_attr(self.graph, f"{self.match.modules[name]}.{attribute.value}")
+            self.created.append(node)
+            return node
+        if isinstance(value, torch.nn.Module):
+            raise FxrApplyError(f"{template.span}: '{name}.{attribute.value}' is a submodule; a replacement can "
+                                "use a captured module's tensors and data attributes, not its submodules")
+        return _size_literal(value, f"'{name}.{attribute.value}'")
 
     def _module_name(self, template: OpTemplate) -> str:
         if isinstance(template.target, HelperTemplate):
@@ -463,7 +494,7 @@ def _same_value(value: Any, old: Any, new: set[torch.fx.Node], seen: dict[torch.
             and all(_same_value(v, o, new, seen) for v, o in zip(value, old, strict=True))
     if not isinstance(value, torch.fx.Node):
         return not isinstance(old, torch.fx.Node | list | tuple) and type(value) is type(old) \
-            and (value == old or value != value and old != old)  # nan is nan here
+            and (value == old or (isinstance(value, float) and math.isnan(value) and math.isnan(old)))
     if value not in new or not isinstance(old, torch.fx.Node):
         return False
     if value in seen:
@@ -471,20 +502,30 @@ def _same_value(value: Any, old: Any, new: set[torch.fx.Node], seen: dict[torch.
     if value.op != old.op or value.target != old.target:
         return False
     seen[value] = old
-    new_args, old_args = _normalized(value), _normalized(old)
-    return new_args.keys() == old_args.keys() and all(_same_value(new_args[k], old_args[k], new, seen)
-                                                      for k in new_args)
+    for normalize in (False, True):
+        new_args, old_args = _arguments(value, normalize), _arguments(old, normalize)
+        if new_args is None or old_args is None:
+            return False
+        if new_args.keys() == old_args.keys() and all(_same_value(new_args[k], old_args[k], new, seen)
+                                                      for k in new_args):
+            return True
+    del seen[value]  # assumed while comparing its arguments (a DAG shares nodes); not the same after all
+    return False
 
 
-def _normalized(node: torch.fx.Node) -> dict[Any, Any]:
-    """A call's arguments by parameter name where its target's schema binds them unambiguously, else as
-    written (by position and keyword)."""
-    if node.op == "call_function":
+def _arguments(node: torch.fx.Node, normalize: bool) -> dict[Any, Any] | None:
+    """A call's arguments as written (by position and keyword), or ``normalize``d: by parameter name, defaults
+    filled in, where its target's schema binds them unambiguously (else None)."""
+    if not normalize:
+        return {**dict(enumerate(node.args)), **node.kwargs}
+    if node.op != "call_function":
+        return None
+    try:
         pair = normalize_function(node.target, node.args, node.kwargs,  # type: ignore[arg-type]
                                   normalize_to_only_use_kwargs=True)
-        if pair is not None:
-            return dict(pair.kwargs)
-    return {**dict(enumerate(node.args)), **node.kwargs}
+    except RuntimeError:  # several schemas bind the arguments (torch.neg of a tensor or a number)
+        return None
+    return None if pair is None else dict(pair.kwargs)
 
 
 def _has_live_user(node: torch.fx.Node, retired: Mapping[torch.fx.Node, None]) -> bool:
