@@ -986,8 +986,8 @@ def test_a_rule_matched_by_its_own_different_replacement_does_not_converge() -> 
     assert len(subgraph_rewriter.replace_pattern(rp, _reshape_alias, _reshape_alias_swapped)) == 1
     fx = torch.fx.symbolic_trace(model)
     before = fx.code
-    ruleset = fxrules.parse("rule same:\n"
-                            "    aten._reshape_alias_copy.default(x, a0, a1) => aten._reshape_alias_copy.default(x, a1, a0)\n")
+    ruleset = fxrules.parse("rule same:\n    aten._reshape_alias_copy.default(x, a0, a1) => "
+                            "aten._reshape_alias_copy.default(x, a1, a0)\n")
     assert [w.message for w in ruleset.warnings] == [
         "rule same: its pattern matches its own replacement, so it may fire forever"]
     with pytest.raises(fxrules.FxrConvergenceError, match="same"):

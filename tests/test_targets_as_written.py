@@ -165,7 +165,8 @@ def test_getitem_of_a_multi_output_operator_in_an_aten_level_graph_and_an_export
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return x.mean(-1, keepdim=True) + 1
 
-    text = "rule r:\n    aten.mean.dim(x, [-1], True) => aten.var_mean.correction(x, [-1], correction=0, keepdim=True)[1]\n"
+    text = ("rule r:\n    aten.mean.dim(x, [-1], True) => "
+            "aten.var_mean.correction(x, [-1], correction=0, keepdim=True)[1]\n")
     gm = _aten_module(Mean(), X)
     assert fxrules.apply(gm, _rules(text)).counts() == {"r": 1}
     assert _targets(gm) == [torch.ops.aten.var_mean.correction, operator.getitem, torch.ops.aten.add.Tensor]
