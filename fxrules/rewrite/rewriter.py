@@ -31,6 +31,7 @@ from fxrules.diagnostics import FxrApplyError
 from fxrules.graph.metadata import (
     alias_class,
     aliased_inputs,
+    changes_an_argument,
     has_metadata,
     has_side_effects,
     in_place_writer,
@@ -56,7 +57,7 @@ from fxrules.lang.ir import (
 from fxrules.match.matcher import Match
 from fxrules.match.skips import Skip, SkipReason
 from fxrules.memo import per_object
-from fxrules.rewrite.aten import ATEN_GRAPH, Level, NoAtenSpelling, graph_level, spelled
+from fxrules.rewrite.aten import ATEN_GRAPH, Level, NoAtenSpelling, aten_name, graph_level, spelled
 from fxrules.rewrite.read_only import read_only
 from fxrules.rewrite.transaction import Transaction
 
@@ -146,6 +147,7 @@ class Rewriter:
         try:  # a skip halfway (a helper's value unknown, no aten spelling...) leaves nothing behind
             values, created = self._emit(match, anchor)
             check_no_change(match, values, created)
+            check_effects_kept(match, values, created)
             if len(outputs) > 1:
                 _check_order(anchor, outputs, values, created)
             self._check_receivers(outputs, values)
@@ -485,6 +487,55 @@ def check_no_change(match: Match, values: list[Any], created: list[torch.fx.Node
                                              f"{', '.join(str(n.target) for n in created)} of the same arguments")
 
 
+def check_effects_kept(match: Match, values: list[Any], created: list[torch.fx.Node]) -> None:
+    """Skip a rewrite that would remove a node of the match that has an effect beyond its result (an in-place
+    write, ``copy_``, ``out=``, an assertion), unless the replacement has a node performing the same effect:
+    the same operation (as written or as an aten operator of the same name) writing into the same tensor, or
+    for an effect that writes nothing, the same call.  A write into a tensor the match itself made (``x.clone()
+    .add_(1)``, not a view of anything outside) is seen only through the match's outputs, which the
+    replacement replaces.  Random operations (``torch.rand``, dropout in training) may be removed: a pattern
+    names them on purpose, and the matcher refuses a match that would remove one it does not name.
+    """
+    kept = {value for value in values if isinstance(value, torch.fx.Node)}
+    matched = set(match.nodes)
+    for node in match.nodes:
+        if node in kept or not has_side_effects(node, impure_random=False):
+            continue
+        written = _written(node)
+        if isinstance(written, torch.fx.Node) and view_base(written) in matched:
+            continue
+        if not any(_same_effect(node, new, written) for new in created):
+            into = f" writes into '{written.name}'" if isinstance(written, torch.fx.Node) else " has side effects"
+            raise Skip(SkipReason.IMPURE, f"'{node.name}'{into}, and the replacement, which would remove it, "
+                                          "does not do the same")
+
+
+def _written(node: torch.fx.Node) -> Any:
+    """The tensor a node with side effects writes into (``out=``, else its first argument), or None."""
+    out = node.kwargs.get("out")
+    if isinstance(out, torch.fx.Node):
+        return out
+    if changes_an_argument(node):
+        return node.args[0] if node.args else None
+    return None
+
+
+def _same_effect(node: torch.fx.Node, new: torch.fx.Node, written: Any) -> bool:
+    if new.target != node.target and _operation_name(new) != _operation_name(node):
+        return False
+    if written is None:
+        return new.args == node.args and new.kwargs == node.kwargs
+    new_written = _written(new)
+    return isinstance(new_written, torch.fx.Node) and view_base(new_written) is view_base(written)
+
+
+def _operation_name(node: torch.fx.Node) -> str | None:
+    """The operation a node performs by aten name, its in-place and ``out=`` forms one (``add_``, ``add``)."""
+    kind = {"call_method": OpKind.METHOD, "call_module": OpKind.MODULE}.get(node.op, OpKind.FUNCTION)
+    name = aten_name(kind, node.target)
+    return None if name is None else name.rstrip("_")
+
+
 def _same_value(value: Any, old: Any, new: set[torch.fx.Node], seen: dict[torch.fx.Node, torch.fx.Node]) -> bool:
     """Whether ``value`` (an argument of the replacement) computes what ``old`` (one of the match) does."""
     if value is old:
@@ -505,7 +556,7 @@ def _same_value(value: Any, old: Any, new: set[torch.fx.Node], seen: dict[torch.
     for normalize in (False, True):
         new_args, old_args = _arguments(value, normalize), _arguments(old, normalize)
         if new_args is None or old_args is None:
-            return False
+            break
         if new_args.keys() == old_args.keys() and all(_same_value(new_args[k], old_args[k], new, seen)
                                                       for k in new_args):
             return True
