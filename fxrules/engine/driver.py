@@ -52,6 +52,7 @@ import torch.fx
 from torch.export import ExportedProgram
 
 from fxrules.diagnostics import FxrApplyError, FxrConvergenceError, FxrError, FxrUsageError
+from fxrules.engine.anchors import never_starts
 from fxrules.engine.exported import RewrittenProgram, rewrite_program
 from fxrules.engine.loading import load
 from fxrules.engine.report import Report, ReportBuilder, combine
@@ -171,6 +172,8 @@ class _Run:
         self.max_passes = max_passes
         self.explain = explain
         self.report = ReportBuilder(ruleset)
+        if explain:
+            self.report.never_starts = never_starts(gm, gm.graph, ruleset)
         self.index = RuleIndex(gm, ruleset)
         compiled = compile_ruleset(ruleset)
         # explain=True wants the generic matcher's near misses: no compiled fast path then
