@@ -71,11 +71,11 @@ def _suggestion(anchors: tuple[AnchorKey, ...], keys: set[AnchorKey], level: Lev
         if targets & {m.target for m in family.members} and not keys.isdisjoint(_keys(family)):
             present = [str(m) for m in family.members if m.key in keys]
             return f"; the family {name}(...) also matches the {present[0]} it has"
-    names = {aten_name(OpKind(op), target) for op, target in anchors} - {None}
-    for name in sorted(names):  # type: ignore[type-var]
-        packet = getattr(torch.ops.aten, str(name), None)
+    spelled = sorted({n for op, target in anchors if (n := aten_name(OpKind(op), target)) is not None})
+    for operator_name in spelled:
+        packet = getattr(torch.ops.aten, operator_name, None)
         if isinstance(packet, torch._ops.OpOverloadPacket) and ("call_function", packet) in keys:
-            return f"; write aten.{name}(...), which matches each of its overloads, as this graph spells it"
+            return f"; write aten.{operator_name}(...), which matches each of its overloads, as this graph spells it"
     aten = all(isinstance(target, torch._ops.OpOverload | torch._ops.OpOverloadPacket) for target in targets)
     if level is not Level.TORCH and not aten:
         return "; an aten-level graph calls aten operators only: write the aten operator or a family with one"
