@@ -543,6 +543,8 @@ def _same_value(value: Any, old: Any, new: set[torch.fx.Node], seen: dict[torch.
     if isinstance(value, list | tuple):
         return type(value) is type(old) and len(value) == len(old) \
             and all(_same_value(v, o, new, seen) for v, o in zip(value, old, strict=True))
+    if isinstance(value, torch.Tensor):  # a tensor argument written into a graph: the same object or not
+        return False
     if not isinstance(value, torch.fx.Node):
         return not isinstance(old, torch.fx.Node | list | tuple) and type(value) is type(old) \
             and (value == old or (isinstance(value, float) and math.isnan(value) and math.isnan(old)))
