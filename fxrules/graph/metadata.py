@@ -119,8 +119,10 @@ def mutates_first_argument(node: torch.fx.Node) -> bool:
         return name == "__setitem__" or (name.endswith("_") and not name.endswith("__"))
     if node.op != "call_function":
         return False
-    if node.target is operator.setitem or getattr(node.target, "__name__", "").endswith("_"):
+    if node.target is operator.setitem:
         return True
+    if getattr(node.target, "__name__", "").endswith("_") and getattr(node.target, "__module__", None) != "_operator":
+        return True  # torch.relu_; not operator.and_ or operator.or_, which write nothing
     schema = getattr(node.target, "_schema", None)
     return bool(schema is not None and schema.arguments and schema.arguments[0].alias_info is not None
                 and schema.arguments[0].alias_info.is_write)
