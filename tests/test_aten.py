@@ -1,4 +1,4 @@
-"""Replacements in aten-level graphs are spelled as aten operators (fxrules.rewrite.aten)."""
+"""Where aten operators are required (an ExportedProgram), replacements are spelled as aten operators."""
 
 from __future__ import annotations
 
@@ -33,17 +33,16 @@ def _calls(gm: torch.fx.GraphModule) -> list[str]:
     ("torch.sum(input=x, dim=-1)", "aten.sum.dim_IntList"),  # torch's `input` is aten's `self`
     ("relu(x) * 2.0", "aten.mul.Tensor"),                   # an operator on a tensor
 ])
-def test_replacement_spelled_in_aten(replacement: str, expected: str) -> None:
-    gm = _exported(Sums(), torch.randn(3, 4))
+def test_replacement_spelled_in_aten_in_an_exported_program(replacement: str, expected: str) -> None:
+    x = torch.randn(3, 4)
     rules = fxrules.parse(f"rule r:\n    torch.exp(x).sum(-1) | aten.sum.dim_IntList(aten.exp.default(x), [-1]) => "
                           f"{replacement}\n")
-    report = fxrules.apply(gm, rules)
-    assert report.fired("r") == 1, str(report)
+    result = fxrules.apply_program(torch.export.export(Sums(), (x,)), rules)
+    assert result.report.fired("r") == 1, str(result.report)
+    gm = result.program.graph_module
     assert expected in _calls(gm)
-    assert all(isinstance(n.target, torch._ops.OpOverload) for n in gm.graph.nodes if n.op == "call_function"
-               and "pytree" not in str(n.target))
-    x = torch.randn(3, 4)
-    torch.testing.assert_close(gm(x), eval_replacement(replacement, x) + torch.relu(x).sum())
+    assert all(isinstance(n.target, torch._ops.OpOverload) for n in gm.graph.nodes if n.op == "call_function")
+    torch.testing.assert_close(result.program.module()(x), eval_replacement(replacement, x) + torch.relu(x).sum())
 
 
 def eval_replacement(replacement: str, x: torch.Tensor) -> torch.Tensor:

@@ -936,50 +936,64 @@ rule add_a_to_sub_c:
 
 
 @pytest.mark.parametrize(
-    ("model", "pattern", "replacement", "rules", "inputs"),
+    ("model", "pattern", "rules", "inputs"),
     [
         pytest.param(
-            NegReluModule(), _neg_plus_relu, _neg_plus_relu,
+            NegReluModule(), _neg_plus_relu,
             "rule same:\n    torch.neg(x) + torch.relu(x) => torch.neg(x) + torch.relu(x)\n",
             lambda: [_randn(1, 3)],
             id="preserves_logic",
         ),
         pytest.param(
-            MmModule(), _mm, _mm,
+            MmModule(), _mm,
             "rule same: torch.mm(x, y) => torch.mm(x, y)\n",
             lambda: [_randn(3, 4), _randn(4, 5)],
             id="graph_argument_order",
         ),
-        pytest.param(
-            ReshapeAliasModule(), _reshape_alias, _reshape_alias_swapped,
-            "rule same:\n"
-            "    aten._reshape_alias_copy.default(x, a0, a1) => aten._reshape_alias_copy.default(x, a1, a0)\n",
-            lambda: [_randn(16)],
-            id="list_type_arg_swap",
-        ),
     ],
 )
-def test_rules_matched_by_their_own_replacement_do_not_converge(
-    model: Any, pattern: Any, replacement: Any, rules: str, inputs: Callable[[], list[torch.Tensor]]
+def test_a_rule_whose_replacement_is_its_pattern_changes_nothing(
+    model: Any, pattern: Any, rules: str, inputs: Callable[[], list[torch.Tensor]]
 ) -> None:
-    """replace_pattern makes one pass, so a pattern that matches its own replacement is rewritten once.
+    """replace_pattern rewrites the match once, into a copy of itself: the same graph but for node names.
 
-    fxrules repeats passes to a fixpoint (design card section 7): such a rule fires forever.  The card requires a
-    load-time warning for a rule whose replacement its own pattern matches, then a convergence error naming the
-    rule, with the module left exactly as it was (all or nothing).
+    fxrules skips a rewrite whose result computes what the match does (same targets, same arguments) as
+    ``no change``, so the rule terminates and the graph keeps its nodes; the load-time check says so.
     """
     rp = torch.fx.symbolic_trace(model)
-    assert len(subgraph_rewriter.replace_pattern(rp, pattern, replacement)) == 1
-
+    assert len(subgraph_rewriter.replace_pattern(rp, pattern, pattern)) == 1
     fx = torch.fx.symbolic_trace(model)
     before = fx.code
     ruleset = fxrules.parse(rules)
-    assert len(ruleset.warnings) >= 1, "no load-time warning for a rule whose replacement its own pattern matches"
-    assert "same" in ruleset.warnings[0].render()
+    assert [w.message for w in ruleset.warnings] == [
+        "rule same: its replacement computes what its pattern matches: every match is skipped as `no change`"]
+    report = fxrules.apply(fx, ruleset)
+    assert report.counts() == {} and report["same"].skip_counts == {"no change": 1}
+    assert fx.code == before
+    assert structure(fx) == structure(rp)
+    assert_same_outputs(rp, fx, inputs())
+
+
+def test_a_rule_matched_by_its_own_different_replacement_does_not_converge() -> None:
+    """replace_pattern makes one pass, so a pattern that matches its own replacement is rewritten once.
+
+    fxrules repeats passes to a fixpoint: a rule whose replacement (the list arguments swapped) its own pattern
+    matches fires forever.  It gets a load-time warning, then a convergence error naming the rule, with the
+    module left exactly as it was (all or nothing).
+    """
+    model = ReshapeAliasModule()
+    rp = torch.fx.symbolic_trace(model)
+    assert len(subgraph_rewriter.replace_pattern(rp, _reshape_alias, _reshape_alias_swapped)) == 1
+    fx = torch.fx.symbolic_trace(model)
+    before = fx.code
+    ruleset = fxrules.parse("rule same:\n    aten._reshape_alias_copy.default(x, a0, a1) => "
+                            "aten._reshape_alias_copy.default(x, a1, a0)\n")
+    assert [w.message for w in ruleset.warnings] == [
+        "rule same: its pattern matches its own replacement, so it may fire forever"]
     with pytest.raises(fxrules.FxrConvergenceError, match="same"):
         fxrules.apply(fx, ruleset, max_passes=5)
     assert fx.code == before
-    assert_same_outputs(torch.fx.symbolic_trace(model), fx, inputs())
+    assert_same_outputs(torch.fx.symbolic_trace(model), fx, [_randn(16)])
 
 
 def test_commutative_operands_match_in_either_order() -> None:

@@ -53,6 +53,7 @@ import torch.fx
 from torch.export import ExportedProgram
 
 from fxrules.diagnostics import FxrApplyError, FxrConvergenceError, FxrError, FxrUsageError
+from fxrules.engine.anchors import never_starts
 from fxrules.engine.exported import RewrittenProgram, rewrite_program
 from fxrules.engine.loading import load
 from fxrules.engine.report import Report, ReportBuilder, combine
@@ -177,6 +178,8 @@ class _Run:
         self.max_passes = max_passes
         self.explain = explain
         self.report = ReportBuilder(ruleset)
+        if explain:
+            self.report.never_starts = never_starts(gm, gm.graph, ruleset)
         self.index = RuleIndex(gm, ruleset)
         compiled = compile_ruleset(ruleset)
         self.compiled: Mapping[int, CompiledRule] = compiled.matchers

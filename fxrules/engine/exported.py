@@ -7,8 +7,9 @@ rewritten on a copy of its graph module in three steps:
 
 1. *unlift*: every lifted input that no output mutates becomes a ``get_attr``
    of its value, which rules and helpers see as in a traced module;
-2. :func:`fxrules.apply` on that module (replacements are spelled as aten
-   operators there, :mod:`fxrules.rewrite.aten`);
+2. :func:`fxrules.apply` on that module, marked as requiring aten operators
+   (:data:`fxrules.rewrite.aten.ATEN_GRAPH`: every replacement operation is
+   spelled as one, or the rewrite is skipped);
 3. *lift*: every tensor ``get_attr`` becomes an input again, before the user
    inputs: the original ones under their original spec, helper-made ones as
    new buffers; inputs the rewrite left unused are dropped with their
@@ -44,6 +45,7 @@ from torch.export.graph_signature import (
 from fxrules.diagnostics import FxrApplyError
 from fxrules.engine.report import Report
 from fxrules.graph.subgraphs import NO_NEW_TENSORS, higher_order_subgraphs
+from fxrules.rewrite.aten import ATEN_GRAPH
 from fxrules.rewrite.transaction import first_free
 
 _LIFTED = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
@@ -66,11 +68,15 @@ def rewrite_program(program: ExportedProgram, run: Callable[[torch.fx.GraphModul
     for path, subgraph, _ in subgraphs:
         subgraph.meta[NO_NEW_TENSORS] = (f"'{path}' is the subgraph of a higher-order operator, and an exported "
                                          "program takes tensors only as inputs of its root graph")
+    for module in (gm, *(subgraph for _, subgraph, _ in subgraphs)):
+        module.meta[ATEN_GRAPH] = ()  # torch.export's verifier accepts aten operators only; none decomposed
     try:
         report = run(gm)
-    finally:  # the restriction holds while rewriting this program, not for what is made of the result
+    finally:  # the restrictions hold while rewriting this program, not for what is made of the result
         for _, subgraph, _ in subgraphs:
             del subgraph.meta[NO_NEW_TENSORS]
+        for module in (gm, *(subgraph for _, subgraph, _ in subgraphs)):
+            del module.meta[ATEN_GRAPH]
     if not report.total_fired:
         return RewrittenProgram(program, report)
     try:

@@ -40,6 +40,7 @@ from fxrules.lang.ir import (
     OpTemplate,
     Rule,
     RuleSet,
+    SeqTemplate,
     Template,
     anchor_keys,
     matching_order,
@@ -47,6 +48,7 @@ from fxrules.lang.ir import (
 )
 from fxrules.match.matcher import Matcher, node_keys
 from fxrules.match.skips import Skip, SkipReason
+from fxrules.rewrite.aten import aten_name
 from fxrules.rewrite.standalone import replacement_graph
 
 #: Skip reasons that depend on values a standalone graph does not have.
@@ -73,9 +75,15 @@ def loop_warnings(ruleset: RuleSet) -> tuple[Diagnostic, ...]:
             matches[rule.name] = _rules_matching(built, index)
     by_name = {rule.name: rule for rule in ruleset}
     found = []
+    unchanged = set()
+    for rule in ruleset:
+        warning = _no_change_warning(rule)
+        if warning is not None:
+            found.append(warning)
+            unchanged.add(rule.name)
     for name, matched in matches.items():
         span = by_name[name].span
-        if name in matched:
+        if name in matched and name not in unchanged:  # skipped as `no change`, it cannot fire forever
             found.append(_warning(span, f"rule {name}: its pattern matches its own replacement, so it may fire "
                                         "forever", "apply stops at max_passes with an error"))
         for other in sorted(matched - {name}):
@@ -83,6 +91,79 @@ def loop_warnings(ruleset: RuleSet) -> tuple[Diagnostic, ...]:
                 found.append(_warning(span, f"rules {name} and {other} undo each other, so they may fire forever",
                                       f"{other} is at {by_name[other].span}"))
     return tuple(found)
+
+
+def _no_change_warning(rule: Rule) -> Diagnostic | None:
+    """A warning for a rule whose replacement is its pattern, but for spellings that denote the same operator:
+    an overload packet and its overloads, a family and its members (everywhere), and, where aten operators
+    are required, a torch function or method and the aten operator of its name.  Every match of such a rule
+    is skipped as ``no change``, everywhere or where aten operators are required."""
+    if len(rule.pattern) != len(rule.replacement) or _uses_helper(rule):
+        return None
+    for loose in (False, True):
+        if all(all(_same_computation(option, replacement, loose) for option in _options(pattern))
+               for pattern, replacement in zip(rule.pattern, rule.replacement, strict=True)):
+            where = ("in an ExportedProgram and Inductor's post-grad pass, where every operation is spelled as an "
+                     "aten operator, its replacement computes what its pattern matches: every match there")  \
+                if loose else "its replacement computes what its pattern matches: every match"
+            return _warning(rule.span, f"rule {rule.name}: {where} is skipped as `no change`",
+                            "an overload packet is emitted as the overload it matched; a family as its member "
+                            "for the graph's level" if not loose else "in a GraphModule its targets are "
+                            "emitted as written")
+    return None
+
+
+def _options(template: Template) -> tuple[Template, ...]:
+    return template.options if isinstance(template, AltTemplate) else (template,)
+
+
+def _same_computation(pattern: Template, replacement: Template, loose: bool) -> bool:
+    """Whether ``replacement`` computes what ``pattern`` matches (``loose``: where aten is required)."""
+    if isinstance(pattern, Capture) and isinstance(replacement, Capture):
+        return pattern.name == replacement.name
+    if isinstance(pattern, OpTemplate) and isinstance(replacement, Capture):
+        return pattern.name == replacement.name  # an interior the pattern named, given back as it was
+    if isinstance(pattern, Literal) and isinstance(replacement, Literal):
+        return type(pattern.value) is type(replacement.value) and pattern.value == replacement.value
+    if isinstance(pattern, SeqTemplate) and isinstance(replacement, SeqTemplate):
+        return len(pattern.items) == len(replacement.items) and all(
+            _same_computation(p, r, loose) for p, r in zip(pattern.items, replacement.items, strict=True))
+    if not (isinstance(pattern, OpTemplate) and isinstance(replacement, OpTemplate)) \
+            or pattern.rest or not _same_operator(pattern, replacement, loose):
+        return False
+    ours, theirs = _arguments(pattern), _arguments(replacement)
+    return ours.keys() == theirs.keys() and all(_same_computation(ours[k], theirs[k], loose) for k in ours)
+
+
+def _same_operator(pattern: OpTemplate, replacement: OpTemplate, loose: bool) -> bool:
+    """Whether ``replacement`` emits the one target ``pattern`` matches (an overload packet resolves to its
+    overload, a family emits its first or its first aten member); ``loose``: or, where aten is required, a
+    function or method spelled as that aten operator."""
+    if pattern.kind is OpKind.FAMILY or isinstance(pattern.target, torch._ops.OpOverloadPacket):
+        return False  # it matches other spellings too, which the replacement changes
+    target = pattern.target
+    for kind, emitted in _emitted(replacement):
+        if (kind, emitted) == (pattern.kind, target) or emitted is getattr(target, "overloadpacket", None):
+            return True
+        if loose and isinstance(target, torch._ops.OpOverload) and aten_name(kind, emitted) == aten_name(
+                pattern.kind, target):
+            return True
+    return False
+
+
+def _emitted(template: OpTemplate) -> list[tuple[OpKind, Any]]:
+    """The targets an operation may emit: itself, or a family's first member and its first aten member."""
+    if template.kind is not OpKind.FAMILY:
+        return [(template.kind, template.target)]
+    members = template.target.members
+    aten = [m for m in members if isinstance(m.target, torch._ops.OpOverload)][:1]
+    return [(m.kind, m.target) for m in (members[0], *aten)]
+
+
+def _arguments(template: OpTemplate) -> dict[Any, Template]:
+    """An operation's arguments by position and keyword, ``input`` and ``self`` one name."""
+    named = {("self" if name == "input" else name): value for name, value in template.kwargs}
+    return {**dict(enumerate(template.args)), **named}
 
 
 def _uses_helper(rule: Rule) -> bool:

@@ -51,12 +51,13 @@ class RuleReport:
     # candidate nodes the rule was tried at: not the nodes pass 1 ruled out for the whole graph at once, nor
     # the settled nodes a later pass passes over
     attempts: int
+    never_starts: str = ""  # with explain=True: why the rule cannot start a match in this graph (anchors.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "name": self.name, "location": self.location, "fired": self.fired, "anchors": list(self.anchors),
             "skipped": [attrs.asdict(s) for s in self.skipped], "skip_counts": dict(self.skip_counts),
-            "notes": list(self.notes), "attempts": self.attempts,
+            "notes": list(self.notes), "attempts": self.attempts, "never_starts": self.never_starts,
             "near_misses": [{**attrs.asdict(m, filter=lambda a, _: a.name != "span"), "location": str(m.span)}
                             for m in self.near_misses],
         }
@@ -125,6 +126,8 @@ class Report:
                 lines.append(f"  skipped {rule.name} x{count} ({reason}): {example.node}: {example.detail}")
             lines += [f"  note {rule.name}: {note}" for note in rule.notes]
             lines += [f"  near miss {miss}" for miss in rule.near_misses]
+            if rule.never_starts:
+                lines.append(f"  never starts {rule.name}: {rule.never_starts}")
         return lines
 
 
@@ -152,6 +155,7 @@ class ReportBuilder:
     match_seconds: float = 0.0
     rewrite_seconds: float = 0.0
     attempts: defaultdict[str, int] = attrs.Factory(lambda: defaultdict(int))  # rule name -> nodes it was tried at
+    never_starts: dict[str, str] = attrs.Factory(dict)  # rule name -> why it cannot start a match (explain=True)
 
     def fired(self, rule: Rule, anchor: str) -> None:
         stats = self.stats[rule.name]
@@ -192,6 +196,7 @@ class ReportBuilder:
                 name=rule.name, location=str(rule.span), fired=stats.fired, anchors=tuple(stats.anchors),
                 skipped=tuple(stats.skipped.values()), skip_counts=dict(stats.skip_counts), notes=rule.notes,
                 near_misses=tuple(stats.misses), attempts=self.attempts.get(rule.name, 0),
+                never_starts=self.never_starts.get(rule.name, ""),
             ))
         return Report(tuple(rules), self.passes, StopReason.FIXPOINT, nodes_before, nodes_after,
                       self.match_seconds, self.rewrite_seconds, total_seconds)

@@ -119,8 +119,10 @@ def mutates_first_argument(node: torch.fx.Node) -> bool:
         return name == "__setitem__" or (name.endswith("_") and not name.endswith("__"))
     if node.op != "call_function":
         return False
-    if node.target is operator.setitem or getattr(node.target, "__name__", "").endswith("_"):
+    if node.target is operator.setitem:
         return True
+    if getattr(node.target, "__name__", "").endswith("_") and getattr(node.target, "__module__", None) != "_operator":
+        return True  # torch.relu_; not operator.and_ or operator.or_, which write nothing
     schema = getattr(node.target, "_schema", None)
     return bool(schema is not None and schema.arguments and schema.arguments[0].alias_info is not None
                 and schema.arguments[0].alias_info.is_write)
@@ -387,6 +389,12 @@ def infer_metadata(node: torch.fx.Node) -> None:
             node.meta["val"] = result
         else:
             node.meta["tensor_meta"] = _extract_tensor_metadata(result)
+    elif isinstance(result, tuple | list) and result and all(isinstance(r, torch.Tensor) for r in result):
+        # several results (aten.var_mean), read by getitem nodes; torch.export's verifier wants them
+        if records_value:
+            node.meta["val"] = type(result)(result)
+        else:
+            node.meta["tensor_meta"] = type(result)(_extract_tensor_metadata(r) for r in result)
 
 
 def _mode_for(node: torch.fx.Node) -> tuple[FakeTensorMode, bool]:

@@ -5,7 +5,7 @@ parameter maps to the family parameter of the same name, else to the one at
 the same position (if that one is not taken by name); a member parameter
 that maps nowhere must hold its default for the member to match, so
 ``F.relu(x, inplace=True)`` is not ``relu(x)`` (parameters that only choose an
-implementation, such as ``cudnn_enabled``, excepted).  A module member (``nn.Softmax``)
+implementation, such as ``cudnn_enabled`` and ``_stacklevel``, excepted).  A module member (``nn.Softmax``)
 takes the family's remaining parameters from its attributes (``dim``), and its
 other constructor arguments must hold their defaults.
 """
@@ -24,9 +24,10 @@ from fxrules.lang.signatures import BoundCall, constructor_defaults, holds_defau
 
 _MISSING = object()
 
-#: Member parameters that choose how the result is computed, not what it is (``aten.batch_norm``'s
-#: ``cudnn_enabled`` has no default): they may hold anything where the family has no such parameter.
-IMPLEMENTATION_CHOICES = frozenset({"cudnn_enabled", "cudnn_enable"})
+#: Member parameters that choose how the result is computed or reported, not what it is (``aten.batch_norm``'s
+#: ``cudnn_enabled`` has no default; Dynamo inlines ``nn.Softmax`` as ``F.softmax(x, dim, _stacklevel=5)``):
+#: they may hold anything where the family has no such parameter.
+IMPLEMENTATION_CHOICES = frozenset({"cudnn_enabled", "cudnn_enable", "_stacklevel"})
 
 
 def family_parameters(family: Family) -> tuple[str, ...]:

@@ -39,7 +39,7 @@ from fxrules.diagnostics import (
 )
 from fxrules.lang import bundled
 from fxrules.lang import syntax_tree as st
-from fxrules.lang.ir import Rule, RuleSet
+from fxrules.lang.ir import Family, Rule, RuleSet
 from fxrules.lang.parser import parse_partial
 from fxrules.lang.resolve import RuleResolver, Scope, ScopeResolver
 from fxrules.lang.targets import Namespace, allow_entries
@@ -337,3 +337,8 @@ def load(path_or_name: str | Path, allow: Iterable[str] = ()) -> RuleSet:
         known = ", ".join(bundled.ruleset_names())
         raise FxrUsageError(f"no rule file '{path_or_name}': not a file, and not a bundled ruleset ({known})")
     return _load_source(source, allow)
+
+
+def prelude_families() -> dict[str, Family]:
+    """The families of the bundled prelude, by name (every rule file starts with them)."""
+    return dict(_prelude_scope().families)

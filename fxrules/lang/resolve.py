@@ -694,7 +694,7 @@ class RuleResolver:
             else:  # sizes given loose (x.view(a, b)) were packed into a tuple: a sequence template
                 bound = {name: SeqTemplate(tuple(value), span, is_tuple=True) if isinstance(value, tuple) else value
                          for name, value in call.explicit.items()}
-        elif kind is not OpKind.ATTR and not isinstance(target, HelperTemplate):
+        elif kind is not OpKind.ATTR and not isinstance(target, HelperTemplate) and self.mode == "pattern":
             self.notes.append(f"arguments of {describe_target(kind, target)} are compared as written (no signature)")
         commutative = self.is_commutative(kind, target)
         template = OpTemplate(kind, target, args, kwargs, span, rest=rest, binds=binds, signature=signature,

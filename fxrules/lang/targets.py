@@ -436,7 +436,7 @@ class Namespace:
     def _step(self, value: Any, parts: tuple[str, ...], index: int) -> Any:
         part = parts[index]
         dotted = ".".join(parts[: index + 1])
-        if part.startswith("__"):
+        if part.startswith("__") and not _is_dunder_operator(value, part):
             raise ResolutionError(f"'{dotted}': dunder names are not allowed in rule files", index)
         if part.startswith("_") and not isinstance(value, OP_NAMESPACES):  # torch._utils, torch._C, ...
             raise ResolutionError(f"'{dotted}': private names are not allowed in rule files", index,
@@ -505,6 +505,14 @@ class Namespace:
         real = _real_name(parts[: index + 1], self.roots)
         return ResolutionError(f"'{dotted}' is not a tensor operation or constant that rule files may name", index,
                                f"{reason + '; ' if reason else ''}if you trust it, pass allow=['{real}']")
+
+
+def _is_dunder_operator(namespace: Any, name: str) -> bool:
+    """Whether ``namespace.name`` is an operator named like a dunder (``aten.__and__``, which torch.export records
+    for ``a & b``): looked up in the dispatcher's registry, which runs no Python code of the rule file."""
+    if not isinstance(namespace, torch._ops._OpNamespace) or not name.endswith("__"):
+        return False
+    return bool(torch._C._jit_get_schemas_for_operator(f"{namespace.name}::{name}"))
 
 
 def refusal_reason(dotted: str, value: Any, roots: Mapping[str, Any]) -> str | None:

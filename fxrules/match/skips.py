@@ -53,7 +53,8 @@ class SkipReason(str, enum.Enum):
     IMPURE = (
         "impure",
         "the match would delete an impure node (`Node.is_impure()`) whose target the pattern does not name "
-        "explicitly")
+        "explicitly, or a node with an effect beyond its result (an in-place write, `copy_`, `out=`) that the "
+        "replacement does not perform on the same tensor")
     CYCLE = (
         "cycle",
         "a capture depends on one of the match's own nodes, so the rewrite would create a cycle")
@@ -65,7 +66,9 @@ class SkipReason(str, enum.Enum):
         "part of the match was created by another rewrite in this pass")
     NO_CHANGE = (
         "no change",
-        "the replacement is the matched node itself")
+        "the replacement computes what the match does: the matched node itself, or new nodes with the same "
+        "targets and the same arguments after normalization (`aten.sin.default(x) => aten.sin(x)` in an "
+        "aten-level graph, where the packet is emitted as the overload it matched)")
     IN_PLACE_WRITE = (
         "in-place write",
         "the replacement makes an output share memory with a value that already exists: the value itself (`x "

@@ -1,27 +1,28 @@
-"""Replacements in aten-level graphs: spelling a replacement's operations as aten operators.
+"""How a replacement's operations are spelled at each graph level (:class:`Level`).
 
-Graphs from ``torch.export`` and Inductor's post-grad passes call only aten
-operators (``OpOverload``), higher-order operators and a few Python builtins;
-``torch.export`` refuses anything else.  A rule's replacement names torch
-functions (``torch.addmm``, ``F.gelu``), methods or families; in such a graph
-each of them is emitted as the aten operator that computes it:
+A replacement emits the targets its text names.  Two things are re-spelled:
 
-* a family is emitted as its first ``aten`` member that accepts the
-  arguments (``relu`` as ``aten.relu.default``), the arguments mapped by the
-  family's parameter names;
-* any other function or method as the aten operator of the same name, the
-  overload chosen as PyTorch itself chooses it, from the arguments' metadata
-  (``torch.sum(x, -1)`` as ``aten.sum.dim_IntList``).
+* a family emits the member that fits the graph's level: its first member in
+  a torch-level graph, its first ``aten`` member that takes the arguments in
+  an aten-level one (``relu`` as ``aten.relu.default``, the arguments mapped
+  by the family's parameter names), else its first member;
+* in an aten-level graph an overload packet (``aten.sum``) is emitted as the
+  overload PyTorch itself would call (``aten.sum.dim_IntList`` for
+  ``aten.sum(x, [-1])``), from the arguments' metadata.
 
-What has no aten spelling (a submodule call, a function aten lacks) raises
-:class:`NoAtenSpelling`, and the rewrite is skipped with that reason.  A
-compile stage that knows its graph is aten-level marks it (:data:`ATEN_GRAPH`)
-with the operators it has already decomposed, which replacements may not
-bring back.
+A consumer that requires aten operators (an ``ExportedProgram``, whose
+verifier refuses anything else, and Inductor's post-grad pass) marks the graph
+(:data:`ATEN_GRAPH`): there every torch function, method or operator is
+emitted as the aten operator of the same name (``torch.sum(x, -1)`` as
+``aten.sum.dim_IntList``), and what has none (a submodule call, a function
+aten lacks) raises :class:`NoAtenSpelling`, which the rewriter turns into a
+``no aten spelling`` skip.  The mark's value holds the operators that
+consumer has already decomposed, which replacements may not bring back.
 """
 
 from __future__ import annotations
 
+import enum
 import operator
 from collections.abc import Mapping
 from typing import Any
@@ -43,14 +44,54 @@ _OPERATOR_NAMES = {
 }
 
 
-#: ``GraphModule.meta`` key set by a compile stage that knows its graph is aten-level (Inductor's post-grad
-#: graphs hold Inductor's own lowerings too, so detection would say no); its value holds the operators the
-#: stage has decomposed, which a replacement may not emit.
+#: ``GraphModule.meta`` key set by a consumer that requires aten operators (an ``ExportedProgram`` being
+#: rewritten, Inductor's post-grad pass, whose graphs hold Inductor's own lowerings too, so detection
+#: would not say aten-level); its value holds the operators the consumer has decomposed, which a
+#: replacement may not emit.
 ATEN_GRAPH = "fxrules_aten_graph"
 
 
 class NoAtenSpelling(Exception):  # noqa: N818 - a condition the rewriter turns into a skip
     """A replacement operation has no aten operator to stand for it."""
+
+
+class Level(enum.Enum):
+    """How a graph's replacements are spelled."""
+
+    TORCH = "torch-level"  # targets as written; a family emits its first member
+    ATEN = "aten-level"  # targets as written; a family emits an aten member, a packet its overload
+    ATEN_ONLY = "aten operators only"  # every operation as an aten operator, or skipped
+
+
+def graph_level(gm: torch.nn.Module, graph: torch.fx.Graph) -> Level:
+    """The level replacements in ``graph`` (owned by ``gm``) are spelled at."""
+    if ATEN_GRAPH in getattr(gm, "meta", {}):
+        return Level.ATEN_ONLY
+    return Level.ATEN if is_aten_graph(graph) else Level.TORCH
+
+
+Spelled = tuple[OpKind, Any, tuple[Any, ...], dict[str, Any]]
+
+
+def spelled(level: Level, family: Family | None, kind: OpKind, target: Any, args: tuple[Any, ...],
+            kwargs: dict[str, Any]) -> Spelled:
+    """The call a replacement operation emits at ``level``: ``target(*args, **kwargs)`` as written (a
+    family as its first member, ``kind``/``target``), but for the re-spellings the module docstring lists."""
+    if level is Level.ATEN_ONLY:
+        if needs_aten_spelling(kind, target, args, kwargs):
+            return (OpKind.FUNCTION, *aten_spelling(family, kind, target, args, kwargs))
+        return kind, target, args, kwargs
+    if level is Level.ATEN and family is not None:
+        for member in family.members:
+            call = _as_member(family, member, args, kwargs)
+            if call is not None:
+                return (OpKind.FUNCTION, *call)
+    if level is Level.ATEN and isinstance(target, torch._ops.OpOverloadPacket):
+        try:
+            return kind, _resolve(target, args, kwargs), args, kwargs
+        except Exception:
+            return kind, target, args, kwargs
+    return kind, target, args, kwargs
 
 
 def is_aten_graph(graph: torch.fx.Graph) -> bool:
@@ -92,9 +133,22 @@ def needs_aten_spelling(kind: OpKind, target: Any, args: tuple[Any, ...], kwargs
     if kind is OpKind.FUNCTION and _allowed_beside_aten(target):
         # operator.add of two sizes stays; operator.add of a tensor becomes aten.add.Tensor, and an operator
         # aten has no counterpart for (x[i] of a tensor) cannot stay either; getitem of a tuple result stays
+        if target is operator.getitem and args and _returns_several(args[0]):
+            return False
         on_tensors = any(isinstance(_stand_in(a), torch.Tensor) for a in args)
         return on_tensors and getattr(target, "__module__", None) == "_operator"
     return not (kind is OpKind.FUNCTION and isinstance(target, torch._ops.OpOverload))
+
+
+def _returns_several(value: Any) -> bool:
+    """Whether ``value`` is a node of an operator with several results (``aten.var_mean.correction``), so
+    ``value[i]`` picks a result, as exported graphs write it, even before the node has metadata."""
+    if not isinstance(value, torch.fx.Node):
+        return False
+    target = value.target
+    if isinstance(target, torch._ops.OpOverload):
+        return len(target._schema.returns) > 1
+    return isinstance(value.meta.get("val"), list | tuple)
 
 
 def _stand_in(value: Any) -> Any:
@@ -120,7 +174,7 @@ def aten_spelling(family: Family | None, kind: OpKind, target: Any, args: tuple[
     if not isinstance(packet, torch._ops.OpOverloadPacket):
         raise NoAtenSpelling(f"{_describe(family, kind, target)} has no aten operator of the same name; name a "
                              "family with an aten member in the replacement")
-    renamed = {("self" if key == "input" else key): value for key, value in kwargs.items()}
+    renamed = _schema_names(kwargs)
     try:
         overload = _resolve(packet, args, renamed)
     except Exception as error:  # PyTorch's RuntimeError: no schema matches
@@ -141,6 +195,20 @@ def aten_spelling(family: Family | None, kind: OpKind, target: Any, args: tuple[
         raise NoAtenSpelling(f"aten.{name}.{overload._overloadname} does not take the arguments "
                              f"{', '.join(named)} of {_describe(family, kind, target)}")
     return call
+
+
+def aten_name(kind: OpKind, target: Any) -> str | None:
+    """The name of the aten operator a call would be spelled as where aten operators are required (``sin``
+    for ``torch.sin``, ``Tensor.sin``, ``aten.sin`` and ``aten.sin.default``); None for a module."""
+    if isinstance(target, torch._ops.OpOverload):
+        target = target.overloadpacket
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return str(target._qualified_op_name).removeprefix("aten::")
+    if kind is OpKind.METHOD:
+        return str(target)
+    if kind is OpKind.FUNCTION:
+        return _OPERATOR_NAMES.get(target, getattr(target, "__name__", None))
+    return None
 
 
 def _resolve(packet: torch._ops.OpOverloadPacket, args: tuple[Any, ...],
@@ -165,11 +233,19 @@ def _as_member(family: Family, member: FamilyMember, args: tuple[Any, ...],
     return _schema_call(member.target, {by_family_name[n]: v for n, v in bound.explicit.items()})
 
 
+def _schema_names(named: Mapping[str, Any]) -> dict[str, Any]:
+    """Arguments named as torch's Python signatures name them, named as aten schemas do (``input`` is ``self``)."""
+    return {("self" if key == "input" else key): value for key, value in named.items()}
+
+
 def _schema_call(overload: torch._ops.OpOverload,
                  named: Mapping[str, Any]) -> tuple[torch._ops.OpOverload, tuple[Any, ...], dict[str, Any]] | None:
     """Arguments by name as an aten call: positional up to the last one given, keyword-only ones by keyword."""
     arguments = overload._schema.arguments
-    if set(named) - {a.name for a in arguments}:
+    names = {a.name for a in arguments}
+    if "input" in named and "input" not in names:
+        named = _schema_names(named)
+    if set(named) - names:
         return None
     positional: list[Any] = []
     pending: list[Any] = []  # defaults before a later given argument must be written out

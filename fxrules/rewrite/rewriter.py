@@ -2,8 +2,9 @@
 
 Steps for a match: (1) emit the replacement's nodes before the earliest
 matched output (``Graph.inserting_before``), each shared template once, in
-dependency order; helpers run here, and in an aten-level graph each operation is spelled as
-an aten operator (:mod:`fxrules.rewrite.aten`); (2) give the new nodes the replaced
+dependency order; helpers run here, and each operation is spelled for the graph's level
+(:mod:`fxrules.rewrite.aten`: as written, but families, packets, and aten operators only where the
+graph's consumer requires them); (2) give the new nodes the replaced
 output's ``stack_trace``/``nn_module_stack``, provenance in
 ``meta["fxrules"]``, and shape metadata (copied for outputs, inferred for the
 rest); (3) redirect the outputs' users (``Node.replace_all_uses_with``);
@@ -16,6 +17,7 @@ instead of working on a copy of the graph.
 from __future__ import annotations
 
 import functools
+import math
 import operator
 from collections.abc import Callable, Container, Mapping
 from typing import Any
@@ -23,11 +25,13 @@ from typing import Any
 import attrs
 import torch
 import torch.fx
+from torch.fx.operator_schemas import normalize_function
 
 from fxrules.diagnostics import FxrApplyError
 from fxrules.graph.metadata import (
     alias_class,
     aliased_inputs,
+    changes_an_argument,
     has_metadata,
     has_side_effects,
     in_place_writer,
@@ -35,6 +39,7 @@ from fxrules.graph.metadata import (
     tensor_info,
     view_base,
 )
+from fxrules.graph.module_data import UnreadableAttribute, read_module_attribute
 from fxrules.graph.sizes import SYMBOLIC, DynamicSize, dynamic_size, is_size_error, literal
 from fxrules.graph.subgraphs import NO_NEW_TENSORS, OUTSIDE, TOP_LEVEL, CallContext, grad_modes
 from fxrules.lang.bounds import LiteralTooLarge, bounded
@@ -52,7 +57,7 @@ from fxrules.lang.ir import (
 from fxrules.match.matcher import Match
 from fxrules.match.skips import Skip, SkipReason
 from fxrules.memo import per_object
-from fxrules.rewrite.aten import ATEN_GRAPH, NoAtenSpelling, aten_spelling, is_aten_graph, needs_aten_spelling
+from fxrules.rewrite.aten import ATEN_GRAPH, Level, NoAtenSpelling, aten_name, graph_level, spelled
 from fxrules.rewrite.read_only import read_only
 from fxrules.rewrite.transaction import Transaction
 
@@ -115,9 +120,10 @@ class Rewriter:
         self.with_metadata = any(has_metadata(n) for n in graph.find_nodes(op="placeholder"))
 
     @functools.cached_property
-    def aten_level(self) -> bool:
-        """Whether replacements must be spelled as aten operators (decided at the first rewrite, not per apply)."""
-        return ATEN_GRAPH in getattr(self.gm, "meta", {}) or is_aten_graph(self.graph)
+    def level(self) -> Level:
+        """How replacements are spelled (:mod:`fxrules.rewrite.aten`; decided at the first rewrite, not per
+        apply)."""
+        return graph_level(self.gm, self.graph)
 
     @functools.cached_property
     def decomposed(self) -> Container[Any]:
@@ -140,8 +146,8 @@ class Rewriter:
         mark = self.transaction.mark(self.graph)
         try:  # a skip halfway (a helper's value unknown, no aten spelling...) leaves nothing behind
             values, created = self._emit(match, anchor)
-            if not created and all(v is o for v, o in zip(values, outputs, strict=True)):
-                raise Skip(SkipReason.NO_CHANGE, "the replacement is the matched node itself")
+            check_no_change(match, values, created)
+            check_effects_kept(match, values, created)
             if len(outputs) > 1:
                 _check_order(anchor, outputs, values, created)
             self._check_receivers(outputs, values)
@@ -167,7 +173,7 @@ class Rewriter:
             shape = _ReplacementShape()  # a symbolic dim of a typed capture: the Emitter makes it a literal or skips
         if shape.values is not None:  # x * 1 => x: no node to insert
             return [bindings[key] if is_capture else key for is_capture, key in shape.values], []
-        if shape.call is not None and not self.aten_level:
+        if shape.call is not None and self.level is Level.TORCH:
             node = shape.call.emit(self.graph, self.transaction, bindings, anchor)
             if node is not None:
                 return [node], [node]
@@ -349,6 +355,8 @@ class Emitter:
         return value
 
     def _operation(self, template: OpTemplate) -> Any:
+        if template.target is getattr and self._module_capture(template.args[0]) is not None:
+            return self._module_attribute(template)
         args = tuple(self._graph_value(self.emit(a)) for a in template.args)
         kwargs = {name: self._graph_value(self.emit(v)) for name, v in template.kwargs}
         kind, target = template.kind, template.target
@@ -362,12 +370,10 @@ class Emitter:
         family = target if kind is OpKind.FAMILY else None
         if family is not None:
             kind, target = family.primary.kind, family.primary.target
-        if self.rewriter.aten_level and needs_aten_spelling(kind, target, args, kwargs):
-            try:
-                target, args, kwargs = aten_spelling(family, kind, target, args, kwargs)
-            except NoAtenSpelling as reason:
-                raise Skip(SkipReason.NO_ATEN_SPELLING, f"{template.span}: {reason}") from reason
-            kind = OpKind.FUNCTION
+        try:
+            kind, target, args, kwargs = spelled(self.rewriter.level, family, kind, target, args, kwargs)
+        except NoAtenSpelling as reason:
+            raise Skip(SkipReason.NO_ATEN_SPELLING, f"{template.span}: {reason}") from reason
         if target in self.rewriter.decomposed:
             raise Skip(SkipReason.DECOMPOSED_OPERATOR,
                 f"{template.span}: the compiler decomposes {target} before this pass; "
@@ -379,6 +385,33 @@ class Emitter:
         node = self.rewriter.transaction.create_node(self.graph, op, target, args, kwargs)
         self.created.append(node)
         return node
+
+    def _module_capture(self, template: Template) -> str | None:
+        """The name of a module capture ``template`` is (``l`` of ``l.weight``), else None."""
+        if isinstance(template, Capture) and isinstance(self.match.bindings.get(template.name), torch.nn.Module):
+            return template.name
+        return None
+
+    def _module_attribute(self, template: OpTemplate) -> Any:
+        """``l.weight`` of a captured module: a ``get_attr`` of that parameter or buffer (the existing tensor,
+        not a copy), or the plain value of a data attribute (``l.in_features``, ``l.bias`` when it is None),
+        read as guards read it: without running a property or ``__getattr__`` of the module."""
+        name = self._module_capture(template.args[0])
+        attribute = template.args[1]
+        assert name is not None and isinstance(attribute, Literal)
+        module = self.match.bindings[name]
+        try:
+            value = read_module_attribute(module, attribute.value)
+        except UnreadableAttribute as error:
+            raise FxrApplyError(f"{template.span}: {error}") from None
+        if isinstance(value, torch.Tensor):
+            node = self.rewriter.transaction.get_attr(self.graph, f"{self.match.modules[name]}.{attribute.value}")
+            self.created.append(node)
+            return node
+        if isinstance(value, torch.nn.Module):
+            raise FxrApplyError(f"{template.span}: '{name}.{attribute.value}' is a submodule; a replacement can "
+                                "use a captured module's tensors and data attributes, not its submodules")
+        return _size_literal(value, f"'{name}.{attribute.value}'")
 
     def _module_name(self, template: OpTemplate) -> str:
         if isinstance(template.target, HelperTemplate):
@@ -432,6 +465,120 @@ class Emitter:
             raise FxrApplyError("a module capture can be called or passed to a helper, not used as a value")
         return value
 
+
+
+def check_no_change(match: Match, values: list[Any], created: list[torch.fx.Node]) -> None:
+    """Skip a rewrite whose result is the computation it replaces: each output replaced by itself, or by new
+    nodes of the same ops and targets as the matched ones, with the same arguments (after normalization:
+    ``torch.sum(x, -1)`` is ``torch.sum(x, dim=-1)``), down to the same existing nodes.  Spliced, it would
+    change nothing but node names, and match again in the next pass, forever: ``aten.sin.default(x) =>
+    aten.sin(x)`` in an aten-level graph, where the packet is emitted as the overload it matched.
+    """
+    if not created and any(value is not output for value, output in zip(values, match.outputs, strict=True)):
+        return
+    new = set(created)
+    seen: dict[torch.fx.Node, torch.fx.Node] = {}
+    for value, output in zip(values, match.outputs, strict=True):
+        if not _same_value(value, output, new, seen):
+            return
+    if not created:
+        raise Skip(SkipReason.NO_CHANGE, "the replacement is the matched node itself")
+    raise Skip(SkipReason.NO_CHANGE, lambda: f"the replacement computes '{match.anchor.name}' as the match does: "
+                                             f"{', '.join(str(n.target) for n in created)} of the same arguments")
+
+
+def check_effects_kept(match: Match, values: list[Any], created: list[torch.fx.Node]) -> None:
+    """Skip a rewrite that would remove a node of the match that has an effect beyond its result (an in-place
+    write, ``copy_``, ``out=``, an assertion), unless the replacement has a node performing the same effect:
+    the same operation (as written or as an aten operator of the same name) writing into the same tensor, or
+    for an effect that writes nothing, the same call.  A write into a tensor the match itself made (``x.clone()
+    .add_(1)``, not a view of anything outside) is seen only through the match's outputs, which the
+    replacement replaces.  Random operations (``torch.rand``, dropout in training) may be removed: a pattern
+    names them on purpose, and the matcher refuses a match that would remove one it does not name.
+    """
+    kept = {value for value in values if isinstance(value, torch.fx.Node)}
+    matched = set(match.nodes)
+    for node in match.nodes:
+        if node in kept or not has_side_effects(node, impure_random=False):
+            continue
+        written = _written(node)
+        if isinstance(written, torch.fx.Node) and view_base(written) in matched:
+            continue
+        if not any(_same_effect(node, new, written) for new in created):
+            into = f" writes into '{written.name}'" if isinstance(written, torch.fx.Node) else " has side effects"
+            raise Skip(SkipReason.IMPURE, f"'{node.name}'{into}, and the replacement, which would remove it, "
+                                          "does not do the same")
+
+
+def _written(node: torch.fx.Node) -> Any:
+    """The tensor a node with side effects writes into (``out=``, else its first argument), or None."""
+    out = node.kwargs.get("out")
+    if isinstance(out, torch.fx.Node):
+        return out
+    if changes_an_argument(node):
+        return node.args[0] if node.args else None
+    return None
+
+
+def _same_effect(node: torch.fx.Node, new: torch.fx.Node, written: Any) -> bool:
+    if new.target != node.target and _operation_name(new) != _operation_name(node):
+        return False
+    if written is None:
+        return new.args == node.args and new.kwargs == node.kwargs
+    new_written = _written(new)
+    return isinstance(new_written, torch.fx.Node) and view_base(new_written) is view_base(written)
+
+
+def _operation_name(node: torch.fx.Node) -> str | None:
+    """The operation a node performs by aten name, its in-place and ``out=`` forms one (``add_``, ``add``)."""
+    kind = {"call_method": OpKind.METHOD, "call_module": OpKind.MODULE}.get(node.op, OpKind.FUNCTION)
+    name = aten_name(kind, node.target)
+    return None if name is None else name.rstrip("_")
+
+
+def _same_value(value: Any, old: Any, new: set[torch.fx.Node], seen: dict[torch.fx.Node, torch.fx.Node]) -> bool:
+    """Whether ``value`` (an argument of the replacement) computes what ``old`` (one of the match) does."""
+    if value is old:
+        return True
+    if isinstance(value, list | tuple):
+        return type(value) is type(old) and len(value) == len(old) \
+            and all(_same_value(v, o, new, seen) for v, o in zip(value, old, strict=True))
+    if isinstance(value, torch.Tensor):  # a tensor argument written into a graph: the same object or not
+        return False
+    if not isinstance(value, torch.fx.Node):
+        return not isinstance(old, torch.fx.Node | list | tuple) and type(value) is type(old) \
+            and (value == old or (isinstance(value, float) and math.isnan(value) and math.isnan(old)))
+    if value not in new or not isinstance(old, torch.fx.Node):
+        return False
+    if value in seen:
+        return seen[value] is old
+    if value.op != old.op or value.target != old.target:
+        return False
+    seen[value] = old
+    for normalize in (False, True):
+        new_args, old_args = _arguments(value, normalize), _arguments(old, normalize)
+        if new_args is None or old_args is None:
+            break
+        if new_args.keys() == old_args.keys() and all(_same_value(new_args[k], old_args[k], new, seen)
+                                                      for k in new_args):
+            return True
+    del seen[value]  # assumed while comparing its arguments (a DAG shares nodes); not the same after all
+    return False
+
+
+def _arguments(node: torch.fx.Node, normalize: bool) -> dict[Any, Any] | None:
+    """A call's arguments as written (by position and keyword), or ``normalize``d: by parameter name, defaults
+    filled in, where its target's schema binds them unambiguously (else None)."""
+    if not normalize:
+        return {**dict(enumerate(node.args)), **node.kwargs}
+    if node.op != "call_function":
+        return None
+    try:
+        pair = normalize_function(node.target, node.args, node.kwargs,  # type: ignore[arg-type]
+                                  normalize_to_only_use_kwargs=True)
+    except RuntimeError:  # several schemas bind the arguments (torch.neg of a tensor or a number)
+        return None
+    return None if pair is None else dict(pair.kwargs)
 
 
 def _has_live_user(node: torch.fx.Node, retired: Mapping[torch.fx.Node, None]) -> bool:
