@@ -182,7 +182,9 @@ def trace(model: torch.nn.Module, how: str, inputs: Sequence[torch.Tensor]) -> T
             return torch._dynamo.export(model)(*inputs).graph_module
         return model if isinstance(model, torch.fx.GraphModule) else torch.fx.symbolic_trace(model)
     except Exception as error:  # the model's code, as the tracer saw it
-        raise FxrModelError(f"cannot trace the model with --trace {how}: {_one_line(error)}") from None
+        others = " or ".join(other for other in TRACES if other != how)
+        raise FxrModelError(f"cannot trace the model with --trace {how}: {_one_line(error)} (--trace {others} "
+                            "may trace it)") from None
 
 
 def graph_of(traced: Traced) -> torch.fx.GraphModule:
@@ -212,6 +214,10 @@ def save(result: Traced, path: Path, inputs: Sequence[torch.Tensor]) -> None:
             torch.export.save(program, path)
             return
         module = result.module() if isinstance(result, ExportedProgram) else result
+        if type(module.graph._codegen) is not torch.fx.graph.CodeGen:
+            # Dynamo's and export's modules flatten their arguments with a pytree spec, which to_folder drops
+            raise FxrUsageError(f"--output {path}: this graph module flattens its inputs with a pytree spec, which "
+                                "a folder cannot hold; save it as a .pt2 program")
         module.to_folder(path, "Rewritten")
     except FxrError:
         raise

@@ -182,6 +182,8 @@ def unknown_predicate(rules: Iterable[Rule], predicates: Predicates) -> str | No
 
 def _call_predicate(call: GuardCall, args: list[Any]) -> bool:
     result = _PREDICATES.get()[call.func](*args)
+    if isinstance(result, torch.SymBool):  # of a symbolic size: bool() asks, and may say it depends on the size
+        return bool(result)
     if not isinstance(result, bool):
         raise GuardError(f"{call.span}: predicate '{call.func}' returned {type(result).__name__}, not a bool")
     return result
