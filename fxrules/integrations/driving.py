@@ -27,6 +27,7 @@ import torch.fx
 from torch.export import ExportedProgram
 
 from fxrules.diagnostics import FxrError, FxrUsageError, did_you_mean
+from fxrules.engine.report import counted
 from fxrules.verification.options import DTYPES
 
 #: ``--trace``: how a model becomes a graph.
@@ -72,10 +73,12 @@ def _example_input(spec: str, generator: torch.Generator) -> torch.Tensor:
                                                                                              int(float(high)))
     if not bounds[0] < bounds[1]:
         raise FxrUsageError(f"--input {spec!r}: the range {low}..{high} is empty (it holds LOW, not HIGH)")
-    try:
-        return _draw(dtype, sizes, bounds, generator)
-    except RuntimeError as error:  # a range beyond the dtype: torch.randint says which
-        raise FxrUsageError(f"--input {spec!r}: {str(error).splitlines()[0]}") from None
+    if not (dtype.is_floating_point or dtype.is_complex):
+        limits = torch.iinfo(dtype)
+        if bounds[0] < limits.min or bounds[1] - 1 > limits.max:
+            raise FxrUsageError(f"--input {spec!r}: the range {low}..{high} does not fit {name} "
+                                f"({limits.min}..{limits.max + 1})")
+    return _draw(dtype, sizes, bounds, generator)
 
 
 def _sizes(spec: str, text: str) -> tuple[int, ...]:
@@ -197,7 +200,7 @@ def check_input_count(traced: Traced, inputs: Sequence[torch.Tensor]) -> None:
         return
     names = [node.name for node in traced.graph.find_nodes(op="placeholder")]
     if len(names) != len(inputs):
-        raise FxrUsageError(f"the model takes {len(names)} inputs ({', '.join(names) or 'none'}), but "
+        raise FxrUsageError(f"the model takes {counted(len(names), 'input')} ({', '.join(names) or 'none'}), but "
                             f"{len(inputs)} --input were given")
 
 
