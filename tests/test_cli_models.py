@@ -248,7 +248,8 @@ def test_bundled_notes_only_with_verbose(models: str, capsys: pytest.CaptureFixt
 def test_no_numpy_warning_when_torch_has_no_numpy(tmp_path: Path) -> None:
     """In a venv with torch but no NumPy, torch warns on import; the fxrules command does not pass that on."""
     (tmp_path / "numpy").mkdir()
-    (tmp_path / "numpy" / "__init__.py").write_text("raise ImportError('No module named numpy')\n")
+    missing = "raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n"
+    (tmp_path / "numpy" / "__init__.py").write_text(missing, encoding="utf-8")
     script = textwrap.dedent("""\
         import sys, warnings
         warnings.simplefilter("default")
