@@ -286,7 +286,7 @@ SNIPPETS = extract_blocks(PIPELINES_DOC, "pipelines", {"python"})
 
 
 def test_the_pipelines_doc_has_a_snippet_per_recipe() -> None:
-    assert len(SNIPPETS) == 4
+    assert len(SNIPPETS) == 5
 
 
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=lambda block: block.id)
