@@ -14,6 +14,7 @@ Dynamo, Inductor or hypothesis until it uses them.
 from __future__ import annotations
 
 import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from fxrules.diagnostics import (
@@ -27,6 +28,10 @@ from fxrules.diagnostics import (
     FxrUsageError,
     Span,
 )
+
+# torch warns when it is imported without NumPy (a fresh venv with torch alone); fxrules needs no NumPy, and
+# the first import of torch may be fxrules' own (the CLI's, or a lazy name below), so that warning is not shown
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy", category=UserWarning)
 
 if TYPE_CHECKING:
     from fxrules.engine.driver import apply, apply_program

@@ -1,50 +1,61 @@
-"""The ``fxrules`` command: check, list, apply and explain rule files.
+"""The ``fxrules`` command: check, list, apply, explain and verify rule files (docs/cli.md is the guide).
 
 ``fxrules check FILE...``    diagnostics and a summary line per file; exit 1 on errors.
-``fxrules list``             the bundled rulesets and their rules.
-``fxrules apply RULES --model module:factory [--input-shape 2,3 ...] [--output F.py]``
-                             trace the model, apply, print the report and a diff of the code.
-``fxrules explain RULES --model module:factory``  the same, with near misses.
-``--static-shapes`` (apply, explain): rules may specialize the graph to the ``--input-shape`` sizes.
+``fxrules list``             the bundled rulesets and their rules, each with the first sentence of its docstring.
+``fxrules apply RULES... --model module:factory [--input 'int64[2,16]:0..1000' ...] [--trace symbolic|export|dynamo]
+[--output model.pt2|code.py|FOLDER]``
+                             trace the model, apply, print the report and a diff of the code, save the result.
+``fxrules explain RULES... --model module:factory``  the same, with near misses.
+``--static-shapes`` (apply, explain): rules may specialize the graph to the ``--input`` sizes.
 ``fxrules demo``             the bundled rulesets on three small models, measured.
-``fxrules verify FILE... [--examples N] [--seed S] [--max-side N] [--dtypes D,D] [--rule NAME]
-[--database DIR] [--json]``  check each rule's soundness; exit 1 if one is unsound or in error, 2 on a bad
-                             option (the options are those of :func:`fxrules.verify`).
+``fxrules verify FILE... [--examples N] [--seed S] [--max-side N] [--dtypes D,D] [--database DIR] [--json]``
+                             check each rule's soundness; exit 1 if one is unsound or in error (the options are
+                             those of :func:`fxrules.verify`).
 
 ``fxrules prove FILE... [--rule NAME] [--timeout S] [--json]``  prove rules with the z3 solver (the extra
                              ``fxrules[prove]``); exit 1 if one is refuted, 2 on a bad option or without z3.
-
 ``fxrules fmt FILE... [--check] [--diff] [--line-length N]``  lay out rule files in the canonical layout
-                             (:mod:`fxrules.formatting`); exit 1 if one does not parse, or with --check would change.
-
+                             (:mod:`fxrules.lang.formatting`); exit 1 if one does not parse, or with --check would
+                             change.
 ``fxrules convert module:pattern module:replacement [--name NAME]``  print the .fxr rule that
                              ``torch.fx.subgraph_rewriter.replace_pattern`` would apply for the two functions.
 
 ``--allow MODULE`` (check, apply, explain, verify, prove): a module the rules may name, as ``allow=`` does.
+``--rule NAME``, ``--exclude NAME`` (apply, explain, verify): choose rules by name or glob pattern.
+``--helpers MODULE`` (apply, explain, verify): a module whose ``HELPERS`` and ``PREDICATES`` mappings are
+passed as ``helpers=`` and ``predicates=``.
+``--verbose`` (apply, explain): the notes on bundled rules too.
+
+A mistake on the command line is one line on stderr and exit code 2; an error in a rule file or a failing
+apply is exit code 1.  Each warning of the rule files is printed once.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
-import importlib
 import math
+import re
 import sys
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+import attrs
 import torch
-import torch.fx
+from torch.export import ExportedProgram
 
 from fxrules.demo import run_demo
-from fxrules.diagnostics import FxrError, FxrLoadError, FxrUsageError
-from fxrules.engine.driver import apply
+from fxrules.diagnostics import FxrError, FxrLoadError, FxrLoopWarning, FxrUsageError
+from fxrules.engine.driver import apply, apply_program, load_rules
 from fxrules.engine.loading import load
-from fxrules.engine.report import counted
+from fxrules.engine.report import Report, counted
+from fxrules.integrations import driving
 from fxrules.integrations.convert import rule_text
 from fxrules.lang import bundled
 from fxrules.lang.formatting import LINE_LENGTH, format_files
+from fxrules.lang.ir import RuleSet
 from fxrules.verification.options import (
     DEFAULT_EXAMPLES,
     DEFAULT_MAX_SIDE,
@@ -57,8 +68,26 @@ from fxrules.verification.prove import DEFAULT_TIMEOUT, prove
 from fxrules.verification.soundness import verify
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one line on stderr (argparse prints the usage first) and exit code 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _print_warnings(rulesets: Iterable[RuleSet], printed: set[str]) -> None:
+    """Each warning of the rule files once, however many of the files include the file it is about."""
+    for ruleset in rulesets:
+        for warning in ruleset.warnings:
+            text = warning.render()
+            if text not in printed:
+                printed.add(text)
+                print(text, file=sys.stderr)
+
+
 def _check(files: Sequence[str], allow: Sequence[str]) -> int:
     failed = False
+    printed: set[str] = set()
     for name in files:
         try:
             ruleset = load(name, allow)
@@ -71,10 +100,19 @@ def _check(files: Sequence[str], allow: Sequence[str]) -> int:
             print(f"{name}: error: {error}", file=sys.stderr)
             failed = True
             continue
-        for warning in ruleset.warnings:
-            print(warning.render(), file=sys.stderr)
+        _print_warnings([ruleset], printed)
         print(f"{name}: {counted(len(ruleset), 'rule')}, 0 errors")
     return 1 if failed else 0
+
+
+_SENTENCE = re.compile(r"(.+?[.!?])(?=\s+[A-Z(]|$)")
+
+
+def first_sentence(docstring: str | None) -> str:
+    """The first sentence of a docstring, whole, on one line (its first paragraph if it has no full stop)."""
+    paragraph = " ".join((docstring or "").strip().split("\n\n")[0].split())
+    found = _SENTENCE.match(paragraph)
+    return found.group(1) if found else paragraph
 
 
 def _list() -> int:
@@ -82,72 +120,74 @@ def _list() -> int:
         ruleset = load(name)
         print(f"{name}: {len(ruleset)} rules")
         for rule in ruleset:
-            summary = (rule.docstring or "").strip().splitlines()[0] if rule.docstring else ""
-            print(f"  {rule.name:<30} {summary}")
+            print(f"  {rule.name:<30} {first_sentence(rule.docstring)}")
     return 0
-
-
-def _imported(spec: str, what: str, example: str) -> Any:
-    """``package.module:attribute``, imported with the working directory on the path."""
-    module_name, _, attribute = spec.partition(":")
-    if not attribute:
-        raise SystemExit(f"{what} must look like {example}, got {spec!r}")
-    sys.path.insert(0, str(Path.cwd()))
-    try:
-        return getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as error:
-        raise SystemExit(f"fxrules: cannot load {what} {spec!r}: {error}") from None
-
-
-def _factory(spec: str) -> Any:
-    factory = _imported(spec, "--model", "package.module:factory")
-    return factory() if callable(factory) and not isinstance(factory, torch.nn.Module) else factory
 
 
 def _convert(args: argparse.Namespace) -> int:
-    try:
-        print(rule_text(_imported(args.pattern, "the pattern", "package.module:function"),
-                        _imported(args.replacement, "the replacement", "package.module:function"), args.name), end="")
-    except FxrError as error:
-        print(f"fxrules convert: error: {error}", file=sys.stderr)
-        return 1
+    pattern = driving.import_object(args.pattern, "the pattern")
+    replacement = driving.import_object(args.replacement, "the replacement")
+    print(rule_text(pattern, replacement, args.name), end="")
     return 0
 
 
-def _shapes(specs: Sequence[str]) -> list[torch.Tensor]:
-    return [torch.randn(*(int(s) for s in spec.split(","))) for spec in specs]
+def _rules(args: argparse.Namespace, files: Sequence[str]) -> RuleSet:
+    """The rules of ``files``, those ``--rule``/``--exclude`` choose, each file's warnings printed once."""
+    loaded = [load_rules(name, args.allow) for name in files]
+    _print_warnings(loaded, set())
+    return load_rules(loaded).select(args.rule or None, args.exclude or None, labels=("--rule", "--exclude"))
+
+
+def _inputs(args: argparse.Namespace) -> list[torch.Tensor]:
+    specs = [*(driving.input_shape_spec(shape) for shape in args.input_shape), *args.input]
+    return driving.example_inputs(specs)
 
 
 def _apply(args: argparse.Namespace, explain: bool) -> int:
-    model = _factory(args.model)
-    model.eval()
-    gm = model if isinstance(model, torch.fx.GraphModule) else torch.fx.symbolic_trace(model)
-    before = gm.code
-    inputs = _shapes(args.input_shape) if args.input_shape else None
-    try:
-        report = apply(gm, args.rules, example_inputs=inputs, allow=args.allow, explain=explain,
-                       static_shapes=args.static_shapes)
-    except FxrError as error:
-        print(error, file=sys.stderr)
-        return 1
-    print(report)
-    diff = difflib.unified_diff(before.splitlines(), gm.code.splitlines(), "before", "after", lineterm="")
-    print("\n".join(diff))
+    ruleset = _rules(args, args.rules)
+    helpers, predicates = driving.user_functions(args.helpers)
+    inputs = _inputs(args)
+    traced = driving.trace(driving.build_model(args.model), args.trace, inputs)
+    driving.check_input_count(traced, inputs)
+    before = driving.graph_of(traced).code
+    options: dict[str, Any] = {"helpers": helpers, "predicates": predicates, "explain": explain,
+                               "static_shapes": args.static_shapes}
+    result: driving.Traced
+    if isinstance(traced, ExportedProgram):
+        rewritten = apply_program(traced, ruleset, **options)
+        result, report = rewritten.program, rewritten.report
+    else:
+        result, report = traced, apply(traced, ruleset, example_inputs=inputs or None, **options)
+    print(report if args.verbose else _without_bundled_notes(report))
+    after = driving.graph_of(result).code
+    print("\n".join(difflib.unified_diff(before.splitlines(), after.splitlines(), "before", "after", lineterm="")))
     if args.output:
-        Path(args.output).write_text(gm.code, encoding="utf-8")
+        _save(result, Path(args.output), inputs)
     return 0
 
 
+def _save(result: driving.Traced, path: Path, inputs: Sequence[torch.Tensor]) -> None:
+    if path.suffix == ".py":  # the code to read (not loadable without the module's weights: see .pt2)
+        path.write_text(driving.graph_of(result).code, encoding="utf-8")
+        return
+    driving.save(result, path, inputs)
+    print(f"saved {'the exported program' if path.suffix == '.pt2' else 'the graph module'} to {path}")
+
+
+def _without_bundled_notes(report: Report) -> Report:
+    """The report without the notes on bundled rules (how their arguments are compared): the user cannot act
+    on them.  ``--verbose`` shows them."""
+    bundled_files = {f"rulesets/{name}" for name in [*bundled.ruleset_names(), bundled.PRELUDE]}
+    rules = tuple(attrs.evolve(rule, notes=()) if rule.location.rsplit(":", 2)[0] in bundled_files else rule
+                  for rule in report.rules)
+    return attrs.evolve(report, rules=rules)
+
+
 def _verify(args: argparse.Namespace) -> int:
-    try:
-        report = verify(list(args.files), max_examples=args.examples, seed=args.seed, max_side=args.max_side,
-                        dtypes=args.dtypes, names=args.rule or None, database=args.database, allow=args.allow)
-    except FxrUsageError as error:  # an option that does not fit the rules: --rule names no rule of them
-        print(f"fxrules verify: error: {error}", file=sys.stderr)
-        return 2
-    except FxrError as error:
-        print(error, file=sys.stderr)
-        return 1
+    ruleset = _rules(args, args.files)
+    helpers, predicates = driving.user_functions(args.helpers)
+    report = verify(ruleset, max_examples=args.examples, seed=args.seed, max_side=args.max_side, dtypes=args.dtypes,
+                    database=args.database, helpers=helpers, predicates=predicates)
     print(report.to_json() if args.json else report)
     return 0 if report.sound else 1
 
@@ -204,30 +244,48 @@ def _verify_parser(check_rules: argparse.ArgumentParser) -> None:
                              metavar="N", help=f"the largest size of a drawn dim (default {DEFAULT_MAX_SIDE})")
     check_rules.add_argument("--dtypes", type=_dtypes, default=None, metavar="D,D",
                              help="draw tensors of these dtypes only, e.g. float32,int64")
-    check_rules.add_argument("--rule", action="append", default=[], metavar="NAME",
-                             help="verify only this rule (repeatable)")
     check_rules.add_argument("--database", default=None, metavar="DIR",
                              help="keep the failing inputs hypothesis finds in DIR and try them first next time "
                                   "(without it, verify writes no file)")
     check_rules.add_argument("--json", action="store_true", help="print the results as JSON")
 
 
+def _apply_parser(command: argparse.ArgumentParser) -> None:
+    command.add_argument("rules", nargs="+", help=".fxr files or bundled ruleset names")
+    command.add_argument("--model", required=True, help="package.module:factory returning an nn.Module")
+    command.add_argument("--input", action="append", default=[], metavar="SPEC",
+                         help="one model input, e.g. 'int64[2,16]:0..1000' or 'float32[4,3]' (repeatable)")
+    command.add_argument("--input-shape", action="append", default=[], metavar="2,3",
+                         help="a float32 input of these sizes (--input 'float32[2,3]')")
+    command.add_argument("--trace", choices=driving.TRACES, default="symbolic",
+                         help="how the model becomes a graph: torch.fx.symbolic_trace (default), torch.export "
+                              "(aten level) or Dynamo (torch level, as torch.compile sees it)")
+    command.add_argument("--output", metavar="PATH",
+                         help="save the result: a .pt2 ExportedProgram (torch.export.load reads it), a folder "
+                              "(GraphModule.to_folder), or the code alone (.py)")
+    command.add_argument("--static-shapes", action="store_true",
+                         help="let rules specialize the graph to the --input sizes (static_shapes=True)")
+    command.add_argument("--verbose", action="store_true", help="also print the notes on bundled rules")
+
+
+def _choosing(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--rule", action="append", default=[], metavar="NAME",
+                         help="only this rule; a name or a glob pattern such as 'fold_*' (repeatable)")
+    command.add_argument("--exclude", action="append", default=[], metavar="NAME",
+                         help="not this rule; a name or a glob pattern (repeatable)")
+    command.add_argument("--helpers", action="append", default=[], metavar="MODULE",
+                         help="a module with HELPERS and/or PREDICATES mappings for the rules (repeatable)")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="fxrules", description="Declarative rewrite rules for torch.fx graphs.")
+    parser = _Parser(prog="fxrules", description="Declarative rewrite rules for torch.fx graphs.")
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="parse and check rule files")
     check.add_argument("files", nargs="+", help=".fxr files or bundled ruleset names")
     commands.add_parser("list", help="list the bundled rulesets and their rules")
-    applying = []
-    for name in ("apply", "explain"):
-        command = commands.add_parser(name, help=f"{name} rules on a traced model")
-        applying.append(command)
-        command.add_argument("rules", help=".fxr file or bundled ruleset name")
-        command.add_argument("--model", required=True, help="package.module:factory returning an nn.Module")
-        command.add_argument("--input-shape", action="append", default=[], help="e.g. 2,3 (one per input)")
-        command.add_argument("--output", help="write the rewritten code to this file")
-        command.add_argument("--static-shapes", action="store_true",
-                             help="let rules specialize the graph to the --input-shape sizes (static_shapes=True)")
+    applying = [commands.add_parser(name, help=f"{name} rules on a traced model") for name in ("apply", "explain")]
+    for command in applying:
+        _apply_parser(command)
     check_rules = commands.add_parser("verify", help="check that rules are sound on generated inputs")
     _verify_parser(check_rules)
     proving = commands.add_parser("prove", help="prove rules for every input with the z3 solver")
@@ -251,23 +309,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     for command in (check, *applying, check_rules, proving):
         command.add_argument("--allow", action="append", default=[], metavar="MODULE",
                              help="a module the rules may name besides torch, operator and math (repeatable)")
+    for command in (*applying, check_rules):
+        _choosing(command)
     args = parser.parse_args(argv)
-    if args.command == "demo":
-        run_demo()
-        return 0
-    if args.command == "verify":
-        return _verify(args)
-    if args.command == "prove":
-        return _prove(args)
-    if args.command == "convert":
-        return _convert(args)
-    if args.command == "fmt":
-        return format_files(args.files, check=args.check, diff=args.diff, line_length=args.line_length)
-    if args.command == "check":
-        return _check(args.files, args.allow)
-    if args.command == "list":
-        return _list()
-    return _apply(args, explain=args.command == "explain")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FxrLoopWarning)  # printed once each by the commands, with the rest
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the command; an fxrules error is one message (exit 2 for a usage mistake, 1 otherwise)."""
+    try:
+        if args.command == "demo":
+            run_demo()
+            return 0
+        if args.command == "verify":
+            return _verify(args)
+        if args.command == "prove":
+            return _prove(args)
+        if args.command == "convert":
+            return _convert(args)
+        if args.command == "fmt":
+            return format_files(args.files, check=args.check, diff=args.diff, line_length=args.line_length)
+        if args.command == "check":
+            return _check(args.files, args.allow)
+        if args.command == "list":
+            return _list()
+        return _apply(args, explain=args.command == "explain")
+    except FxrUsageError as error:
+        print(f"fxrules {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except FxrError as error:
+        print(error, file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import fxrules
-from fxrules.cli import main
+from fxrules.cli import first_sentence, main
 from fxrules.lang import bundled
 
 GOOD_RULES = """\
@@ -209,12 +209,25 @@ def test_list_shows_bundled_rulesets_and_their_rules(capsys: pytest.CaptureFixtu
     assert "prelude.fxr" not in out  # the prelude holds families, not a ruleset
     headers = [line for line in out.splitlines() if not line.startswith(" ")]
     assert headers == [f"{name}: {len(fxrules.load(name))} rules" for name in names]
-    for name in names:
-        for rule in fxrules.load(name):
-            summary = (rule.docstring or "").strip().splitlines()[0] if rule.docstring else ""
-            assert re.search(rf"^  {re.escape(rule.name)}\s+{re.escape(summary)}$", out, re.MULTILINE), rule.name
+    assert len([line for line in out.splitlines() if line.startswith("  ")]) == sum(
+        len(fxrules.load(name)) for name in names)
     assert re.search(r"^  double_neg\s+-\(-x\) is x\.$", out, re.MULTILINE)
-    assert re.search(r"^  fold_conv2d_bn\s+Conv2d followed by eval-mode BatchNorm2d", out, re.MULTILINE)
+    assert re.search(r"^  fold_conv2d_bn\s+Conv2d followed by eval-mode BatchNorm2d becomes one Conv2d\.$", out,
+                     re.MULTILINE)
+
+
+def test_list_shows_the_first_sentence_of_a_docstring_whole(capsys: pytest.CaptureFixture[str]) -> None:
+    """A sentence that wraps over several docstring lines is printed whole, on one line, and no further."""
+    assert main(["list"]) == 0
+    out, _ = capsys.readouterr()
+    line = next(line for line in out.splitlines() if line.startswith("  clone_single_use "))
+    sentence = line.split(maxsplit=1)[1]
+    assert sentence.startswith("A clone nothing changes in place, of a computed value nothing else uses, in an "
+                               "inference graph, is the value itself")
+    assert sentence.endswith(".") and sentence.count(". ") == 0
+    assert first_sentence("Fold x.\n\nMore text.") == "Fold x."
+    assert first_sentence("x.to(d) when x already has dtype d\nis x. Not for bool.") == \
+        "x.to(d) when x already has dtype d is x."
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -295,10 +308,10 @@ def test_apply_with_a_bad_rule_file_exits_1(
     assert f"{rules}:2:11: error: unknown target 'torch.reluu'" in err
 
 
-def test_apply_with_a_malformed_model_spec_exits_with_message(models: str) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["apply", "algebra.fxr", "--model", models])
-    assert "package.module:factory" in str(exit_info.value.code)
+def test_apply_with_a_malformed_model_spec_exits_with_message(models: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["apply", "algebra.fxr", "--model", models]) == 2
+    assert capsys.readouterr().err == (f"fxrules apply: error: --model '{models}': write package.module:factory "
+                                       "(or :instance)\n")
 
 
 def test_apply_with_an_unimportable_model_is_a_clean_error(models: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -6,6 +6,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+import attrs
 import pytest
 import torch
 import torch._dynamo
@@ -23,6 +24,7 @@ nn = torch.nn
 F = torch.nn.functional
 
 DOUBLE_RELU = "rule relu_twice:\n    relu(relu(x)) => relu(x)\n"
+DOUBLE_NEG = "rule double_neg:\n    neg(neg(x)) => x\n"
 
 
 @pytest.fixture(autouse=True)
@@ -163,9 +165,20 @@ def test_inductor_pass_uuid_follows_the_rules_content(tmp_path: Path) -> None:
     assert fxrules.inductor_pass(path, helpers={"h": lambda x: x}).uuid() != fxrules.inductor_pass(path).uuid()
 
 
+def test_inductor_pass_accepts_a_ruleset_rebuilt_from_loaded_rules() -> None:
+    """A RuleSet built by hand from loaded rules, or a selection, keys the cache on its rules' text and names."""
+    rules = fxrules.parse(DOUBLE_RELU + DOUBLE_NEG)
+    handmade = fxrules.RuleSet(tuple(rule for rule in rules if rule.name == "relu_twice"))
+    selected = rules.select(only="relu_twice")
+    assert fxrules.inductor_pass(handmade).uuid() == fxrules.inductor_pass(selected).uuid()
+    assert fxrules.inductor_pass(selected).uuid() != fxrules.inductor_pass(rules).uuid()
+    assert fxrules.inductor_pass(rules, only="*_*").uuid() == fxrules.inductor_pass(rules).uuid()
+    assert fxrules.inductor_pass(rules, exclude="double_neg").uuid() == fxrules.inductor_pass(selected).uuid()
+
+
 def test_inductor_pass_needs_rules_with_a_text() -> None:
     rules = fxrules.parse(DOUBLE_RELU)
-    handmade = fxrules.RuleSet(rules.rules)
+    handmade = fxrules.RuleSet(tuple(attrs.evolve(rule, digest="") for rule in rules))
     with pytest.raises(fxrules.FxrUsageError, match="no content digest"):
         fxrules.inductor_pass(handmade)
 
@@ -273,7 +286,7 @@ SNIPPETS = extract_blocks(PIPELINES_DOC, "pipelines", {"python"})
 
 
 def test_the_pipelines_doc_has_a_snippet_per_recipe() -> None:
-    assert len(SNIPPETS) == 4
+    assert len(SNIPPETS) == 5
 
 
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=lambda block: block.id)

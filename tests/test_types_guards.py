@@ -505,8 +505,13 @@ def test_private_or_dunder_reads_in_guards_are_load_errors(guard: str) -> None:
 
 
 def test_guard_cannot_call_arbitrary_functions() -> None:
+    """A plain name called in a guard is a user predicate, looked up only in apply's predicates= (never a Python
+    builtin); a method that is no tensor method is a load error."""
+    ruleset = fxrules.parse("rule r: torch.relu(x) => x where print(x)")
+    with pytest.raises(fxrules.FxrApplyError, match="calls unknown predicate 'print'"):
+        fxrules.apply(torch.fx.symbolic_trace(torch.nn.ReLU()), ruleset)
     with pytest.raises(fxrules.FxrLoadError, match="guards may call only len, all, any"):
-        fxrules.parse("rule r: torch.relu(x) => x where print(x)")
+        fxrules.parse("rule r: torch.relu(x) => x where x.system()")
 
 
 OPTIONAL_BIAS = """

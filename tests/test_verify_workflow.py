@@ -191,7 +191,7 @@ def test_examples_sets_the_number_of_inputs_per_rule(count: int) -> None:
     ({"dtypes": "float32,flaot64"}, f"unknown dtype 'flaot64'; did you mean 'float64'? (verify draws {KNOWN_DTYPES})"),
     ({"dtypes": [torch.float8_e4m3fn]}, f"unknown dtype 'torch.float8_e4m3fn' (verify draws {KNOWN_DTYPES})"),
     ({"dtypes": ""}, f"no dtype given; name at least one of {KNOWN_DTYPES}"),
-    ({"names": ["dubble_neg"]}, "no rule named 'dubble_neg' in the rules to verify; did you mean 'double_neg'?"),
+    ({"names": ["dubble_neg"]}, "only: no rule named 'dubble_neg' in the rules; did you mean 'double_neg'?"),
 ])
 def test_bad_options_of_the_python_api(options: dict[str, Any], message: str) -> None:
     rules = fxrules.parse(TWO_RULES, filename="two.fxr")
@@ -220,7 +220,7 @@ def test_bad_options_of_the_command_line(arguments: list[str], message: str, tmp
 def test_an_unknown_rule_name_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rules = write(tmp_path / "rules.fxr", TWO_RULES)
     assert main(["verify", str(rules), "--rule", "relu_is_ab"]) == 2
-    assert capsys.readouterr().err == ("fxrules verify: error: no rule named 'relu_is_ab' in the rules to verify; "
+    assert capsys.readouterr().err == ("fxrules verify: error: --rule: no rule named 'relu_is_ab' in the rules; "
                                        "did you mean 'relu_is_abs'?\n")
 
 

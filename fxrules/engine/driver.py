@@ -63,6 +63,7 @@ from fxrules.graph.sizes import fixed
 from fxrules.graph.subgraphs import TOP_LEVEL, CallContext, higher_order_subgraphs
 from fxrules.lang.ir import Rule, RuleSet
 from fxrules.match.compiled import CompiledRule, compile_ruleset
+from fxrules.match.guards import Predicates, predicate_table, unknown_predicate, using_predicates
 from fxrules.match.matcher import Match, Matcher, Miss, NodeIndex, Nodes, RuleIndex, in_graph_order
 from fxrules.match.narrowing import Candidates, Satisfiers
 from fxrules.match.skips import Skip, SkipReason
@@ -70,6 +71,8 @@ from fxrules.rewrite import helpers as bundled_helpers
 from fxrules.rewrite.rewriter import Rewrite, Rewriter, Transaction
 
 RulesArgument = str | Path | RuleSet | Sequence["str | Path | RuleSet"]
+#: ``only=``/``exclude=``: a rule name or glob pattern, or several (:meth:`RuleSet.select`).
+Selection = str | Iterable[str] | None
 
 
 def load_rules(rules: RulesArgument, allow: Iterable[str] = ()) -> RuleSet:
@@ -114,10 +117,13 @@ def _helper_table(ruleset: RuleSet,
 
 
 def checked_options(ruleset: RuleSet, helpers: Mapping[str, Callable[..., Any]] | None,
-                    max_passes: int) -> dict[str, Callable[..., Any]]:
+                    max_passes: int, predicates: Predicates | None = None) -> dict[str, Callable[..., Any]]:
     """Check ``apply``'s options against the rules before any graph is touched; the helpers by name."""
     if max_passes < 1:
         raise FxrUsageError(f"max_passes must be at least 1, got {max_passes}")
+    unknown = unknown_predicate(ruleset, predicate_table(predicates))
+    if unknown is not None:
+        raise FxrApplyError(unknown)
     return _helper_table(ruleset, helpers)
 
 
@@ -620,13 +626,15 @@ def _neighbourhood(seeds: set[torch.fx.Node], depth: int,
 @overload
 def apply(gm: torch.fx.GraphModule, rules: RulesArgument, *, example_inputs: Sequence[Any] | None = None,
           allow: Iterable[str] = (), helpers: Mapping[str, Callable[..., Any]] | None = None,
-          max_passes: int = 100, explain: bool = False, static_shapes: bool = False) -> Report: ...
+          max_passes: int = 100, explain: bool = False, static_shapes: bool = False, only: Selection = None,
+          exclude: Selection = None, predicates: Predicates | None = None) -> Report: ...
 
 
 @overload
 def apply(gm: ExportedProgram, rules: RulesArgument, *, example_inputs: Sequence[Any] | None = None,
           allow: Iterable[str] = (), helpers: Mapping[str, Callable[..., Any]] | None = None,
-          max_passes: int = 100, explain: bool = False, static_shapes: bool = False) -> ExportedProgram: ...
+          max_passes: int = 100, explain: bool = False, static_shapes: bool = False, only: Selection = None,
+          exclude: Selection = None, predicates: Predicates | None = None) -> ExportedProgram: ...
 
 
 def apply(
@@ -639,6 +647,9 @@ def apply(
     max_passes: int = 100,
     explain: bool = False,
     static_shapes: bool = False,
+    only: Selection = None,
+    exclude: Selection = None,
+    predicates: Predicates | None = None,
 ) -> Report | ExportedProgram:
     """Rewrite ``gm`` in place with ``rules`` until no rule fires, and report what happened.
 
@@ -651,19 +662,23 @@ def apply(
     ``static_shapes=True``.  If anything fails, ``gm`` is left exactly as it
     was and an ``FxrError`` is raised.
 
+    ``only``/``exclude`` choose rules by name or glob pattern
+    (:meth:`RuleSet.select`); ``predicates`` maps the names of user
+    predicates that guards call to functions of the values they pass.
+
     Given a ``torch.export`` ``ExportedProgram``, it returns a new program
     (the input is not changed); :func:`apply_program` returns its report too.
     """
     if isinstance(gm, ExportedProgram):
         if example_inputs is not None:
             raise FxrUsageError("an ExportedProgram carries its own shape metadata: give apply no example_inputs")
-        return apply_program(gm, rules, allow=allow, helpers=helpers, max_passes=max_passes,
-                             explain=explain, static_shapes=static_shapes).program
+        return apply_program(gm, rules, allow=allow, helpers=helpers, max_passes=max_passes, explain=explain,
+                             static_shapes=static_shapes, only=only, exclude=exclude, predicates=predicates).program
     module = _check_module(gm)
     if example_inputs is not None:
         example_inputs = check_example_inputs(module, example_inputs)
-    ruleset = load_rules(rules, allow)
-    helper_table = checked_options(ruleset, helpers, max_passes)
+    ruleset = load_rules(rules, allow).select(only, exclude)
+    helper_table = checked_options(ruleset, helpers, max_passes, predicates)
     restore_metadata = None
     if example_inputs is not None:
         restore_metadata = propagate_shapes(module, example_inputs, static_shapes)
@@ -671,7 +686,8 @@ def apply(
         runs = [(path, _Run(sub, ruleset, helper_table, max_passes, explain, context, static_shapes))
                 for path, sub, context in higher_order_subgraphs(module)]
         runs.append(("", _Run(module, ruleset, helper_table, max_passes, explain, static_shapes=static_shapes)))
-        return _rewrite_all(runs)
+        with using_predicates(predicate_table(predicates)):
+            return _rewrite_all(runs)
     except BaseException:
         if restore_metadata is not None:  # all or nothing: the shapes propagated for this apply go too
             restore_metadata()
@@ -721,7 +737,8 @@ def one_pass(gm: torch.fx.GraphModule, ruleset: RuleSet, on_rewrite: Callable[[M
 
 def apply_program(program: ExportedProgram, rules: RulesArgument, *, allow: Iterable[str] = (),
                   helpers: Mapping[str, Callable[..., Any]] | None = None, max_passes: int = 100,
-                  explain: bool = False, static_shapes: bool = False) -> RewrittenProgram:
+                  explain: bool = False, static_shapes: bool = False, only: Selection = None,
+                  exclude: Selection = None, predicates: Predicates | None = None) -> RewrittenProgram:
     """Rewrite a ``torch.export`` program: a new, valid ``ExportedProgram`` and the report.
 
     Parameters, buffers and constants are visible to helpers as in a traced
@@ -729,6 +746,7 @@ def apply_program(program: ExportedProgram, rules: RulesArgument, *, allow: Iter
     """
     if not isinstance(program, ExportedProgram):
         raise FxrUsageError(f"apply_program needs a torch.export.ExportedProgram, got {type(program).__name__}")
-    ruleset = load_rules(rules, allow)
+    ruleset = load_rules(rules, allow).select(only, exclude)
     return rewrite_program(program, lambda gm: apply(gm, ruleset, helpers=helpers, max_passes=max_passes,
-                                                     explain=explain, static_shapes=static_shapes))
+                                                     explain=explain, static_shapes=static_shapes,
+                                                     predicates=predicates))

@@ -5,10 +5,15 @@ graph and matches rules against it, so it needs the matcher and the
 rewriter, which the language layer must not import.  ``fxrules.load`` and
 ``fxrules.parse`` are the functions here; the loader's cache hands back the
 same checked rule set for unchanged files, so each warning is issued once.
+
+Each loaded rule gets a digest of its name and its files' text, so a set
+made of loaded rules (``RuleSet.select``, or one built by hand) has a
+content digest too, which ``inductor_pass`` keys Inductor's cache on.
 """
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
@@ -34,7 +39,12 @@ def parse(text: str, filename: str = "<string>", allow: Iterable[str] = ()) -> R
 
 @per_object
 def _loop_checked(ruleset: RuleSet) -> RuleSet:
-    checked = attrs.evolve(ruleset, warnings=ruleset.warnings + loop_warnings(ruleset))
+    rules = tuple(attrs.evolve(rule, digest=_rule_digest(ruleset.digest, rule.name)) for rule in ruleset)
+    checked = attrs.evolve(ruleset, rules=rules, warnings=ruleset.warnings + loop_warnings(ruleset))
     for warning in checked.warnings:
         warnings.warn(warning.render(), FxrLoopWarning, stacklevel=5)  # the caller of load/parse
     return checked
+
+
+def _rule_digest(files_digest: str, name: str) -> str:
+    return hashlib.sha256(f"{files_digest}:{name}".encode()).hexdigest()

@@ -66,9 +66,8 @@ class Backend:
     __name__ = "fxrules"  # Dynamo names the backend in its messages by this
 
     def __init__(self, rules: RulesArgument, then: str | CompilerFn, apply_kwargs: dict[str, Any]) -> None:
-        self.ruleset = _checked_rules("backend", rules, apply_kwargs)
+        self.ruleset, self.apply_kwargs = _checked_rules("backend", rules, apply_kwargs)
         self.then = _next_backend(then)
-        self.apply_kwargs = apply_kwargs
         self.reports: list[Report] = []
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
@@ -83,8 +82,9 @@ class Backend:
         return f"fxrules.backend({self.ruleset.source}, {len(self.reports)} graphs compiled)"
 
 
-def _checked_rules(stage: str, rules: RulesArgument, apply_kwargs: dict[str, Any]) -> RuleSet:
-    """Load the rules and check ``apply``'s options now, so a mistake fails here, not mid-compilation."""
+def _checked_rules(stage: str, rules: RulesArgument, apply_kwargs: dict[str, Any]) -> tuple[RuleSet, dict[str, Any]]:
+    """Load and select the rules and check ``apply``'s options now, so a mistake fails here, not mid-compilation;
+    the rules selected, and the options to apply them with (the selection made)."""
     if "example_inputs" in apply_kwargs:
         raise FxrUsageError(f"{stage}() takes no example_inputs: compiled graphs carry their own metadata")
     try:
@@ -93,9 +93,9 @@ def _checked_rules(stage: str, rules: RulesArgument, apply_kwargs: dict[str, Any
         raise FxrUsageError(f"{stage}(): {error} (the options are those of fxrules.apply)") from error
     bound.apply_defaults()
     options = bound.arguments
-    ruleset = load_rules(rules, options["allow"])
-    checked_options(ruleset, options["helpers"], options["max_passes"])
-    return ruleset
+    ruleset = load_rules(rules, options["allow"]).select(options["only"], options["exclude"])
+    checked_options(ruleset, options["helpers"], options["max_passes"], options["predicates"])
+    return ruleset, {key: value for key, value in apply_kwargs.items() if key not in {"only", "exclude"}}
 
 
 def backend(rules: RulesArgument, *, then: str | CompilerFn = "inductor", **apply_kwargs: Any) -> Backend:
@@ -133,10 +133,10 @@ class InductorPass(CustomGraphPass):
     """
 
     def __init__(self, rules: RulesArgument, apply_kwargs: dict[str, Any]) -> None:
-        self.ruleset = _checked_rules("inductor_pass", rules, apply_kwargs)
-        self.apply_kwargs = apply_kwargs
+        self.ruleset, self.apply_kwargs = _checked_rules("inductor_pass", rules, apply_kwargs)
         self.reports: list[Report] = []
-        self._uuid = _content_uuid(self.ruleset.digest, apply_kwargs.get("helpers") or {})
+        self._uuid = _content_uuid(self.ruleset.digest, apply_kwargs.get("helpers") or {},
+                                   apply_kwargs.get("predicates") or {})
 
     def __call__(self, graph: torch.fx.Graph) -> None:
         gm = graph.owning_module
@@ -160,7 +160,7 @@ class InductorPass(CustomGraphPass):
                 module.meta.pop(ATEN_GRAPH, None)
 
     def uuid(self) -> str:
-        """Changes when the rules' text, the helpers' code, or fxrules itself changes."""
+        """Changes when the rules' text or selection, the helpers' or predicates' code, or fxrules itself changes."""
         return self._uuid
 
 
@@ -180,11 +180,14 @@ def inductor_pass(rules: RulesArgument, **apply_kwargs: Any) -> InductorPass:
     return InductorPass(rules, apply_kwargs)
 
 
-def _content_uuid(rules_digest: str, helpers: dict[str, Callable[..., Any]]) -> str:
+def _content_uuid(rules_digest: str, helpers: dict[str, Callable[..., Any]],
+                  predicates: dict[str, Callable[..., Any]]) -> str:
     if not rules_digest:
-        raise FxrUsageError("the rules have no content digest (a RuleSet built in Python): load them from "
-                            "text with fxrules.load or fxrules.parse so the pass can be cached")
-    parts = [rules_digest, _package_digest(), *(f"{name}={_fingerprint(helpers[name])}" for name in sorted(helpers))]
+        raise FxrUsageError("the rules have no content digest (a Rule built in Python, not loaded): load them "
+                            "from text with fxrules.load or fxrules.parse so the pass can be cached")
+    parts = [rules_digest, _package_digest(),
+             *(f"{name}={_fingerprint(helpers[name])}" for name in sorted(helpers)),
+             *(f"predicate {name}={_fingerprint(predicates[name])}" for name in sorted(predicates))]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -222,7 +225,7 @@ def _fingerprint(helper: Any, seen: set[int] | None = None) -> str:
     if inspect.isfunction(call):
         state = sorted((name, _fingerprint_value(value, seen)) for name, value in vars(helper).items())
         return f"{type(helper).__qualname__}({_fingerprint(call, seen)}, {state})"
-    raise FxrUsageError(f"cannot derive a cache key from helper {helper!r}: give inductor_pass a function, "
+    raise FxrUsageError(f"cannot derive a cache key from {helper!r}: give inductor_pass a function, "
                         "a functools.partial or an object with a __call__ method")
 
 

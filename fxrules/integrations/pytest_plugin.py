@@ -7,11 +7,14 @@ unsound rule (or one in error) fails with its counterexample, an inconclusive on
 verify's options are flags and ini options: ``--fxrules-examples``/``fxrules_examples``, ``--fxrules-seed``/
 ``fxrules_seed`` (``--hypothesis-seed`` works too), ``--fxrules-max-side``/``fxrules_max_side``,
 ``--fxrules-dtypes``/``fxrules_dtypes``, ``--fxrules-database``/``fxrules_database``; ``-k`` selects rules.
+The rules' user helpers and predicates come from modules with ``HELPERS``/``PREDICATES`` mappings, named by
+``--fxrules-helpers MODULE`` (repeatable) or the ini option ``fxrules_helpers`` (one per line), as the
+command line's ``--helpers``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ import attrs
 import pytest
 
 from fxrules.diagnostics import FxrError, FxrUsageError
+from fxrules.integrations.driving import user_functions
 from fxrules.lang.ir import Rule
 from fxrules.lang.loader import load
 from fxrules.verification.options import VerifyOptions
@@ -36,10 +40,13 @@ _OPTIONS = (
 
 @attrs.frozen
 class _Opted:
-    """What the project opted in: the paths whose rule files are collected, and verify's options."""
+    """What the project opted in: the paths whose rule files are collected, verify's options, and the user
+    helpers and predicates the rules may call."""
 
     paths: tuple[Path, ...]
     options: VerifyOptions
+    helpers: Mapping[str, Callable[..., Any]] = attrs.Factory(dict)
+    predicates: Mapping[str, Callable[..., Any]] = attrs.Factory(dict)
 
     def collects(self, path: Path) -> bool:
         resolved = path.resolve()
@@ -59,12 +66,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         name = suffix.replace("-", "_")
         group.addoption(f"--fxrules-{suffix}", default=None, dest=f"fxrules_{name}", help=f"verify: {text}")
         parser.addini(f"fxrules_{name}", default=None, help=f"verify: {text}")
+    helpers = "a module whose HELPERS and PREDICATES mappings the rules may call"
+    group.addoption("--fxrules-helpers", action="append", default=[], metavar="MODULE", dest="fxrules_helpers",
+                    help=f"{helpers} (repeatable)")
+    parser.addini("fxrules_helpers", type="linelist", default=[], help=f"{helpers} (one per line)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     flagged = [config.invocation_params.dir / path for path in config.getoption("fxrules_paths")]
     paths = tuple(path.resolve() for path in [*flagged, *config.getini("fxrules_paths")])
-    config.stash[_OPTED] = _Opted(paths, _options(config))
+    config.stash[_OPTED] = _Opted(paths, _options(config), *_user_functions(config))
     if flagged:  # the paths are what to run, as path arguments are: in place of testpaths, or added to the arguments
         given = config.args if config.args_source is pytest.Config.ArgsSource.ARGS else []
         config.args = [*given, *(str(path) for path in flagged)]
@@ -87,6 +98,15 @@ def _options(config: pytest.Config) -> VerifyOptions:
             raise pytest.UsageError(f"{source}: {error}") from None
         options[keyword] = value
     return VerifyOptions.checked(**options)
+
+
+def _user_functions(config: pytest.Config) -> tuple[dict[str, Callable[..., Any]], dict[str, Callable[..., Any]]]:
+    """The helpers and predicates of the modules the flags name, else the ini file's."""
+    modules = config.getoption("fxrules_helpers") or config.getini("fxrules_helpers")
+    try:
+        return user_functions(modules)
+    except FxrError as error:
+        raise pytest.UsageError(str(error).replace("--helpers", "fxrules_helpers", 1)) from None
 
 
 def pytest_report_header(config: pytest.Config) -> str | None:
@@ -123,7 +143,8 @@ class FxrRuleItem(pytest.Item):
         self.rule = rule
 
     def runtest(self) -> None:
-        result = verify_checked(self.rule, self.config.stash[_OPTED].options)
+        opted = self.config.stash[_OPTED]
+        result = verify_checked(self.rule, opted.options, opted.helpers, opted.predicates)
         if result.verdict is Verdict.INCONCLUSIVE:
             pytest.skip(f"inconclusive: {result.reason}")
         if result.verdict in (Verdict.UNSOUND, Verdict.ERROR):

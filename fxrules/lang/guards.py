@@ -3,7 +3,9 @@
 Guards are data, never Python code: :mod:`fxrules.match.guards` interprets
 the IR built here over the values a match bound.  A guard may use literals,
 bound names, ``and or not``, comparisons, arithmetic, indexing, the guard
-functions of :data:`FUNCTION_NAMES`, the tensor attributes ``.shape .ndim
+functions of :data:`FUNCTION_NAMES`, user predicates (any other plain name
+called: ``fits_tensor_cores(x, w)``; whether the caller supplies it is
+checked by ``apply`` and ``verify``, which have the table), the tensor attributes ``.shape .ndim
 .dtype .device`` and methods ``.numel() .size() .dim()`` (from shape
 metadata), the plain data attributes of captured modules, and for ``Attr``
 captures ``.target`` and the tensor attributes of their value.  Private and
@@ -49,9 +51,11 @@ class GuardBuilder:
         self.bound = bound
         self.scope_resolver = scope_resolver
         self.reads: set[str] = set()
+        self.predicates: list[GuardCall] = []
 
     def build(self, conditions: tuple[st.Expr, ...]) -> Guard:
-        return Guard(tuple(self.expr(c) for c in conditions), frozenset(self.reads))
+        built = tuple(self.expr(c) for c in conditions)
+        return Guard(built, frozenset(self.reads), tuple(self.predicates))
 
     def fail(self, span: Span, message: str, hint: str | None = None) -> GuardConst:
         self.sink.error(span, message, hint)
@@ -115,5 +119,11 @@ class GuardBuilder:
             return GuardCall(node.func.id, args, node.span)
         if isinstance(node.func, st.Attribute) and node.func.attr in TENSOR_METHODS:
             return GuardCall(node.func.attr, args, node.span, receiver=self.expr(node.func.value))
+        if isinstance(node.func, st.Name) and node.func.id not in self.bound:
+            call = GuardCall(node.func.id, args, node.span, predicate=True)
+            self.predicates.append(call)
+            return call
         return self.fail(node.func.span, f"guards may call only {', '.join(FUNCTION_NAMES)} and the tensor methods "
-                                         ".numel(), .size(), .dim()")
+                                         ".numel(), .size(), .dim()",
+                         "a user predicate is called by its plain name, as in fits(x), and given to "
+                         "apply(predicates=...)")

@@ -12,13 +12,14 @@ that can anchor them.
 from __future__ import annotations
 
 import enum
+import fnmatch
 import hashlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import attrs
 
-from fxrules.diagnostics import Diagnostic, FxrUsageError, Span
+from fxrules.diagnostics import Diagnostic, FxrUsageError, Span, did_you_mean
 from fxrules.lang.signatures import CallSignature
 
 # ---------------------------------------------------------------- operations and families
@@ -318,12 +319,14 @@ class GuardAttr:
 
 @attrs.frozen
 class GuardCall:
-    """``len(x)``, ``all(...)``, ``any(...)``, or a method: ``x.numel()``, ``x.size(0)``, ``x.dim()``."""
+    """``len(x)``, ``all(...)``, ``any(...)``, a method: ``x.numel()``, ``x.size(0)``, ``x.dim()``, or a user
+    predicate (``predicate``: a name that is no guard function, looked up in ``apply(predicates=...)``)."""
 
     func: str
     args: tuple[GuardExpr, ...]
     span: Span
     receiver: GuardExpr | None = None
+    predicate: bool = False
 
 
 @attrs.frozen
@@ -378,10 +381,12 @@ GuardExpr = (
 
 @attrs.frozen
 class Guard:
-    """The ``where`` conditions of a rule (all must hold) and the names they read."""
+    """The ``where`` conditions of a rule (all must hold), the names they read and the user predicates they
+    call (whose existence ``apply`` and ``verify`` check)."""
 
     conditions: tuple[GuardExpr, ...]
     reads: frozenset[str]
+    predicates: tuple[GuardCall, ...] = ()
 
 
 # ---------------------------------------------------------------- rules
@@ -408,6 +413,7 @@ class Rule:
     finite_inputs: bool = False  # sound for finite inputs only: verify draws no nan, inf or near-overflow values
     grad_check: bool = True  # verify compares gradients too (@no_grad_check() turns it off)
     notes: tuple[str, ...] = ()
+    digest: str = ""  # sha256 of the rule's name and the text of the files it was loaded from ("": built in Python)
 
     @property
     def file(self) -> str:
@@ -465,7 +471,9 @@ class RuleSet:
     rules: tuple[Rule, ...]
     source: str = "<rules>"
     warnings: tuple[Diagnostic, ...] = ()
-    digest: str = ""  # sha256 of the text of every file the rules came from ("" when built in Python)
+    # sha256 of the text of every file the rules came from; by default, of the rules' own digests (a set made
+    # of loaded rules, e.g. by select(), has one), or "" when a rule was built in Python
+    digest: str = attrs.field(default=attrs.Factory(lambda self: _digest_of(self.rules), takes_self=True))
     by_anchor: Mapping[AnchorKey, tuple[Rule, ...]] = attrs.field(init=False)
 
     @by_anchor.default
@@ -483,9 +491,29 @@ class RuleSet:
             if rule.name in ours:
                 raise FxrUsageError(f"rule {rule.name} is defined twice: at {ours[rule.name].span} and at "
                                     f"{rule.span}; rule names key the report, so give each rule its own")
-        digest = hashlib.sha256(f"{self.digest}+{other.digest}".encode()).hexdigest()
+        both = self.digest and other.digest  # a set with a rule built in Python has no content to key a cache on
+        digest = hashlib.sha256(f"{self.digest}+{other.digest}".encode()).hexdigest() if both else ""
         return RuleSet(self.rules + other.rules, f"{self.source}+{other.source}", self.warnings + other.warnings,
                        digest)
+
+    def select(self, only: str | Iterable[str] | None = None, exclude: str | Iterable[str] | None = None, *,
+               labels: tuple[str, str] = ("only", "exclude")) -> RuleSet:
+        """The rules named by ``only`` (all if None) and not by ``exclude``, in file order.
+
+        Each entry is a rule name or a glob pattern (``fold_*``, ``*_bn``); one that names no rule is an
+        error (with the closest name, the option named by its entry of ``labels``), so a typo never
+        silently selects nothing.  The selection has its own digest (from its rules'), so
+        ``inductor_pass`` can key its cache on it as on a loaded set.
+        """
+        if only is None and exclude is None:
+            return self
+        names = [rule.name for rule in self.rules]
+        kept = set(_named(only, names, labels[0])) if only is not None else set(names)
+        kept -= set(_named(exclude, names, labels[1])) if exclude is not None else set()
+        rules = tuple(rule for rule in self.rules if rule.name in kept)
+        if len(rules) == len(self.rules):  # every rule: the same set, and the same cache key
+            return self
+        return RuleSet(rules, f"{self.source}[{len(rules)} of {len(self.rules)} rules]", self.warnings)
 
     def __len__(self) -> int:
         return len(self.rules)
@@ -503,3 +531,26 @@ class RuleSet:
         lines = [f"RuleSet {self.source}: {len(self.rules)} rules"]
         lines += [f"  {rule.name:<28} {rule.span}" for rule in self.rules]
         return "\n".join(lines)
+
+
+def _named(entries: str | Iterable[str], names: list[str], option: str) -> list[str]:
+    """The rule names that ``entries`` (names or glob patterns) name; an entry that names none is an error."""
+    wanted = [entries] if isinstance(entries, str) else list(entries)
+    found: list[str] = []
+    for entry in wanted:
+        if not isinstance(entry, str):
+            raise FxrUsageError(f"{option}: takes rule names or glob patterns, got {type(entry).__name__}")
+        matched = [name for name in names if fnmatch.fnmatchcase(name, entry)]
+        if not matched:
+            kind = "rule matches" if any(character in entry for character in "*?[") else "rule named"
+            hint = did_you_mean(entry, names)
+            raise FxrUsageError(f"{option}: no {kind} {entry!r} in the rules" + (f"; {hint}" if hint else ""))
+        found += matched
+    return found
+
+
+def _digest_of(rules: tuple[Rule, ...]) -> str:
+    """A digest of the rules' own (each from its name and its files' text), or "" if one was built in Python."""
+    if not rules or any(not rule.digest for rule in rules):
+        return ""
+    return hashlib.sha256("\n".join(rule.digest for rule in rules).encode()).hexdigest()

@@ -5,16 +5,26 @@ small interpreter walks it.  Tensors are read through their shape metadata,
 modules through :mod:`fxrules.graph.module_data` (no code of theirs runs),
 and every arithmetic result stays within the literal bound of
 :mod:`fxrules.lang.bounds`.
+
+User predicates (``apply(predicates={"name": fn})``) are looked up in the
+table :func:`using_predicates` puts in scope for one ``apply`` or ``verify``:
+a context variable, so the matcher, which evaluates guards deep inside a
+pass, needs no new argument, and two threads applying with different tables
+do not see each other's.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import operator
-from collections.abc import Callable, Mapping
+import types
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
 
+from fxrules.diagnostics import FxrUsageError, did_you_mean
 from fxrules.graph.metadata import MissingMetadata, TensorInfo, UnknownTensor
 from fxrules.graph.module_data import UnreadableAttribute, read_module_attribute
 from fxrules.graph.sizes import DynamicSize, dynamic_size, is_size_error
@@ -33,7 +43,10 @@ from fxrules.lang.ir import (
     GuardName,
     GuardSeq,
     GuardUnary,
+    Rule,
 )
+
+Predicates = Mapping[str, Callable[..., bool]]
 
 
 def inverse_permutation(permutation: Any) -> list[int]:
@@ -128,6 +141,54 @@ class GuardError(Exception):
     """A guard could not be evaluated on this match (e.g. an index out of range): no match."""
 
 
+_PREDICATES: contextvars.ContextVar[Predicates] = contextvars.ContextVar(
+    "fxrules_predicates", default=types.MappingProxyType({}))
+
+
+@contextlib.contextmanager
+def using_predicates(predicates: Predicates) -> Iterator[None]:
+    """Guards evaluated inside the block call the user predicates of ``predicates`` (by name)."""
+    token = _PREDICATES.set(predicates)
+    try:
+        yield
+    finally:
+        _PREDICATES.reset(token)
+
+
+def predicate_table(predicates: Predicates | None) -> dict[str, Callable[..., bool]]:
+    """``predicates`` as given to ``apply`` or ``verify``, checked: names that a guard can call, callables."""
+    table = dict(predicates or {})
+    for name, function in table.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise FxrUsageError(f"predicates= maps names to functions; {name!r} is not a name a guard can call")
+        if name in FUNCTION_NAMES:
+            raise FxrUsageError(f"predicate '{name}' has the name of a guard function, which a guard calls instead")
+        if not callable(function):
+            raise FxrUsageError(f"predicate '{name}' is not callable: {type(function).__name__}")
+    return table
+
+
+def unknown_predicate(rules: Iterable[Rule], predicates: Predicates) -> str | None:
+    """What to say about the first predicate call of ``rules`` that ``predicates`` does not define, or None."""
+    for rule in rules:
+        for call in rule.guard.predicates if rule.guard is not None else ():
+            if call.func not in predicates:
+                hint = did_you_mean(call.func, [*predicates, *FUNCTION_NAMES])
+                known = f"given predicates are {', '.join(sorted(predicates))}" if predicates else "none were given"
+                return (f"{call.span}: rule {rule.name} calls unknown predicate '{call.func}'"
+                        f"{f'; {hint}' if hint else ''} ({known}; pass them with predicates={{...}})")
+    return None
+
+
+def _call_predicate(call: GuardCall, args: list[Any]) -> bool:
+    result = _PREDICATES.get()[call.func](*args)
+    if isinstance(result, torch.SymBool):  # of a symbolic size: bool() asks, and may say it depends on the size
+        return bool(result)
+    if not isinstance(result, bool):
+        raise GuardError(f"{call.span}: predicate '{call.func}' returned {type(result).__name__}, not a bool")
+    return result
+
+
 def holds(guard: Guard, lookup: Callable[[str], Any]) -> bool:
     """True when every condition of ``guard`` holds.
 
@@ -184,6 +245,8 @@ def _evaluate(expr: GuardExpr, lookup: Callable[[str], Any]) -> Any:
         return read_attribute(_evaluate(expr.value, lookup), expr.attr)
     assert isinstance(expr, GuardCall)
     args = [_evaluate(a, lookup) for a in expr.args]
+    if expr.predicate:
+        return _call_predicate(expr, args)
     if expr.receiver is None:
         return FUNCTIONS[expr.func](*args)
     receiver = _evaluate(expr.receiver, lookup)

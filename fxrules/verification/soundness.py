@@ -36,10 +36,11 @@ from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 from hypothesis.errors import Flaky, Unsatisfiable
 
-from fxrules.diagnostics import FxrError, FxrUsageError, did_you_mean
-from fxrules.engine.driver import RulesArgument, load_rules
+from fxrules.diagnostics import FxrError, FxrUsageError
+from fxrules.engine.driver import RulesArgument, Selection, load_rules
 from fxrules.engine.report import counted
-from fxrules.lang.ir import HelperTemplate, Rule, RuleSet, walk
+from fxrules.lang.ir import HelperTemplate, Rule, walk
+from fxrules.match.guards import Predicates, predicate_table, unknown_predicate, using_predicates
 from fxrules.rewrite import helpers as bundled_helpers
 from fxrules.rewrite.standalone import alternative_choices, build_pattern, build_replacement, input_names
 from fxrules.verification.options import (
@@ -496,21 +497,26 @@ def _one_thread() -> Iterator[None]:
 def verify_rule(rule: Rule, *, max_examples: int = DEFAULT_EXAMPLES, seed_value: int | None = DEFAULT_SEED,
                 max_side: int = DEFAULT_MAX_SIDE, dtypes: DtypesArgument = None,
                 database: str | os.PathLike[str] | None = None,
-                helpers: Mapping[str, Callable[..., Any]] | None = None) -> RuleVerdict:
+                helpers: Mapping[str, Callable[..., Any]] | None = None,
+                predicates: Predicates | None = None) -> RuleVerdict:
     """Verify one rule (every choice of its alternatives); the options are those of :func:`verify`."""
     options = VerifyOptions.checked(max_examples=max_examples, seed=seed_value, max_side=max_side, dtypes=dtypes,
                                     database=database)
-    return verify_checked(rule, options, helpers)
+    return verify_checked(rule, options, helpers, predicate_table(predicates))
 
 
-def verify_checked(rule: Rule, options: VerifyOptions,
-                   helpers: Mapping[str, Callable[..., Any]] | None = None) -> RuleVerdict:
+def verify_checked(rule: Rule, options: VerifyOptions, helpers: Mapping[str, Callable[..., Any]] | None = None,
+                   predicates: Predicates | None = None) -> RuleVerdict:
     """One rule's verdict under ``options`` (:meth:`VerifyOptions.checked`), whatever the rule raises: an fxrules
     error is the rule's fault, anything else that escapes the checks (verify's own limits) leaves it
-    inconclusive."""
+    inconclusive.  Inputs on which a user predicate of the guard is false are outside the rule's domain."""
     started = time.perf_counter()
+    unknown = unknown_predicate([rule], predicates or {})
+    if unknown is not None:  # as apply refuses it before touching a graph
+        return _verdict(rule, Verdict.ERROR, unknown)
     try:
-        with _one_thread(), _private_hypothesis_storage(), torch.random.fork_rng(devices=[]):
+        with _one_thread(), _private_hypothesis_storage(), torch.random.fork_rng(devices=[]), \
+                using_predicates(predicates or {}):
             torch.manual_seed(options.seed)  # random operations in a rule draw the same numbers on every run
             verdict = _verify_rule(rule, options, {**bundled_helpers.BUNDLED, **(helpers or {})})
     except FxrError as error:
@@ -652,8 +658,10 @@ class _ShrinkBudget:
 def verify(rules: RulesArgument, *, max_examples: int = DEFAULT_EXAMPLES, seed: int | None = DEFAULT_SEED,
            max_side: int = DEFAULT_MAX_SIDE, dtypes: DtypesArgument = None, names: Iterable[str] | None = None,
            database: str | os.PathLike[str] | None = None, allow: Iterable[str] = (),
-           helpers: Mapping[str, Callable[..., Any]] | None = None) -> VerifyReport:
-    """Check every rule of ``rules`` (or those in ``names``) for soundness on generated inputs.
+           helpers: Mapping[str, Callable[..., Any]] | None = None, only: Selection = None,
+           exclude: Selection = None, predicates: Predicates | None = None) -> VerifyReport:
+    """Check every rule of ``rules`` (those ``only``/``exclude`` select, as in ``apply``; ``names`` is ``only``)
+    for soundness on generated inputs; ``helpers`` and ``predicates`` as in ``apply``.
 
     ``max_examples`` inputs per rule, drawn from ``seed`` (the same seed draws the same inputs), tensors of at
     most ``max_side`` elements per dim and, if given, only of ``dtypes`` (``"float32,int64"`` or a sequence);
@@ -662,17 +670,8 @@ def verify(rules: RulesArgument, *, max_examples: int = DEFAULT_EXAMPLES, seed: 
     """
     options = VerifyOptions.checked(max_examples=max_examples, seed=seed, max_side=max_side, dtypes=dtypes,
                                     database=database)
-    selected = _selected(load_rules(rules, allow), names)
-    return VerifyReport(tuple(verify_checked(rule, options, helpers) for rule in selected), options.seed)
-
-
-def _selected(ruleset: RuleSet, names: Iterable[str] | None) -> list[Rule]:
-    if names is None:
-        return list(ruleset)
-    wanted = [names] if isinstance(names, str) else list(names)
-    known = [rule.name for rule in ruleset]
-    for name in wanted:
-        if name not in known:
-            hint = did_you_mean(name, known)
-            raise FxrUsageError(f"no rule named {name!r} in the rules to verify" + (f"; {hint}" if hint else ""))
-    return [rule for rule in ruleset if rule.name in wanted]
+    if names is not None and only is not None:
+        raise FxrUsageError("give verify names= or only= (the same option), not both")
+    selected = load_rules(rules, allow).select(names if only is None else only, exclude)
+    table = predicate_table(predicates)
+    return VerifyReport(tuple(verify_checked(rule, options, helpers, table) for rule in selected), options.seed)
