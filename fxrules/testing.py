@@ -164,9 +164,27 @@ _TENSOR_BASES = st.sampled_from(("zeros", "random", "random", "edge"))
 _BROADCASTS = st.sampled_from(("same", "same", "same", "suffix", "ones"))
 
 
+_SLICE_BOUNDS = st.one_of(st.none(), st.integers(-3, 3))
+_REDUCTIONS = st.sampled_from(("mean", "sum", "none"))
+_INT_LISTS = st.lists(st.integers(-3, 3), min_size=1, max_size=2)
+_SCALARS = st.one_of(st.integers(-3, 3), st.floats(-4, 4))  # a literal passed as a Scalar
+
+
 @functools.cache
 def _integers(low: int, high: int) -> st.SearchStrategy[int]:
     return st.integers(low, high)
+
+
+@functools.cache
+def _dim_lists(rank: int) -> st.SearchStrategy[list[int]]:
+    return st.lists(st.integers(0, rank - 1), min_size=1, max_size=rank, unique=True)
+
+
+@functools.cache
+def _literal_floats(finite: bool) -> st.SearchStrategy[float]:
+    """A float literal: ordinary, special, or at float32's edges (only finite ones for ``@finite_inputs()``)."""
+    specials = (*(FINITE_SPECIALS if finite else SPECIAL_FLOATS), *edge_values(torch.float32, finite))
+    return st.one_of(st.floats(-4, 4), st.sampled_from(specials))
 
 
 @functools.cache
@@ -448,7 +466,7 @@ class _Drawer:
         """A fresh size, or half the time one another symbol already has: a pattern often needs two dims to
         agree (the input channels of a convolution and of its weight), and independent draws rarely do."""
         if self.dims and self.draw(_BOOLEANS):
-            return self.draw(st.sampled_from(sorted(set(self.dims.values()))))
+            return self.draw(st.sampled_from(tuple(sorted(set(self.dims.values())))))  # a tuple: cached
         return self.size()
 
     def tensor_dtype(self, allowed: tuple[torch.dtype, ...] = ()) -> torch.dtype:
@@ -477,7 +495,7 @@ class _Drawer:
             items = self.draw(st.lists(st.integers(-2, 4), min_size=0, max_size=3))
             return tuple(items) if declared.name == "tuple" else items
         if isinstance(declared, SequenceType) or role == "tensor_list":
-            count = self.draw(st.integers(1, 3))
+            count = self.draw(_integers(1, 3))
             return [self.tensor(self.base, self.tensor_dtype()) for _ in range(count)]
         if role not in {"tensor", "tensor_list", "variance"} and declared is None:
             return self.literal(role)
@@ -535,30 +553,26 @@ class _Drawer:
     def literal(self, kind: str) -> Any:
         rank = max(len(self.base), 1)
         draw = self.draw
-        finite = self.rule.finite_inputs
-        specials = (*(FINITE_SPECIALS if finite else SPECIAL_FLOATS), *edge_values(torch.float32, finite))
         strategies: dict[str, Callable[[], Any]] = {
-            "int": lambda: draw(st.integers(-3, 3)),
-            "dim": lambda: draw(st.integers(-rank, rank - 1)),
-            "dims": lambda: draw(st.lists(st.integers(0, rank - 1), min_size=1, max_size=rank, unique=True)),
+            "int": lambda: draw(_integers(-3, 3)),
+            "dim": lambda: draw(_integers(-rank, rank - 1)),
+            "dims": lambda: draw(_dim_lists(rank)),
             "permutation": lambda: tuple(draw(st.permutations(range(len(self.base))))),
             "shape": lambda: _reshaped(draw, self.base),
             "dtype": lambda: draw(st.sampled_from(self.untyped_dtypes)),
-            "slice": lambda: slice(draw(st.one_of(st.none(), st.integers(-3, 3))),
-                                   draw(st.one_of(st.none(), st.integers(-3, 3)))),
-            "float": lambda: draw(st.one_of(st.floats(-4, 4), st.sampled_from(specials))),
-            "bool": lambda: draw(st.booleans()),
-            "str": lambda: draw(st.sampled_from(["mean", "sum", "none"])),
-            "int_list": lambda: draw(st.lists(st.integers(-3, 3), min_size=1, max_size=2)),
+            "slice": lambda: slice(draw(_SLICE_BOUNDS), draw(_SLICE_BOUNDS)),
+            "float": lambda: draw(_literal_floats(self.rule.finite_inputs)),
+            "bool": lambda: draw(_BOOLEANS),
+            "str": lambda: draw(_REDUCTIONS),
+            "int_list": lambda: draw(_INT_LISTS),
             # one value for every spatial dim, as convolutions accept it
-            "stride": lambda: [draw(st.integers(1, 2))],
-            "dilation": lambda: [draw(st.integers(1, 2))],
-            "padding": lambda: [draw(st.integers(0, 1))],
+            "stride": lambda: [draw(_integers(1, 2))],
+            "dilation": lambda: [draw(_integers(1, 2))],
+            "padding": lambda: [draw(_integers(0, 1))],
             "output_padding": lambda: [0],  # only a transposed convolution may have another
-            "groups": lambda: draw(st.integers(1, 2)),
+            "groups": lambda: draw(_integers(1, 2)),
         }
-        scalar = lambda: draw(st.one_of(st.integers(-3, 3), st.floats(-4, 4)))  # noqa: E731 - Scalar
-        return strategies.get(kind, scalar)()
+        return strategies.get(kind, lambda: draw(_SCALARS))()
 
 
 class _Instantiating(ConstantsInterpreter):
