@@ -573,7 +573,6 @@ def _run_hypothesis(rule: Rule, check: _RuleCheck, rejections: Rejections,
                     options: VerifyOptions) -> RuleVerdict | None:
     """Run one choice of the rule's alternatives: a verdict if it ends the rule's verification, else None."""
     database = DirectoryBasedExampleDatabase(options.database) if options.database is not None else None
-    strategy = examples(rule, options.draws, check.choice, rejections)  # built once: it keeps the pattern graphs
 
     @settings(max_examples=options.max_examples, deadline=None, database=database,
               suppress_health_check=list(HealthCheck), report_multiple_bugs=False,
@@ -604,6 +603,8 @@ def _run_hypothesis(rule: Rule, check: _RuleCheck, rejections: Rejections,
         f"fxrules verify {rule.file}::{rule.name}::{sorted(check.choice.values())}".encode())
     budget = _ShrinkBudget()
     try:
+        # built once, not per example (it keeps the pattern graphs); building it raises NoGeneratorError
+        strategy = examples(rule, options.draws, check.choice, rejections)
         budget.run(property_)
     except _Disagreement as found:
         counterexample = Counterexample(tuple(found.example.describe()), found.problem, found.abs_diff,
