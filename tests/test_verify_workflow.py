@@ -11,12 +11,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
 import torch
 
 import fxrules
 from fxrules.cli import main
 from fxrules.verification.soundness import Verdict
+from fxrules.verification.strategies import Example, examples
 
 pytest_plugins = ["pytester"]
 
@@ -44,6 +46,29 @@ def write(path: Path, text: str) -> Path:
 
 
 # ---------------------------------------------------------------- determinism and the seed
+
+
+def test_every_example_runs_the_one_pattern_graph_on_its_own_buffers() -> None:
+    """The pattern graph is built once per rule and shared by every drawn example, yet each example's output is
+    computed from that example's own buffers (a tensor a helper reads is a buffer of the graph's root)."""
+    rule = fxrules.parse("rule add_buffer:\n    given:\n        s: Tensor[N]\n    pattern:\n        return "
+                         "torch.add(x, s)\n    replace:\n        return x + @zero(s)\n")["add_buffer"]
+    drawn: list[Example] = []
+
+    @hypothesis.settings(max_examples=30, deadline=None, database=None, derandomize=True,
+                         suppress_health_check=list(hypothesis.HealthCheck))
+    @hypothesis.given(examples(rule))
+    def outputs_come_from_the_examples_own_buffer(example: Example) -> None:
+        assert example.attributes == ("s",)
+        computed = torch.add(example.values["x"], example.values["s"])
+        torch.testing.assert_close(example.expected, computed, rtol=0, atol=0, equal_nan=True)
+        drawn.append(example)
+
+    outputs_come_from_the_examples_own_buffer()
+    assert len(drawn) >= 10
+    assert len({id(example.values["s"]) for example in drawn}) == len(drawn)
+    assert all(example.pattern is drawn[0].pattern for example in drawn)
+
 
 
 def test_two_runs_print_the_same_report_with_the_same_counterexample(

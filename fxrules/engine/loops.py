@@ -40,6 +40,7 @@ from fxrules.lang.ir import (
     OpTemplate,
     Rule,
     RuleSet,
+    ScalarType,
     SeqTemplate,
     Template,
     anchor_keys,
@@ -98,7 +99,7 @@ def _no_change_warning(rule: Rule) -> Diagnostic | None:
     an overload packet and its overloads, a family and its members (everywhere), and, where aten operators
     are required, a torch function or method and the aten operator of its name.  Every match of such a rule
     is skipped as ``no change``, everywhere or where aten operators are required."""
-    if len(rule.pattern) != len(rule.replacement) or _uses_helper(rule):
+    if len(rule.pattern) != len(rule.replacement) or _uses_helper(rule) or _folds(rule):
         return None
     for loose in (False, True):
         if all(all(_same_computation(option, replacement, loose) for option in _options(pattern))
@@ -111,6 +112,24 @@ def _no_change_warning(rule: Rule) -> Diagnostic | None:
                             "for the graph's level" if not loose else "in a GraphModule its targets are "
                             "emitted as written")
     return None
+
+
+#: Capture types whose values are numbers: ``operator`` arithmetic on them (and on number literals) is
+#: computed at rewrite time, so the replacement is a literal, not the operation its pattern matched.
+_NUMBER_TYPES = frozenset({"int", "float", "bool", "Scalar"})
+
+
+def _folds(rule: Rule) -> bool:
+    """Whether every output of the replacement is ``operator`` arithmetic on numbers, folded when it is spliced."""
+    def folded(template: Template) -> bool:
+        if isinstance(template, Literal):
+            return isinstance(template.value, int | float | bool)
+        if isinstance(template, Capture):
+            kind = rule.types.get(template.name)
+            return isinstance(kind, ScalarType) and kind.name in _NUMBER_TYPES
+        return (isinstance(template, OpTemplate) and getattr(template.target, "__module__", None) == "_operator"
+                and not template.rest and all(folded(argument) for argument in _arguments(template).values()))
+    return all(isinstance(output, OpTemplate) and folded(output) for output in rule.replacement)
 
 
 def _options(template: Template) -> tuple[Template, ...]:

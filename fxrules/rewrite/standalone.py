@@ -139,6 +139,52 @@ def build_pattern(rule: Rule, constants: Mapping[str, torch.nn.Module | torch.Te
     return torch.fx.GraphModule(root, graph), interior
 
 
+@attrs.frozen
+class PatternGraph:
+    """A rule's pattern graph for one choice of its alternatives, without constants of its own: it runs on
+    each example's module captures and ``Attr`` tensors through :class:`ConstantsInterpreter`."""
+
+    module: torch.fx.GraphModule
+    interior: Mapping[str, torch.fx.Node]  # pattern-assigned names -> nodes of the graph
+
+
+class PatternGraphs:
+    """The pattern graphs of one rule's choice of alternatives, each built once and reused for every example.
+
+    The graph depends on the example only through which ``Attr`` captures are absent (drawn as None, they are
+    the literal None in the graph, as an omitted bias is): one graph is built for each such set.
+    """
+
+    def __init__(self, rule: Rule, choice: Mapping[int, int] | None = None) -> None:
+        self.rule = rule
+        self.choice = choice or {}
+        self.attributes = attribute_names(rule)
+        self.modules = tuple(name for name, t in rule.types.items() if isinstance(t, ModuleType))
+        self.built: dict[frozenset[str], PatternGraph] = {}
+
+    def get(self, constants: Mapping[str, torch.nn.Module | torch.Tensor | None]) -> PatternGraph:
+        """The graph for ``constants`` (each example's, or some of them: absent means None)."""
+        absent = frozenset(name for name in self.attributes if constants.get(name) is None)
+        if absent not in self.built:
+            # stand-ins: the graph reads its constants from the interpreter, never from its root
+            stand_ins: dict[str, torch.nn.Module | torch.Tensor] = {name: torch.nn.Identity() for name in self.modules}
+            stand_ins.update({name: torch.empty(0) for name in self.attributes if name not in absent})
+            self.built[absent] = PatternGraph(*build_pattern(self.rule, stand_ins, self.choice))
+        return self.built[absent]
+
+
+class ConstantsInterpreter(torch.fx.Interpreter):
+    """Runs a standalone graph with its module captures and ``Attr`` tensors taken from ``constants``, not
+    from its root: one graph serves every example."""
+
+    def __init__(self, graph: torch.fx.GraphModule, constants: Mapping[str, Any]) -> None:
+        super().__init__(graph)
+        self.constants = constants
+
+    def fetch_attr(self, target: str) -> Any:
+        return self.constants[target]
+
+
 def build_replacement(rule: Rule, constants: Mapping[str, torch.nn.Module | torch.Tensor],
                       helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int] | None = None,
                       inputs: Mapping[str, Any] | None = None) -> torch.fx.GraphModule:

@@ -42,7 +42,12 @@ from fxrules.engine.report import counted
 from fxrules.lang.ir import HelperTemplate, Rule, walk
 from fxrules.match.guards import Predicates, predicate_table, unknown_predicate, using_predicates
 from fxrules.rewrite import helpers as bundled_helpers
-from fxrules.rewrite.standalone import alternative_choices, build_pattern, build_replacement, input_names
+from fxrules.rewrite.standalone import (
+    ConstantsInterpreter,
+    alternative_choices,
+    build_replacement,
+    input_names,
+)
 from fxrules.verification.options import (
     DEFAULT_EXAMPLES,
     DEFAULT_MAX_SIDE,
@@ -299,11 +304,12 @@ class _RuleCheck:
         names = [n for n in self.names if _differentiable(example.values[n])]
         if not names or _has_empty(example.values.values()) or _has_empty(_flat(example.expected)):
             return  # an empty tensor has no gradient to compare, and some backward kernels crash on one (SIGFPE)
-        pattern, _ = build_pattern(self.rule, example.constants(), self.choice)
-        expected = _gradients(pattern, self.names, names, example)
+        assert example.pattern is not None, "examples() records the graph the pattern ran as"
+        pattern = ConstantsInterpreter(example.pattern.module, example.constants())
+        expected = _gradients(pattern.run, self.names, names, example)
         if isinstance(expected, _Raised):  # the pattern has no gradient here (say an in-place write to an input)
             return
-        actual = _gradients(replacement, self.names, names, example)
+        actual = _gradients(replacement.forward, self.names, names, example)
         if isinstance(actual, _Raised):
             raise _Disagreement(f"the replacement's gradient raises {actual.text}", example, None, None)
         for index, (e, a) in enumerate(zip(expected[0], actual[0], strict=True)):
@@ -343,16 +349,17 @@ def _differentiable(value: Any) -> bool:
     return isinstance(value, torch.Tensor) and value.dtype.is_floating_point
 
 
-def _gradients(graph: torch.fx.GraphModule, order: tuple[str, ...], names: list[str],
+def _gradients(graph: Callable[..., Any], order: tuple[str, ...], names: list[str],
                example: Example) -> tuple[tuple[bool, ...], tuple[torch.Tensor, ...]] | _Raised:
-    """Which outputs of ``graph`` require grad, and the gradients of their sum weighted by seeded random
-    cotangents with respect to the inputs ``names`` (leaves of the same strides); or what raised."""
+    """Which outputs of ``graph`` (a standalone graph, called with the inputs in ``order``) require grad, and
+    the gradients of their sum weighted by seeded random cotangents with respect to the inputs ``names``
+    (leaves of the same strides); or what raised."""
     leaves = {name: replica(example.values[name]).requires_grad_() for name in names}
     inputs = [leaves[name] if name in leaves else replica(example.values[name]) for name in order]
 
     def run() -> tuple[tuple[bool, ...], tuple[torch.Tensor, ...]]:
         with torch.enable_grad():
-            outputs = [o for o in _flat(graph.forward(*inputs)) if isinstance(o, torch.Tensor)]
+            outputs = [o for o in _flat(graph(*inputs)) if isinstance(o, torch.Tensor)]
             differentiable = [o for o in outputs if o.requires_grad]
             generator = torch.Generator().manual_seed(example.seed)
             weights = [torch.randn(o.shape, generator=generator, dtype=o.dtype) for o in differentiable]
@@ -584,7 +591,7 @@ def _run_hypothesis(rule: Rule, check: _RuleCheck, rejections: Rejections,
                                                                               Phase.shrink])
     @given(st.data())
     def property_(data: st.DataObject) -> None:
-        example = data.draw(examples(rule, options.draws, check.choice, rejections))
+        example = data.draw(strategy)
         if budget.spent():  # every later candidate passes, so the shrinker stops
             return
         try:
@@ -607,6 +614,8 @@ def _run_hypothesis(rule: Rule, check: _RuleCheck, rejections: Rejections,
         f"fxrules verify {rule.file}::{rule.name}::{sorted(check.choice.values())}".encode())
     budget = _ShrinkBudget()
     try:
+        # built once, not per example (it keeps the pattern graphs); building it raises NoGeneratorError
+        strategy = examples(rule, options.draws, check.choice, rejections)
         budget.run(property_)
     except _Disagreement as found:
         counterexample = Counterexample(tuple(found.example.describe()), found.problem, found.abs_diff,

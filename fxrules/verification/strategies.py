@@ -46,7 +46,6 @@ from fxrules.lang.ir import (
     Capture,
     DimRest,
     DimSymbol,
-    ModuleType,
     OpKind,
     OpTemplate,
     Rule,
@@ -57,7 +56,14 @@ from fxrules.lang.ir import (
 )
 from fxrules.match.guards import GuardError, holds
 from fxrules.match.primitives import unify_dims
-from fxrules.rewrite.standalone import attribute_names, build_pattern, input_names, replacement_dims
+from fxrules.rewrite.standalone import (
+    ConstantsInterpreter,
+    PatternGraph,
+    PatternGraphs,
+    attribute_names,
+    input_names,
+    replacement_dims,
+)
 
 #: Every dtype a graph's tensor may have, float32 first (hypothesis shrinks toward it).
 ALL_DTYPES = (torch.float32, torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
@@ -149,6 +155,50 @@ def _sides(max_side: int) -> st.SearchStrategy[int]:
     return st.one_of(*sizes, *([st.sampled_from(aligned)] if aligned else []))
 
 
+# Strategies drawn from on every example are built once: hypothesis validates each new strategy object on its
+# first draw, which cost more than the draws themselves.
+_BOOLEANS = st.booleans()
+_SEEDS = st.integers(0, 2**16)
+_LAYOUTS = st.sampled_from(LAYOUTS)
+_TENSOR_BASES = st.sampled_from(("zeros", "random", "random", "edge"))
+_BROADCASTS = st.sampled_from(("same", "same", "same", "suffix", "ones"))
+
+
+_SLICE_BOUNDS = st.one_of(st.none(), st.integers(-3, 3))
+_REDUCTIONS = st.sampled_from(("mean", "sum", "none"))
+_INT_LISTS = st.lists(st.integers(-3, 3), min_size=1, max_size=2)
+_SCALARS = st.one_of(st.integers(-3, 3), st.floats(-4, 4))  # a literal passed as a Scalar
+
+
+@functools.cache
+def _integers(low: int, high: int) -> st.SearchStrategy[int]:
+    return st.integers(low, high)
+
+
+@functools.cache
+def _dim_lists(rank: int) -> st.SearchStrategy[list[int]]:
+    return st.lists(st.integers(0, rank - 1), min_size=1, max_size=rank, unique=True)
+
+
+@functools.cache
+def _literal_floats(finite: bool) -> st.SearchStrategy[float]:
+    """A float literal: ordinary, special, or at float32's edges (only finite ones for ``@finite_inputs()``)."""
+    specials = (*(FINITE_SPECIALS if finite else SPECIAL_FLOATS), *edge_values(torch.float32, finite))
+    return st.one_of(st.floats(-4, 4), st.sampled_from(specials))
+
+
+@functools.cache
+def _sizes(max_side: int) -> st.SearchStrategy[int]:
+    return st.sampled_from(tuple(s for s in SIZES if s <= max_side))
+
+
+@functools.cache
+def _shared_dtypes(dtypes: tuple[torch.dtype, ...]) -> st.SearchStrategy[torch.dtype]:
+    """The dtype most tensors of an example take: float32 half the time (the dtype most rules are written
+    for), else any of ``dtypes``."""
+    return st.one_of(st.just(torch.float32) if torch.float32 in dtypes else st.nothing(), st.sampled_from(dtypes))
+
+
 def _dtype_names(dtypes: tuple[torch.dtype, ...]) -> str:
     return ", ".join(str(dtype).removeprefix("torch.") for dtype in dtypes)
 
@@ -183,6 +233,9 @@ class Example:
     attributes: tuple[str, ...] = ()  # which of the values are Attr captures (buffers, not inputs)
     expected: Any = None  # what the pattern computed on these inputs (it ran to instantiate the modules)
     left: Mapping[str, Any] = attrs.Factory(dict)  # the graph inputs as the pattern left them (it ran on these)
+    #: the graph the pattern ran as (it reads the constants from :meth:`constants` through a
+    #: :class:`~fxrules.rewrite.standalone.ConstantsInterpreter`), shared by every example of the rule
+    pattern: PatternGraph | None = attrs.field(default=None, eq=False, repr=False)
 
     def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
         """What hypothesis prints for a drawn example: the short description, not every field."""
@@ -281,9 +334,28 @@ def module_input_ranks(rule: Rule) -> dict[str, tuple[int, ...]]:
     return ranks
 
 
+@attrs.frozen
+class _Captures:
+    """What is fixed per rule about drawing its inputs, derived once rather than for every example: walking
+    the rule's templates for each drawn value once took most of the drawing time."""
+
+    rule: Rule
+    inputs: tuple[str, ...]  # graph inputs, in the standalone graphs' order
+    attributes: tuple[str, ...]  # buffers of the standalone graphs' root
+    dims: tuple[str, ...]  # symbolic dims the replacement uses as values
+    roles: Mapping[str, str]
+    module_ranks: Mapping[str, tuple[int, ...]]
+
+    @classmethod
+    def of(cls, rule: Rule) -> _Captures:
+        return cls(rule, input_names(rule), attribute_names(rule), replacement_dims(rule), capture_roles(rule),
+                   module_input_ranks(rule))
+
+
 # ---------------------------------------------------------------- values
 
 
+@functools.cache
 def _element(dtype: torch.dtype, finite: bool) -> st.SearchStrategy[Any]:
     if dtype == torch.bool:
         return st.booleans()
@@ -306,7 +378,7 @@ def _layout(draw: Draw, tensor: torch.Tensor) -> torch.Tensor:
     """``tensor``'s values in a drawn memory layout: as is; permuted in memory (channels-last for 4-D,
     column-major for 2-D and more); or a view into a larger base whose other elements differ (so that a
     write outside the view shows)."""
-    layout = draw(st.sampled_from(LAYOUTS))
+    layout = draw(_LAYOUTS)
     if layout == "permuted" and tensor.ndim == 4:
         return tensor.contiguous(memory_format=torch.channels_last)
     if layout == "permuted" and tensor.ndim >= 2:  # not a view: its own storage, laid out column-major
@@ -341,11 +413,11 @@ def _reshaped(draw: Draw, base: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _broadcast_variant(draw: Draw, base: tuple[int, ...]) -> tuple[int, ...]:
-    kind = draw(st.sampled_from(["same", "same", "same", "suffix", "ones"]))
+    kind = draw(_BROADCASTS)
     if kind == "suffix" and base:
-        return base[draw(st.integers(1, len(base))):]
+        return base[draw(_integers(1, len(base))):]
     if kind == "ones" and base:
-        return tuple(1 if draw(st.booleans()) else size for size in base)
+        return tuple(1 if draw(_BOOLEANS) else size for size in base)
     return base
 
 
@@ -359,27 +431,27 @@ class _Drawer:
     """
 
     draw: Draw
-    rule: Rule
+    captures: _Captures
     settings: DrawSettings
     dims: dict[str, int] = attrs.Factory(dict)
     base: tuple[int, ...] = ()
     rest: tuple[int, ...] | None = None
     dtype: torch.dtype = torch.float32
 
+    @property
+    def rule(self) -> Rule:
+        return self.captures.rule
+
     def values(self) -> dict[str, Any]:
-        square = self.draw(st.booleans())
-        rank = self.draw(st.integers(0, self.settings.max_rank))
+        square = self.draw(_BOOLEANS)
+        rank = self.draw(_integers(0, self.settings.max_rank))
         side = self.size()
         self.base = tuple(side if square else self.size() for _ in range(rank))
-        dtypes = self.untyped_dtypes  # float32 half the time: the dtype most rules are written for
-        self.dtype = self.draw(st.one_of(st.just(torch.float32) if torch.float32 in dtypes else st.nothing(),
-                                         st.sampled_from(dtypes)))
-        roles = capture_roles(self.rule)
-        module_ranks = module_input_ranks(self.rule)
-        dims = replacement_dims(self.rule)
-        values = {name: self.value(name, roles.get(name, "tensor"), module_ranks.get(name))
-                  for name in (*input_names(self.rule), *attribute_names(self.rule)) if name not in dims}
-        for name in dims:  # drawn with the tensors whose types name them
+        self.dtype = self.draw(_shared_dtypes(self.untyped_dtypes))
+        captures = self.captures
+        values = {name: self.value(name, captures.roles.get(name, "tensor"), captures.module_ranks.get(name))
+                  for name in (*captures.inputs, *captures.attributes) if name not in captures.dims}
+        for name in captures.dims:  # drawn with the tensors whose types name them
             values[name] = self.dims[name] if name in self.dims else self.draw(self.settings.sides)
         return values
 
@@ -389,13 +461,13 @@ class _Drawer:
         return self.settings.dtypes or ALL_DTYPES
 
     def size(self) -> int:
-        return self.draw(st.sampled_from(tuple(s for s in SIZES if s <= self.settings.max_side)))
+        return self.draw(_sizes(self.settings.max_side))
 
     def symbol_size(self) -> int:
         """A fresh size, or half the time one another symbol already has: a pattern often needs two dims to
         agree (the input channels of a convolution and of its weight), and independent draws rarely do."""
-        if self.dims and self.draw(st.booleans()):
-            return self.draw(st.sampled_from(sorted(set(self.dims.values()))))
+        if self.dims and self.draw(_BOOLEANS):
+            return self.draw(st.sampled_from(tuple(sorted(set(self.dims.values())))))  # a tuple: cached
         return self.size()
 
     def tensor_dtype(self, allowed: tuple[torch.dtype, ...] = ()) -> torch.dtype:
@@ -404,13 +476,13 @@ class _Drawer:
         if allowed:
             return self.dtype if self.dtype in allowed else self.draw(st.sampled_from(allowed))
         dtypes = self.untyped_dtypes
-        return self.dtype if self.draw(st.integers(0, 7)) else self.draw(st.sampled_from(dtypes))
+        return self.dtype if self.draw(_integers(0, 7)) else self.draw(st.sampled_from(dtypes))
 
     def value(self, name: str, role: str, module_ranks: tuple[int, ...] | None) -> Any:
         declared = self.rule.types.get(name)
-        if isinstance(declared, TensorType) and declared.or_none and self.draw(st.booleans()):
+        if isinstance(declared, TensorType) and declared.or_none and self.draw(_BOOLEANS):
             return None
-        attribute = name in attribute_names(self.rule)  # a buffer that helpers read: contiguous
+        attribute = name in self.captures.attributes  # a buffer that helpers read: contiguous
         if isinstance(declared, TensorType):
             dtype = self.tensor_dtype(self.settings.narrow(name, declared.dtypes) if declared.dtypes else ())
             shape = self.shape(declared) if declared.dims is not None else _broadcast_variant(self.draw, self.base)
@@ -424,7 +496,7 @@ class _Drawer:
             items = self.draw(st.lists(st.integers(-2, 4), min_size=0, max_size=3))
             return tuple(items) if declared.name == "tuple" else items
         if isinstance(declared, SequenceType) or role == "tensor_list":
-            count = self.draw(st.integers(1, 3))
+            count = self.draw(_integers(1, 3))
             return [self.tensor(self.base, self.tensor_dtype()) for _ in range(count)]
         if role not in {"tensor", "tensor_list", "variance"} and declared is None:
             return self.literal(role)
@@ -442,7 +514,7 @@ class _Drawer:
                 shape.append(self.dims[dim.name])
             elif isinstance(dim, DimRest):
                 if self.rest is None:
-                    count = self.draw(st.integers(0, 2))
+                    count = self.draw(_integers(0, 2))
                     self.rest = tuple(self.draw(self.settings.sides) for _ in range(count))
                 shape += self.rest
             else:
@@ -458,8 +530,8 @@ class _Drawer:
         """
         count = math.prod(shape)
         finite = self.rule.finite_inputs
-        base = self.draw(st.sampled_from(["zeros", "random", "random", "edge"]))
-        generator = torch.Generator().manual_seed(self.draw(st.integers(0, 2**16)))
+        base = self.draw(_TENSOR_BASES)
+        generator = torch.Generator().manual_seed(self.draw(_SEEDS))
         carrier = _carrier(dtype)
         if base == "zeros" or (dtype == torch.bool and base == "edge"):
             tensor = torch.zeros(count, dtype=carrier)
@@ -474,54 +546,50 @@ class _Drawer:
                 tensor *= max(abs(v) for v in edge_values(dtype, finite)) / 8
         if count:
             element = _element(dtype, finite)
-            for _ in range(self.draw(st.integers(0, min(count, 4)))):
-                tensor[self.draw(st.integers(0, count - 1))] = self.draw(element)
+            for _ in range(self.draw(_integers(0, min(count, 4)))):
+                tensor[self.draw(_integers(0, count - 1))] = self.draw(element)
         tensor = torch.empty(shape, dtype=dtype).copy_(tensor.reshape(shape))  # not a view of the flat tensor
         return _layout(self.draw, tensor) if laid_out else tensor
 
     def literal(self, kind: str) -> Any:
         rank = max(len(self.base), 1)
         draw = self.draw
-        finite = self.rule.finite_inputs
-        specials = (*(FINITE_SPECIALS if finite else SPECIAL_FLOATS), *edge_values(torch.float32, finite))
         strategies: dict[str, Callable[[], Any]] = {
-            "int": lambda: draw(st.integers(-3, 3)),
-            "dim": lambda: draw(st.integers(-rank, rank - 1)),
-            "dims": lambda: draw(st.lists(st.integers(0, rank - 1), min_size=1, max_size=rank, unique=True)),
+            "int": lambda: draw(_integers(-3, 3)),
+            "dim": lambda: draw(_integers(-rank, rank - 1)),
+            "dims": lambda: draw(_dim_lists(rank)),
             "permutation": lambda: tuple(draw(st.permutations(range(len(self.base))))),
             "shape": lambda: _reshaped(draw, self.base),
             "dtype": lambda: draw(st.sampled_from(self.untyped_dtypes)),
-            "slice": lambda: slice(draw(st.one_of(st.none(), st.integers(-3, 3))),
-                                   draw(st.one_of(st.none(), st.integers(-3, 3)))),
-            "float": lambda: draw(st.one_of(st.floats(-4, 4), st.sampled_from(specials))),
-            "bool": lambda: draw(st.booleans()),
-            "str": lambda: draw(st.sampled_from(["mean", "sum", "none"])),
-            "int_list": lambda: draw(st.lists(st.integers(-3, 3), min_size=1, max_size=2)),
+            "slice": lambda: slice(draw(_SLICE_BOUNDS), draw(_SLICE_BOUNDS)),
+            "float": lambda: draw(_literal_floats(self.rule.finite_inputs)),
+            "bool": lambda: draw(_BOOLEANS),
+            "str": lambda: draw(_REDUCTIONS),
+            "int_list": lambda: draw(_INT_LISTS),
             # one value for every spatial dim, as convolutions accept it
-            "stride": lambda: [draw(st.integers(1, 2))],
-            "dilation": lambda: [draw(st.integers(1, 2))],
-            "padding": lambda: [draw(st.integers(0, 1))],
+            "stride": lambda: [draw(_integers(1, 2))],
+            "dilation": lambda: [draw(_integers(1, 2))],
+            "padding": lambda: [draw(_integers(0, 1))],
             "output_padding": lambda: [0],  # only a transposed convolution may have another
-            "groups": lambda: draw(st.integers(1, 2)),
+            "groups": lambda: draw(_integers(1, 2)),
         }
-        scalar = lambda: draw(st.one_of(st.integers(-3, 3), st.floats(-4, 4)))  # noqa: E731 - Scalar
-        return strategies.get(kind, scalar)()
+        return strategies.get(kind, lambda: draw(_SCALARS))()
 
 
-class _Instantiating(torch.fx.Interpreter):
+class _Instantiating(ConstantsInterpreter):
     """Runs a pattern graph, building each module capture on its first call from its actual input.
 
     It also keeps the values of the pattern's named interior nodes, which guards may read.
     """
 
-    def __init__(self, gm: torch.fx.GraphModule, draw: Draw, types: Mapping[str, Any], seed: int,
-                 interior: Mapping[str, torch.fx.Node]) -> None:
-        super().__init__(gm)
+    def __init__(self, pattern: PatternGraph, attributes: Mapping[str, Any], draw: Draw, types: Mapping[str, Any],
+                 seed: int) -> None:
+        super().__init__(pattern.module, attributes)
+        self.built: dict[str, torch.nn.Module] = {}
         self.draw = draw
         self.types = types
         self.seed = seed
-        self.built: dict[str, torch.nn.Module] = {}
-        self.watched = {node: name for name, node in interior.items()}
+        self.watched = {node: name for name, node in pattern.interior.items()}
         self.interior: dict[str, Any] = {}
 
     def run_node(self, n: torch.fx.Node) -> Any:
@@ -538,7 +606,6 @@ class _Instantiating(torch.fx.Interpreter):
             module = module_spec(declared.cls).factory(self.draw, args[0])
             module.eval()
             self.built[name] = module
-            setattr(self.module, name, module)
         return self.built[name](*args, **kwargs)
 
 
@@ -551,17 +618,16 @@ class PatternRun:
     inputs: Mapping[str, Any]
     modules: Mapping[str, torch.nn.Module]
     interior: Mapping[str, Any]
+    pattern: PatternGraph
 
 
-def _run_pattern(rule: Rule, draw: Draw, values: dict[str, Any], seed: int, choice: Mapping[int, int],
+def _run_pattern(captures: _Captures, patterns: PatternGraphs, draw: Draw, values: dict[str, Any], seed: int,
                  rejections: Rejections) -> PatternRun:
-    """Run the pattern (the ``choice`` of its alternatives) on replicas of the inputs."""
-    module_names = [n for n, t in rule.types.items() if isinstance(t, ModuleType)]
-    constants: dict[str, Any] = {name: torch.nn.Identity() for name in module_names}
-    constants.update({name: values[name] for name in attribute_names(rule)})
-    pattern, interior = build_pattern(rule, constants, choice)
-    runner = _Instantiating(pattern, draw, rule.types, seed, interior)
-    inputs = {name: replica(values[name]) for name in input_names(rule)}
+    """Run the pattern (its graph for the example's choice of alternatives) on replicas of the inputs."""
+    attributes = {name: values[name] for name in captures.attributes}
+    pattern = patterns.get(attributes)
+    runner = _Instantiating(pattern, attributes, draw, captures.rule.types, seed)
+    inputs = {name: replica(values[name]) for name in captures.inputs}
     try:
         with torch.no_grad():
             output = runner.run(*inputs.values())
@@ -569,7 +635,7 @@ def _run_pattern(rule: Rule, draw: Draw, values: dict[str, Any], seed: int, choi
         rejections.pattern_raised += 1
         rejections.pattern_error = f"{type(error).__name__}: {error}"
         assume(False)
-    return PatternRun(output, inputs, runner.built, runner.interior)
+    return PatternRun(output, inputs, runner.built, runner.interior, pattern)
 
 
 def guard_allows(rule: Rule, values: Mapping[str, Any], modules: Mapping[str, torch.nn.Module],
@@ -602,21 +668,23 @@ def examples(rule: Rule, settings: DrawSettings | None = None, choice: Mapping[i
     accepts and its guard allows, each with the pattern's output on it; ``rejections`` counts the others."""
     settings = settings or DrawSettings()
     rejections = rejections if rejections is not None else Rejections()
+    captures = _Captures.of(rule)
+    patterns = PatternGraphs(rule, choice)
 
     # The rule is closed over, not passed as an argument: hypothesis would pretty-print the whole
     # rule IR into the strategy's repr on every example (which once cost minutes per rule).
     @st.composite
     def example(draw: Draw) -> Example:
-        drawer = _Drawer(draw, rule, settings)
+        drawer = _Drawer(draw, captures, settings)
         values = drawer.values()
-        seed = draw(st.integers(0, 2**16))
-        run = _run_pattern(rule, draw, values, seed, choice or {}, rejections)
+        seed = draw(_SEEDS)
+        run = _run_pattern(captures, patterns, draw, values, seed, rejections)
         dims = dict(drawer.dims)
         for name, declared in rule.types.items():
             if isinstance(declared, TensorType) and declared.dims and values.get(name) is not None:
                 dims.update(_dims_of(declared, values[name]))
         assume(guard_allows(rule, {**values, **run.interior}, run.modules, dims, rejections))
-        return Example(values, run.modules, seed, attribute_names(rule), run.output, run.inputs)
+        return Example(values, run.modules, seed, captures.attributes, run.output, run.inputs, run.pattern)
 
     return example()
 
