@@ -89,7 +89,7 @@ class Bindings:
 
     types: dict[str, CaptureType]
     untyped: set[str]  # given: names whose type was wrong (already reported)
-    interior: dict[str, OpTemplate] = attrs.Factory(dict)  # names the pattern assigns
+    interior: dict[str, Template] = attrs.Factory(dict)  # names the pattern assigns
     used_captures: set[str] = attrs.Factory(set)
     notes: list[str] = attrs.Factory(list)
     failures: set[int] = attrs.Factory(set)  # ids of the stand-ins for expressions that had an error
@@ -126,6 +126,14 @@ class SectionResolver(abc.ABC):
     def partial_operation(self, kind: OpKind, target: Any, args: list[st.Expr], keywords: tuple[st.Keyword, ...],
                           span: Span, binds: str | None, ellipsis: st.EllipsisExpr) -> Template:
         """A call whose last argument is ``...`` (``args`` without it)."""
+
+    @abc.abstractmethod
+    def t_Alternatives(self, expr: st.Alternatives) -> Template:  # noqa: N802 - dispatched by class name
+        """A choice ``A | B``."""
+
+    @abc.abstractmethod
+    def t_HelperCall(self, expr: st.HelperCall) -> Template:  # noqa: N802
+        """A helper call ``@name(...)``."""
 
     def assignment_problem(self, name: str) -> str | None:
         """Why ``name = ...`` may not be written here, if it may not."""
@@ -189,13 +197,10 @@ class SectionResolver(abc.ABC):
             self.error(statement.span, f"cannot assign to '{name}'")
             return
         value = self.template(statement.value)
-        if isinstance(value, OpTemplate):
-            value = attrs.evolve(value, name=name)
-        elif isinstance(value, AltTemplate) and all(isinstance(o, OpTemplate) for o in value.options):
-            value = attrs.evolve(value, options=tuple(attrs.evolve(o, name=name) for o in value.options))
-        else:
+        named = _named(value, name)
+        if named is None:
             self.unnamed_value(statement)
-        self.assigned[name] = value
+        self.assigned[name] = value if named is None else named
 
     # ---------------------------------------------------------------- expressions
 
@@ -477,6 +482,16 @@ class SectionResolver(abc.ABC):
             return key in COMMUTATIVE_TARGETS or key in self.scope.commutative
         except TypeError:  # an unhashable target is never commutative
             return False
+
+
+def _named(value: Template, name: str) -> Template | None:
+    """``value`` labelled ``name`` when it is an operation or a choice of operations, else None."""
+    if isinstance(value, OpTemplate):
+        return attrs.evolve(value, name=name)
+    options = [o for o in value.options if isinstance(o, OpTemplate)] if isinstance(value, AltTemplate) else []
+    if isinstance(value, AltTemplate) and len(options) == len(value.options):
+        return attrs.evolve(value, options=tuple(attrs.evolve(o, name=name) for o in options))
+    return None
 
 
 def _signature(kind: OpKind, target: Any) -> CallSignature | None:
