@@ -135,6 +135,10 @@ class SectionResolver(abc.ABC):
     def t_HelperCall(self, expr: st.HelperCall) -> Template:  # noqa: N802
         """A helper call ``@name(...)``."""
 
+    @abc.abstractmethod
+    def unsigned_call(self, kind: OpKind, target: Any) -> None:
+        """A call whose target has no signature, so its arguments stay as written."""
+
     def assignment_problem(self, name: str) -> str | None:
         """Why ``name = ...`` may not be written here, if it may not."""
         return f"'{name}' is assigned twice" if name in self.assigned else None
@@ -432,8 +436,7 @@ class SectionResolver(abc.ABC):
                 bound = {name: SeqTemplate(tuple(value), span, is_tuple=True) if isinstance(value, tuple) else value
                          for name, value in call.explicit.items()}
         elif kind is not OpKind.ATTR and not isinstance(target, HelperTemplate):
-            self.bindings.notes.append(f"arguments of {describe_target(kind, target)} are compared as written "
-                                       "(no signature)")
+            self.unsigned_call(kind, target)
         commutative = self.is_commutative(kind, target)
         template = OpTemplate(kind, target, args, kwargs, span, rest=rest, binds=binds, signature=signature,
                               bound=bound, commutative=commutative)

@@ -16,7 +16,17 @@ from typing import Any
 from fxrules.diagnostics import DiagnosticSink, Span
 from fxrules.lang import syntax_tree as st
 from fxrules.lang.binding import Bindings, SectionResolver, misspelt_constant
-from fxrules.lang.ir import AltTemplate, AttrType, Capture, ModuleType, OpKind, OpTemplate, Template, Wildcard
+from fxrules.lang.ir import (
+    AltTemplate,
+    AttrType,
+    Capture,
+    ModuleType,
+    OpKind,
+    OpTemplate,
+    Template,
+    Wildcard,
+    describe_target,
+)
 from fxrules.lang.scope import Scope
 
 
@@ -55,6 +65,10 @@ class PatternResolver(SectionResolver):
     def partial_operation(self, kind: OpKind, target: Any, args: list[st.Expr], keywords: tuple[st.Keyword, ...],
                           span: Span, binds: str | None, ellipsis: st.EllipsisExpr) -> Template:
         return self.bind_operation(kind, target, args, keywords, span, binds, rest=True)
+
+    def unsigned_call(self, kind: OpKind, target: Any) -> None:
+        self.bindings.notes.append(f"arguments of {describe_target(kind, target)} are compared as written "
+                                   "(no signature)")
 
     def assignment_problem(self, name: str) -> str | None:
         if name not in self.assigned and name in self.types:

@@ -44,6 +44,9 @@ class ReplacementResolver(SectionResolver):
                           span: Span, binds: str | None, ellipsis: st.EllipsisExpr) -> Template:
         return self.error(ellipsis.span, "'...' may only appear in a pattern")
 
+    def unsigned_call(self, kind: OpKind, target: Any) -> None:
+        """Nothing to note: a replacement builds the call as written and compares nothing."""
+
     def unnamed_value(self, statement: st.Assign) -> None:
         """Any value may be named in a replacement: the name is only shorthand for it."""
 
