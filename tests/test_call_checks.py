@@ -192,3 +192,12 @@ def test_calls_of_an_allowed_callable_are_checked_against_its_signature() -> Non
         "    rule r: torch.sqrt(x) => colorsys.rgb_to_hsv(x, x)\n"
         "                             ^\n"
         "  hint: its parameters are (r, g, b)")
+
+
+def test_only_a_pattern_notes_arguments_compared_as_written() -> None:
+    """A call without a signature (``x.T`` is ``getattr(x, "T")``) is noted as compared as written when the
+    pattern matches it; a replacement builds it and compares nothing, so it adds no note."""
+    in_pattern = fxrules.parse("rule r: torch.relu(x.T) => torch.relu(x)\n").rules[0]
+    in_replacement = fxrules.parse("rule r: torch.neg(x) => torch.relu(x.T)\n").rules[0]
+    assert in_pattern.notes == ("arguments of getattr are compared as written (no signature)",)
+    assert in_replacement.notes == ()

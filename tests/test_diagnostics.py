@@ -19,6 +19,7 @@ import fxrules
 from fxrules import FxrError, FxrLoadError, FxrSyntaxError
 from fxrules.lang.bundled import ruleset_names
 from fxrules.lang.guards import FUNCTION_NAMES as GUARD_FUNCTIONS
+from fxrules.lang.parser import fxr_parser
 
 #: One expected diagnostic: (line, column, message) or (line, column, message, hint).
 Expected = tuple[int, int, str] | tuple[int, int, str, str | None]
@@ -169,6 +170,14 @@ def test_syntax_error(text: str, expected: list[Expected]) -> None:
     assert_diagnostics(info.value, expected)
     for diagnostic in info.value.diagnostics:
         assert not re.search(r"Token\(|__ANON|_NL|_INDENT|_DEDENT|\$END", diagnostic.message), diagnostic.message
+
+
+def test_every_grammar_terminal_has_a_written_name() -> None:
+    """Punctuation such as '=>' and '**' is a named terminal of grammar/fxr.lark, so the parser's messages and
+    expected-token lists never depend on the __ANON_n names Lark generates for unnamed strings."""
+    names = {terminal.name for terminal in fxr_parser().terminals}
+    assert not [name for name in names if name.startswith("__ANON")]
+    assert {"ARROW", "ELLIPSIS", "POW", "EQ", "NE", "LE", "GE", "FLOORDIV"} <= names
 
 
 # ---------------------------------------------------------------- semantic errors

@@ -333,7 +333,7 @@ def _stack(error: UnexpectedToken) -> tuple[int, ...]:
 #: Terminals that continue or start any expression: they say little about where the parser is.
 _EXPRESSION_TOKENS = frozenset({
     "AND", "OR", "NOT", "IN", "IS", "DOT", "LPAR", "LSQB", "VBAR", "AT", "MINUS", "PLUS", "STAR", "SLASH", "PERCENT",
-    "LESSTHAN", "MORETHAN", "__ANON_2", "__ANON_3", "__ANON_4", "__ANON_5", "__ANON_6", "__ANON_7",
+    "LESSTHAN", "MORETHAN", "POW", "EQ", "GE", "LE", "NE", "FLOORDIV",
 })
 
 
@@ -405,7 +405,7 @@ def _message_for(error: UnexpectedToken) -> str:
         similar = _similarity(context, example_context)
         same_token = token_type == error.token.type
         same_recent = recent == example_recent
-        informative = len(context) >= 2 or context == {"__ANON_0"}  # only a pattern is followed by '=>'
+        informative = len(context) >= 2 or context == {"ARROW"}  # only a pattern is followed by '=>'
         close = similar == 1.0 or (similar >= 0.8 and same_token)
         if not ((common and similar >= 0.5) or (informative and close) or (similar == 1.0 and same_recent)):
             continue
@@ -488,7 +488,7 @@ def _syntax_diagnostic(error: Exception, text: str, line_offset: int) -> tuple[i
         return (opener.line or 1) + line_offset, opener.column or 1, f"'{opener}' is never closed"
     # Where '=>' cannot come, the lexer reads '=' (a keyword argument) or '-' and then fails at '>':
     # the user wrote an arrow, so point at its first character.
-    arrow = token.type == "__ANON_0" or (token.type == "MORETHAN" and _char_before(text, token) in {"=", "-"})
+    arrow = token.type == "ARROW" or (token.type == "MORETHAN" and _char_before(text, token) in {"=", "-"})
     column = (token.column or 1) - (token.type == "MORETHAN" and arrow)
     if opener is not None and arrow:  # an arrow inside brackets: the bracket was left open
         return (token.line or 1) + line_offset, column, f"expected a closing '{')' if opener.type == 'LPAR' else ']'}'"
