@@ -36,7 +36,7 @@ from fxrules.lang.bundled import grammar_text
 from fxrules.lang.parser import parse_syntax
 from tests.conftest import slow_examples
 
-RULESETS = Path(__file__).resolve().parents[1] / "rulesets"
+RULESETS = Path(__file__).resolve().parents[2] / "rulesets"
 
 #: Hard per-example budget: a hypothesis deadline only fires after an example ends, this stops a hang.
 BUDGET_SECONDS = 5.0

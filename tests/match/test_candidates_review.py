@@ -44,10 +44,10 @@ from fxrules.match.matcher import RuleIndex
 from fxrules.match.narrowing import Candidates
 from fxrules.match.skips import Skip
 from tests.conftest import trace
+from tests.match.test_compiled import EXACT, TYPED, check_candidates
+from tests.match.test_compiled_families import FAMILY_RULES
+from tests.match.test_differential import RULES as DIFFERENTIAL_RULES
 from tests.strategies import GeneratedGraph, graphs, with_metadata
-from tests.test_compiled import EXACT, TYPED, check_candidates
-from tests.test_compiled_families import FAMILY_RULES
-from tests.test_differential import RULES as DIFFERENTIAL_RULES
 
 F = torch.nn.functional
 aten = torch.ops.aten
@@ -204,7 +204,7 @@ rule eq_true:
 """, filename="review.fxr")
 
 
-# ------------------------------------------------ the invariant (check_candidates: tests/test_compiled.py)
+# ------------------------------------------------ the invariant (check_candidates: tests/match/test_compiled.py)
 
 
 def candidate_names(gm: torch.fx.GraphModule, rules: RuleSet, name: str) -> set[str] | None:
@@ -512,7 +512,7 @@ def test_no_narrowing_patch_really_disables_narrowing() -> None:
     gm = trace(lambda x: (x + 1) + (x + 2))
     with no_narrowing():
         report = fxrules.apply(gm, fxrules.parse("rule add_seven:\n    x + 7 => x\n"))
-    assert report["add_seven"].attempts == 3  # narrowed, it is 0 (tests/test_compiled.py)
+    assert report["add_seven"].attempts == 3  # narrowed, it is 0 (tests/match/test_compiled.py)
 
 
 @pytest.mark.parametrize("rules", [REVIEW_RULES, EXACT, FAMILY_RULES, DIFFERENTIAL_RULES],

@@ -13,7 +13,7 @@ import fxrules
 from fxrules.match.matcher import Match
 from fxrules.match.skips import Skip
 from tests.conftest import ops, trace
-from tests.test_compiled import compiled, interpreted, outcome
+from tests.match.test_compiled import compiled, interpreted, outcome
 
 ADDMM = """
 rule addmm:
