@@ -522,3 +522,12 @@ def test_huge_integer_literal_is_a_load_error_not_a_crash() -> None:
         fxrules.parse(f"rule r: x * {digits} => x\n", filename="bad.fxr")
     [diagnostic] = info.value.diagnostics  # type: ignore[attr-defined]
     assert (diagnostic.span.line, diagnostic.span.column) == (1, 13)
+
+
+def test_the_caret_stands_under_the_column_in_a_tab_indented_line() -> None:
+    """The source line is printed with its tab, and the caret line keeps that tab, so a terminal shows the
+    caret under the spot."""
+    with pytest.raises(FxrLoadError) as info:
+        fxrules.parse("rule r:\n\ttorch.reluu(x) => x\n")
+    source, caret = str(info.value).splitlines()[1:3]
+    assert source.expandtabs(8).index("reluu") == caret.expandtabs(8).index("^")
