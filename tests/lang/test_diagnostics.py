@@ -4,8 +4,8 @@ Each case is a malformed ``.fxr`` text and the complete list of diagnostics
 it must raise, as ``(line, column, message)`` or, where the diagnostic gives
 a hint, ``(line, column, message, hint)``.  The expected values are what a
 careful user should see: one diagnostic per mistake (no follow-on errors),
-the caret under the offending spot, and the wording of the design card
-(§8: ``unknown target 'torch.reluu'`` with ``did you mean 'torch.relu'?``).
+the caret under the offending spot, and the wording of docs/language.md
+(section 16: ``unknown target 'torch.reluu'`` with ``did you mean 'torch.relu'?``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Typed captures, guards, shape metadata and rewrite-time helpers (design card sections 5 and 6)."""
+"""Typed captures, guards, shape metadata and rewrite-time helpers (docs/language.md sections 10-12)."""
 
 from __future__ import annotations
 
