@@ -1,4 +1,4 @@
-"""End-to-end: the design card's first example file rewrites a traced function."""
+"""End-to-end: a first rule file, as docs/language.md opens with, rewrites a traced function."""
 
 import torch
 
@@ -16,7 +16,7 @@ rule add_zero:
 """
 
 
-def test_card_example_rules_rewrite_and_keep_outputs() -> None:
+def test_first_example_rules_rewrite_and_keep_outputs() -> None:
     def f(x: torch.Tensor) -> torch.Tensor:
         return torch.exp(torch.neg(torch.neg(x)) * 1 + 0)  # the graph may not return its input ('alias')
 

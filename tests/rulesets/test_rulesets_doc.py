@@ -8,7 +8,7 @@
   ``@tolerance`` and ``@finite_inputs`` decorators.
 * The rule counts the doc gives (per section, and the ``fxrules verify`` summary line; also the count in
   ``docs/language.md``) are the real ones.
-* What the doc says fires on the real models is the table of ``tests/test_real_models.py`` (read from its
+* What the doc says fires on the real models is the table of ``tests/rulesets/test_real_models.py`` (read from its
   source, so the models are not built here).
 """
 
@@ -40,10 +40,10 @@ from fxrules.lang.ir import (
     TensorType,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "rulesets.md"
 LANGUAGE = REPO / "docs" / "language.md"
-REAL_MODELS = REPO / "tests" / "test_real_models.py"
+REAL_MODELS = REPO / "tests" / "rulesets" / "test_real_models.py"
 
 #: How the doc names the models of tests/models.py.
 MODEL_NAMES = {
@@ -102,13 +102,13 @@ def bundled_rules(ruleset: str) -> list[Rule]:
 
 
 def real_model_table() -> dict[str, dict[str, dict[str, int]]]:
-    """``EXPECTED`` of tests/test_real_models.py: model -> ruleset -> {rule: times fired}."""
+    """``EXPECTED`` of tests/rulesets/test_real_models.py: model -> ruleset -> {rule: times fired}."""
     tree = ast.parse(REAL_MODELS.read_text(encoding="utf-8"))
     for node in tree.body:
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "EXPECTED":
             assert node.value is not None
             return ast.literal_eval(node.value)
-    raise AssertionError("tests/test_real_models.py has no EXPECTED table")
+    raise AssertionError("tests/rulesets/test_real_models.py has no EXPECTED table")
 
 
 # ---------------------------------------------------------------- which rules the doc documents where

@@ -28,10 +28,10 @@ from fxrules.diagnostics import Span
 from fxrules.lang.formatting import LINE_LENGTH
 from fxrules.lang.parser import parse_syntax
 from tests.conftest import slow_examples
+from tests.lang.test_parser_fuzz import SETTINGS_FOR_EXPRESSIONS, expressions
 from tests.test_docs import DOC_BLOCKS, Block, extract_blocks
-from tests.test_parser_fuzz import SETTINGS_FOR_EXPRESSIONS, expressions
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RULESETS = sorted((REPO / "rulesets").glob("*.fxr"))
 
 

@@ -339,7 +339,7 @@ def test_many_configurations_stop_at_the_time_budget(tmp_path: Path) -> None:
 
 def proofs_table() -> dict[str, str]:
     """Rule -> what the Proofs section of docs/rulesets.md says prove gives it (the first words)."""
-    text = (Path(__file__).resolve().parents[1] / "docs" / "rulesets.md").read_text(encoding="utf-8")
+    text = (Path(__file__).resolve().parents[2] / "docs" / "rulesets.md").read_text(encoding="utf-8")
     section = text[text.index("\n## Proofs"):]
     table: dict[str, str] = {}
     for line in section.splitlines():

@@ -1,4 +1,4 @@
-"""Typed captures, guards, shape metadata and rewrite-time helpers (design card sections 5 and 6)."""
+"""Typed captures, guards, shape metadata and rewrite-time helpers (docs/language.md sections 10-12)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import fxrules
 from fxrules.match.matcher import Match
 from fxrules.match.skips import Skip
 from tests.conftest import ops, trace
-from tests.test_compiled import compiled, interpreted, outcome
+from tests.match.test_compiled import compiled, interpreted, outcome
 
 ADDMM = """
 rule addmm:

@@ -3,7 +3,7 @@
 
 The cases are the examples of torch's ``replace_pattern`` docstring and the
 cases of torch's ``test/fx/test_subgraph_rewriter.py`` (the models and
-functions of ``tests/test_replace_pattern_compat.py``).  Each module is
+functions of ``tests/integrations/test_replace_pattern_compat.py``).  Each module is
 traced twice; torch's ``replace_pattern`` rewrites one copy and
 ``fxrules.replace_pattern`` the other, and the two must return the same
 matches (the same anchor and node map, by node name) and leave the same
@@ -30,8 +30,7 @@ from torch.fx import subgraph_rewriter
 import fxrules
 from fxrules.cli import main
 from tests.conftest import slow_examples
-from tests.test_formatting import meaning
-from tests.test_replace_pattern_compat import (
+from tests.integrations.test_replace_pattern_compat import (
     CatSumModule,
     MmModule,
     NegReluModule,
@@ -51,6 +50,7 @@ from tests.test_replace_pattern_compat import (
     structure,
     wrapped_gemm_bias_mul,
 )
+from tests.lang.test_formatting import meaning
 
 # ---------------------------------------------------------------- the cases
 
@@ -545,7 +545,7 @@ def test_functions_of_other_modules_are_named_through_use() -> None:
     """A function the tracer leaves opaque is named through ``use`` of its module, allowed for the rule."""
     text = fxrules.integrations.convert.rule_text(_linear_mul, _fused, "gemm")
     assert text == textwrap.dedent("""\
-        use tests.test_convert as test_convert
+        use tests.integrations.test_convert as test_convert
 
         rule gemm:
             pattern:

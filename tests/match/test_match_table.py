@@ -1,4 +1,4 @@
-"""The matching semantics of the design card (sections 2-4, 7) as a truth table, run through every implementation.
+"""The matching semantics of docs/language.md (sections 4-8) as a truth table, run through every implementation.
 
 Each row is ``(graph source, rules, expected anchors)``: the source is a
 function or module that ``symbolic_trace`` turns into a graph, the rules are
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import torch
 import torch.fx
-import torch.nn.functional as F  # noqa: N812 - the spelling the card uses
+import torch.nn.functional as F  # noqa: N812 - the spelling the docs use
 from torch import nn
 
 import fxrules

@@ -1,6 +1,7 @@
-"""Review of the bundled rulesets on edge cases: each test traces a small model, applies a bundled ruleset with
-example inputs and checks that the outputs (and dtypes) are what the model computed before, or that the rule
-does not fire where it would be wrong."""
+"""The bundled rules fire only where their preconditions hold: no tensor written in place, masks and biases of the
+input's dtype, integer inputs left alone, no training-mode dropout or batch statistics, no quantization-aware conv.
+Each test traces a small model, applies a bundled ruleset with example inputs and checks that the outputs (and
+dtypes) are what the model computed before, or that the rule does not fire where it would be wrong."""
 
 from __future__ import annotations
 
@@ -99,7 +100,7 @@ def _cat_single_then_mul_(x: torch.Tensor) -> torch.Tensor:
                                 _double_neg_then_add_, _cat_single_then_mul_])
 def test_identity_rules_do_not_merge_a_tensor_written_in_place_with_its_input(fn: Callable[..., Any]) -> None:
     """`x * 1 => x` (and `x + 0`, `x / 1`, `-(-x)`, `cat([x])`) makes the result and x one tensor: an in-place
-    write into either then changes both (the outputs change by 1.0 and more)."""
+    write into either then changes both (the outputs would change by 1.0 and more)."""
     assert rewritten(fn, [_seeded(3, 4)], "algebra.fxr") == {}
 
 
@@ -129,7 +130,7 @@ def test_mul_one_then_inplace_relu(module: bool) -> None:
 
 
 def test_view_chain_does_not_turn_a_dtype_view_into_a_reshape() -> None:
-    """`x.view(torch.int32).view(torch.float32)` became `x.reshape(torch.float32)`, which raises."""
+    """`x.view(torch.int32).view(torch.float32)` is not turned into `x.reshape(torch.float32)`, which raises."""
     def fn(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return x.view(torch.int32).view(torch.float32), x.view(torch.int32).view((12,))
     assert rewritten(fn, [_seeded(3, 4)], "algebra.fxr") == {}
@@ -176,7 +177,7 @@ def _qkv(dtype: torch.dtype = torch.float32) -> list[torch.Tensor]:
 ])
 def test_sdpa_masked_needs_an_additive_mask_of_the_query_dtype(mask: torch.Tensor) -> None:
     """A bool mask added to the scores adds 1.0; SDPA reads a bool mask as which positions to attend (the output
-    changed by up to 1.0).  An integer mask, or a float mask of another dtype, made SDPA raise."""
+    would change by up to 1.0).  An integer mask, or a float mask of another dtype, makes SDPA raise."""
     assert rewritten(_masked_attention, [*_qkv(), mask], "fusions.fxr") == {}
 
 
@@ -249,7 +250,7 @@ def test_layer_norm_still_fires_with_parameters_of_the_input_dtype() -> None:
 
 
 def test_silu_leaves_integer_tensors() -> None:
-    """`x * sigmoid(x)` of an integer x is float; F.silu raised 'silu_cpu not implemented for Long'."""
+    """`x * sigmoid(x)` of an integer x is float; F.silu raises 'silu_cpu not implemented for Long'."""
     x = torch.arange(-3, 3)
     assert rewritten(lambda x: x * torch.sigmoid(x), [x], "fusions.fxr") == {}
     assert rewritten(lambda x: x * torch.sigmoid(x), [x.half()], "fusions.fxr") == {"silu": 1}
@@ -257,7 +258,7 @@ def test_silu_leaves_integer_tensors() -> None:
 
 @pytest.mark.parametrize("formula", ["tanh", "erf"])
 def test_gelu_leaves_integer_tensors(formula: str) -> None:
-    """The written-out GELU promotes an integer x to float; F.gelu raised 'GeluKernelImpl not implemented'."""
+    """The written-out GELU promotes an integer x to float; F.gelu raises 'GeluKernelImpl not implemented'."""
     def tanh_form(x: torch.Tensor) -> torch.Tensor:
         return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
@@ -273,7 +274,7 @@ def test_gelu_leaves_integer_tensors(formula: str) -> None:
 
 def test_fold_conv1d_bn_leaves_unbatched_inputs() -> None:
     """On an unbatched (C, L) input BatchNorm1d normalizes the conv's positions: folding it into the channels
-    changed the output (BatchNorm1d(5) after Conv1d(4, 5, 3)) or raised when rewriting (Conv1d(4, 6, 3))."""
+    would change the output (BatchNorm1d(5) after Conv1d(4, 5, 3)) or raise when rewriting (Conv1d(4, 6, 3))."""
     assert rewritten(ConvBn(nn.Conv1d(4, 5, 3), nn.BatchNorm1d(5)).eval(), [_seeded(4, 7)], "fusions.fxr") == {}
     with torch.no_grad():
         _ = ConvBn(nn.Conv1d(4, 6, 3), nn.BatchNorm1d(5)).eval()(_seeded(4, 7))  # valid in eager

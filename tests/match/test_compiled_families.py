@@ -26,9 +26,9 @@ from fxrules.match.compiled import compile_rule
 from fxrules.match.matcher import Match
 from fxrules.match.skips import Skip
 from tests.conftest import trace
+from tests.match.test_compiled import check_agreement, compiled, interpreted, outcome
 from tests.models import MODELS
 from tests.strategies import GeneratedGraph, graphs
-from tests.test_compiled import check_agreement, compiled, interpreted, outcome
 
 nn = torch.nn
 F = torch.nn.functional

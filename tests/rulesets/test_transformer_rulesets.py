@@ -3,9 +3,9 @@
 Each case builds a model of ``tests/models.py`` (tiny configs, random weights, no downloads), captures it with
 ``torch.export`` (dead code erased) or Dynamo (through ``fxrules.backend``), rewrites it with ``fusions.fxr`` and
 checks which rules fired, how many ``scaled_dot_product_attention`` calls the graphs then hold, and that the model
-computes what it computed before; ``tests/test_real_models.py`` does the same for the symbolic traces.  The forms
-that stay eager (the casts ``torch.export`` asserts on, weights that are returned) are pinned too, so a rule that
-starts matching them fails here: docs/rulesets.md says why they stay.
+computes what it computed before; ``tests/rulesets/test_real_models.py`` does the same for the symbolic traces.
+The forms that stay eager (the casts ``torch.export`` asserts on, weights that are returned) are pinned too, so a
+rule that starts matching them fails here: docs/rulesets.md says why they stay.
 """
 
 from __future__ import annotations

@@ -22,8 +22,8 @@ from fxrules.engine.report import KEEP_EXAMPLES, ReportBuilder
 from fxrules.lang.ir import RuleSet
 from fxrules.match.compiled import compile_ruleset
 from tests.conftest import apply_outcome, slow_examples, trace, visit_everything
+from tests.match.test_compiled import EXACT
 from tests.strategies import GeneratedGraph, graphs
-from tests.test_compiled import EXACT
 
 #: Rules that cascade (one rewrite makes or breaks another match), with guards that do not count
 #: users and single outputs, so that passes do settle.

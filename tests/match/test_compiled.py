@@ -10,7 +10,7 @@ oracle (tests/reference_matcher.py).
 * Every template kind compiles (modules, attributes, several outputs); the compiled ruleset is built
   once; ``explain=True`` visits the nodes ``apply`` visits and still reports the near misses at the
   nodes narrowing left out.
-* Families and alternatives: tests/test_compiled_families.py.
+* Families and alternatives: tests/match/test_compiled_families.py.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from fxrules.match.matcher import Match, Matcher, Miss
 from fxrules.match.narrowing import Candidates
 from fxrules.match.skips import Skip
 from tests.conftest import apply_outcome, slow_examples, trace
+from tests.match.test_differential import RULES as DIFFERENTIAL_RULES
 from tests.reference_matcher import ReferenceMatcher
 from tests.strategies import GeneratedGraph, graphs, with_metadata
-from tests.test_differential import RULES as DIFFERENTIAL_RULES
 
 F = torch.nn.functional
 

@@ -1,4 +1,4 @@
-"""The design card's examples resolve into the rule IR they describe; loading, includes and the cache."""
+"""Rules of every form resolve into the rule IR they describe; loading, includes and the cache."""
 
 from __future__ import annotations
 

@@ -16,9 +16,8 @@ from torch.export.graph_signature import InputKind
 
 import fxrules
 from fxrules.integrations.pipelines import FxrCompileError
-
-from .models import MODELS, cnn, run
-from .test_docs import extract_blocks
+from tests.models import MODELS, cnn, run
+from tests.test_docs import extract_blocks
 
 nn = torch.nn
 F = torch.nn.functional
@@ -281,7 +280,7 @@ def test_a_replacement_without_an_aten_spelling_is_skipped_in_an_aten_graph() ->
 # ---------------------------------------------------------------- docs/pipelines.md
 
 
-PIPELINES_DOC = Path(__file__).resolve().parent.parent / "docs" / "pipelines.md"
+PIPELINES_DOC = Path(__file__).resolve().parents[2] / "docs" / "pipelines.md"
 SNIPPETS = extract_blocks(PIPELINES_DOC, "pipelines", {"python"})
 
 

@@ -1,7 +1,8 @@
-"""Bounded work: literal folding has a size bound, and matching a rule at a node has a step budget.
+"""Bounded work: literal folding and guard arithmetic have a size bound, and matching a rule at a node has
+a step budget.
 
-Each hostile shape below used to run for more than 30 seconds (or grow to gigabytes); each must now
-finish within ``SECONDS`` with a stated outcome: a load error with its location, a skip reason in
+Without these bounds each hostile shape below runs for more than 30 seconds (or grows to gigabytes); each
+must finish within ``SECONDS`` with a stated outcome: a load error with its location, a skip reason in
 the report (``literal bound``, ``budget``), the same answer from ``apply`` and ``explain=True``.
 """
 
@@ -372,3 +373,24 @@ def test_a_fold_that_fails_on_one_match_skips_that_match_only() -> None:
     assert rule.skipped[0].detail == "fold.fxr:7:29: ZeroDivisionError: float division by zero"
     x = torch.randn(3)
     torch.testing.assert_close(gm(x), torch.div(x, 0.0) + x * 0.5)
+
+
+# ---------------------------------------------------------------- guard arithmetic
+
+@pytest.mark.parametrize("guard", ["2 ** 10 ** 7 > 0", "len([0] * 10 ** 7) > 0", "len('ab' * 10 ** 7) > 0"])
+def test_guard_arithmetic_is_bounded(guard: str) -> None:
+    """Guard arithmetic has a size bound: a huge power or repetition (a C-level big-integer power no signal
+    interrupts) is not computed; the guard fails and the report says why."""
+    gm = trace(lambda x: torch.neg(x))
+    report = fxrules.apply(gm, fxrules.parse(f"rule r: torch.neg(x) => x where {guard}\n"))
+    assert report.counts() == {}
+    assert "too large for a guard" in str(report)
+
+
+@pytest.mark.parametrize("guard", ["2 ** 10 == 1024", "(-2) ** 3 == -8", "2 ** -1 == 0.5", "len([1] * 3) == 3",
+                                   "x.shape[0] * 2 == 6"])
+def test_guard_arithmetic_within_bounds_works(guard: str) -> None:
+    gm = trace(lambda x: torch.neg(x).exp())  # not returning its input: that rewrite is skipped ('alias')
+    report = fxrules.apply(gm, fxrules.parse(f"rule r: torch.neg(x) => x where {guard}\n"),
+                           example_inputs=(torch.zeros(3),), static_shapes=True)
+    assert report.counts() == {"r": 1}

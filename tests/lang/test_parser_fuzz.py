@@ -3,7 +3,7 @@
 Three sources of text:
 
 * random text, both arbitrary Unicode and a soup of ``.fxr`` tokens;
-* valid rule files (the bundled rulesets and examples of the design card)
+* valid rule files (the bundled rulesets and example files of every construct)
   with a few random edits: characters or lines deleted, inserted,
   duplicated or swapped, indentation changed;
 * expressions drawn from the grammar itself (``hypothesis.extra.lark``),
@@ -36,7 +36,7 @@ from fxrules.lang.bundled import grammar_text
 from fxrules.lang.parser import parse_syntax
 from tests.conftest import slow_examples
 
-RULESETS = Path(__file__).resolve().parents[1] / "rulesets"
+RULESETS = Path(__file__).resolve().parents[2] / "rulesets"
 
 #: Hard per-example budget: a hypothesis deadline only fires after an example ends, this stops a hang.
 BUDGET_SECONDS = 5.0
@@ -49,7 +49,7 @@ FUZZ = settings(
 #: Lark's own names for tokens: a diagnostic must never show them.
 RAW_TOKEN = re.compile(r"Token\(|__ANON|\$END|\b_NL\b|\b_INDENT\b|\b_DEDENT\b|\b[LR](PAR|SQB)\b|\bCOMMA\b|\bVBAR\b")
 
-CARD_EXAMPLES = [
+LANGUAGE_EXAMPLES = [
     '''# rulesets/example.fxr — comments start with '#'
 use torch.nn.functional as F          # optional: extra short names for targets
 include "algebra.fxr"                 # optional: rules of another file, in place
@@ -115,7 +115,7 @@ rule typed:
         return x
 ''',
 ]
-VALID_FILES = [path.read_text(encoding="utf-8") for path in sorted(RULESETS.glob("*.fxr"))] + CARD_EXAMPLES
+VALID_FILES = [path.read_text(encoding="utf-8") for path in sorted(RULESETS.glob("*.fxr"))] + LANGUAGE_EXAMPLES
 
 #: Pieces of .fxr text, to build random texts that get deeper into the parser than arbitrary characters do.
 PIECES = [

@@ -1,5 +1,6 @@
-"""Loading rule files: includes read once per load, unreadable files as located errors, and a load-time
-loop check whose cost grows linearly with the number of rules."""
+"""Loading rule files: includes read once per load, unreadable files as located errors, parsed text including
+bundled rulesets only, families declared once however often their file is included, and a load-time loop check
+whose cost grows linearly with the number of rules."""
 
 from __future__ import annotations
 
@@ -217,3 +218,47 @@ def test_loop_warnings_on_a_small_set() -> None:
         "rules from_aten and to_aten undo each other, so they may fire forever",
         "rule either: its pattern matches its own replacement, so it may fire forever",
     ]
+
+
+# ---------------------------------------------------------------- includes and families
+
+@pytest.mark.parametrize("relative", [False, True], ids=["absolute", "dot-dot"])
+def test_an_include_in_parsed_text_is_looked_up_among_the_bundled_rulesets_only(relative: bool,
+                                                                                 tmp_path: Path) -> None:
+    """Text given to ``parse`` has no directory: its includes are bundled names, and a path (absolute, or
+    climbing out of the rulesets folder with ``..``) reaches no .fxr file on disk."""
+    outside = tmp_path / "anywhere.fxr"
+    outside.write_text("rule outside: torch.neg(x) => x\n", encoding="utf-8")
+    path = "../" * 40 + str(outside).lstrip("/") if relative else str(outside)
+    with pytest.raises(FxrLoadError, match="not found"):
+        fxrules.parse(f'include "{path}"\n')
+
+
+def test_an_include_through_a_symlink_to_a_non_fxr_file_is_refused(tmp_path: Path) -> None:
+    """'An include must name a .fxr file': a link named .fxr to another file is refused without reading
+    it, so no line of that file appears in the error."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2\n", encoding="utf-8")
+    (tmp_path / "link.fxr").symlink_to(secret)
+    main = tmp_path / "main.fxr"
+    main.write_text('include "link.fxr"\n', encoding="utf-8")
+    with pytest.raises(FxrLoadError) as info:
+        fxrules.load(main)
+    assert "hunter2" not in str(info.value)
+
+
+def test_a_family_file_included_twice_through_two_paths_loads(tmp_path: Path) -> None:
+    """A diamond of includes reaches the shared file twice; its family declaration is the same one, not
+    'declared twice in this file', just as its rules count once."""
+    (tmp_path / "shared.fxr").write_text(
+        "family myrelu = torch.relu | F.relu\nrule idempotent: myrelu(myrelu(x)) => myrelu(x)\n", encoding="utf-8")
+    (tmp_path / "left.fxr").write_text('include "shared.fxr"\n', encoding="utf-8")
+    (tmp_path / "right.fxr").write_text('include "shared.fxr"\n', encoding="utf-8")
+    top = tmp_path / "top.fxr"
+    top.write_text('include "left.fxr"\ninclude "right.fxr"\n', encoding="utf-8")
+    assert [rule.name for rule in fxrules.load(top)] == ["idempotent"]
+
+
+def test_a_family_declared_twice_in_one_file_is_still_an_error() -> None:
+    with pytest.raises(FxrLoadError, match="family 'f' is declared twice in this file"):
+        fxrules.parse("family f = torch.relu\nfamily f = torch.neg\n")

@@ -4,8 +4,8 @@ Each case is a malformed ``.fxr`` text and the complete list of diagnostics
 it must raise, as ``(line, column, message)`` or, where the diagnostic gives
 a hint, ``(line, column, message, hint)``.  The expected values are what a
 careful user should see: one diagnostic per mistake (no follow-on errors),
-the caret under the offending spot, and the wording of the design card
-(§8: ``unknown target 'torch.reluu'`` with ``did you mean 'torch.relu'?``).
+the caret under the offending spot, and the wording of docs/language.md
+(section 16: ``unknown target 'torch.reluu'`` with ``did you mean 'torch.relu'?``).
 """
 
 from __future__ import annotations
@@ -531,3 +531,12 @@ def test_huge_integer_literal_is_a_load_error_not_a_crash() -> None:
         fxrules.parse(f"rule r: x * {digits} => x\n", filename="bad.fxr")
     [diagnostic] = info.value.diagnostics  # type: ignore[attr-defined]
     assert (diagnostic.span.line, diagnostic.span.column) == (1, 13)
+
+
+def test_the_caret_stands_under_the_column_in_a_tab_indented_line() -> None:
+    """The source line is printed with its tab, and the caret line keeps that tab, so a terminal shows the
+    caret under the spot."""
+    with pytest.raises(FxrLoadError) as info:
+        fxrules.parse("rule r:\n\ttorch.reluu(x) => x\n")
+    source, caret = str(info.value).splitlines()[1:3]
+    assert source.expandtabs(8).index("reluu") == caret.expandtabs(8).index("^")

@@ -21,7 +21,7 @@ from fxrules.integrations.highlight import KEYWORD_TOKENS, FxrLexer
 from fxrules.lang.parser import grammar_keywords
 from tests.test_docs import DOC_BLOCKS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EDITORS = REPO / "editors"
 TEXTMATE = json.loads((EDITORS / "fxr.tmLanguage.json").read_text(encoding="utf-8"))
 

@@ -1,0 +1,1 @@
+"""The driver, `apply`: passes, reports, all or nothing, narrowing, dynamic shapes."""

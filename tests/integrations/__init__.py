@@ -1,0 +1,1 @@
+"""The compile pipelines, `replace_pattern` compatibility and conversion to rules."""

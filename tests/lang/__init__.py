@@ -1,0 +1,1 @@
+"""Reading rule files: parser, diagnostics, name resolution, the sandbox, includes, formatting."""

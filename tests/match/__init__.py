@@ -1,0 +1,1 @@
+"""What a pattern matches: compiled matcher and interpreter, families, types, guards, candidates."""

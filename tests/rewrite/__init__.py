@@ -1,0 +1,1 @@
+"""What a replacement does to the graph: aliasing, aten spellings, the commit."""

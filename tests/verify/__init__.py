@@ -1,0 +1,1 @@
+"""`fxrules.verify` and `fxrules prove`."""
