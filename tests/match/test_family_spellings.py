@@ -24,7 +24,7 @@ import fxrules
 
 nn = torch.nn
 F = nn.functional
-PRELUDE = Path(__file__).resolve().parent.parent / "rulesets" / "prelude.fxr"
+PRELUDE = Path(__file__).resolve().parents[2] / "rulesets" / "prelude.fxr"
 
 Spelling = Callable[..., torch.Tensor]
 

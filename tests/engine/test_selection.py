@@ -9,8 +9,7 @@ import torch
 import torch._dynamo
 
 import fxrules
-
-from .conftest import ops, trace
+from tests.conftest import ops, trace
 
 RULES = """\
 rule double_neg:

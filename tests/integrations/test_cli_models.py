@@ -256,7 +256,7 @@ def test_no_numpy_warning_when_torch_has_no_numpy(tmp_path: Path) -> None:
         from fxrules.cli import main
         sys.exit(main(["check", "algebra.fxr"]))
         """)
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     environment = {"PYTHONPATH": f"{tmp_path}:{root}", "PATH": "/usr/bin:/bin"}
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                             check=False, env=environment, cwd=tmp_path)

@@ -10,8 +10,7 @@ import torch
 import fxrules
 from fxrules.graph.metadata import TensorInfo
 from fxrules.verification.soundness import Verdict
-
-from .conftest import ops, trace
+from tests.conftest import ops, trace
 
 MATMUL_AS_MM = """\
 rule matmul_as_mm:
