@@ -95,7 +95,7 @@ def _imported(spec: str, what: str, example: str) -> Any:
     sys.path.insert(0, str(Path.cwd()))
     try:
         return getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as error:
+    except (ImportError, AttributeError, ValueError) as error:  # ValueError: an empty module name
         raise SystemExit(f"fxrules: cannot load {what} {spec!r}: {error}") from None
 
 
