@@ -66,14 +66,25 @@ def graph_of(function: Traceable) -> torch.fx.Graph:
     return torch.fx.symbolic_trace(function).graph
 
 
+def _traced(function: Traceable, what: str) -> torch.fx.Graph:
+    """:func:`graph_of`, with a usage error for what does not trace (the drop-in keeps torch's exceptions)."""
+    if not callable(function) and not isinstance(function, torch.fx.Graph):
+        raise FxrUsageError(f"{what} ({type(function).__name__}) is not a function, nn.Module or Graph")
+    try:
+        return graph_of(function)
+    except Exception as error:  # the user's code runs while traced: any exception is theirs
+        raise FxrUsageError(f"cannot trace {what}: {type(error).__name__}: {error}") from None
+
+
 def rule_text(pattern: Traceable, replacement: Traceable, name: str = "converted") -> str:
     """The ``.fxr`` text of the rule ``replace_pattern(gm, pattern, replacement)`` applies, formatted."""
-    return _Converter(graph_of(pattern), graph_of(replacement), name).text()[0]
+    return _Converter(_traced(pattern, "the pattern"), _traced(replacement, "the replacement"), name).text()[0]
 
 
 def rule_from_functions(pattern: Traceable, replacement: Traceable, name: str = "converted") -> Rule:
     """The rule ``replace_pattern(gm, pattern, replacement)`` applies, resolved as its ``.fxr`` text is."""
-    return _resolved(_Converter(graph_of(pattern), graph_of(replacement), name))[name]
+    converter = _Converter(_traced(pattern, "the pattern"), _traced(replacement, "the replacement"), name)
+    return _resolved(converter)[name]
 
 
 def _resolved(converter: _Converter, *, looping: bool = True) -> RuleSet:

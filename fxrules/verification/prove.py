@@ -744,6 +744,8 @@ PARAMETERS: Mapping[str, tuple[str, ...]] = {
     **dict.fromkeys(("cat", "concat", "concatenate"), ("tensors", "dim")),
     **dict.fromkeys(("expand_as", "view_as", "reshape_as"), ("input", "other")),
 }
+#: Methods whose parameters are not in the function's order: ``x.where(c, y)`` is ``torch.where(c, x, y)``.
+METHOD_PARAMETERS: Mapping[str, tuple[str, ...]] = {"where": ("input", "condition", "other")}
 CASTS = frozenset({"to", "type", "type_as", "float", "double", "half", "bfloat16", "int", "long", "short", "char",
                    "byte", "bool"})
 ALIASES: Mapping[str, str] = {
@@ -798,7 +800,8 @@ class _Operation:
         return _Tensor(self.concrete.dtype, term, shape, self.concrete.dim() == 0)
 
     def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        names = PARAMETERS[self.name]
+        methods = METHOD_PARAMETERS if self.node.op == "call_method" else {}
+        names = methods.get(self.name, PARAMETERS[self.name])
         if len(args) > len(names) or any(k not in names for k in kwargs):
             raise _NotProvable(f"{self.name} with arguments {', '.join(map(str, kwargs)) or len(args)}")
         return {**dict(zip(names, args, strict=False)), **kwargs}
