@@ -132,7 +132,7 @@ class CallSignature:
             return Mismatch(keyword=unknown[0])
         most = max(map(_positional_count, self.overloads))
         if positional > most and all(_loose_sizes_from(o) is None for o in self.overloads):
-            return Mismatch(extra=most)
+            return Mismatch(extra=int(most))  # finite: no overload takes *args here
         if not partial:
             fitting = [o for o in self.overloads if _positional_count(o) >= positional
                        and all(k in o.parameters for k in keywords)]
@@ -357,14 +357,14 @@ def method_signature(name: str) -> CallSignature | None:
 
 
 @functools.cache
-def module_call_signature(cls: type) -> CallSignature | None:
+def module_call_signature(cls: type[torch.nn.Module]) -> CallSignature | None:
     """The signature of calling an instance of an ``nn.Module`` subclass (its ``forward``)."""
     overloads = _python_signature(cls.forward, drop_first=True)
     return CallSignature(tuple(overloads)) if overloads else None
 
 
 @functools.cache
-def constructor_defaults(cls: type) -> Mapping[str, Any]:
+def constructor_defaults(cls: type[torch.nn.Module]) -> Mapping[str, Any]:
     """The defaults of an ``nn.Module`` subclass's constructor, e.g. ``{"inplace": False}`` for ``nn.ReLU``."""
     try:
         parameters = inspect.signature(cls.__init__).parameters
