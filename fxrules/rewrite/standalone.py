@@ -33,7 +33,8 @@ from fxrules.lang.ir import (
     walk,
 )
 from fxrules.match.matcher import Match
-from fxrules.rewrite.rewriter import Emitter, Rewriter, Transaction
+from fxrules.rewrite.rewriter import Emitter, Rewriter
+from fxrules.rewrite.transaction import Transaction
 
 
 @attrs.frozen
