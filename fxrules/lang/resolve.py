@@ -154,7 +154,7 @@ class ScopeResolver:
         if value is None:
             return None
         if isinstance(value, type) and issubclass(value, torch.nn.Module):
-            return FamilyMember(OpKind.MODULE, value, module_call_signature(value), dotted.span)
+            return FamilyMember(OpKind.MODULE, value, module_call_signature(value), dotted.span)  # type: ignore[arg-type]  # mypy sees nn.Module classes as unhashable
         name = _tensor_method_name(self.scope.namespace, dotted.parts, value)
         if name is not None:
             return FamilyMember(OpKind.METHOD, name, method_signature(name), dotted.span)
@@ -417,7 +417,8 @@ class RuleResolver:
         if isinstance(value, OpTemplate):
             value = attrs.evolve(value, name=name)
         elif isinstance(value, AltTemplate) and all(isinstance(o, OpTemplate) for o in value.options):
-            value = attrs.evolve(value, options=tuple(attrs.evolve(o, name=name) for o in value.options))
+            value = attrs.evolve(value, options=tuple(attrs.evolve(o, name=name) for o in value.options
+                                                      if isinstance(o, OpTemplate)))  # all are: narrows for mypy
         elif section == "pattern":
             self.error(statement.value.span, f"'{name} = ...' in a pattern must name an operation")
         env[name] = value
@@ -428,7 +429,8 @@ class RuleResolver:
         handler = getattr(self, "t_" + type(expr).__name__, None)
         if handler is None:
             return self.guard_only(expr)
-        return handler(expr)
+        template: Template = handler(expr)
+        return template
 
     def guard_only(self, expr: st.Expr) -> Template:
         """``not``, ``and``, ``or`` and comparisons belong to guards; their operands still bind captures."""
