@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import math
 import statistics
 import time
@@ -124,6 +125,7 @@ def _models() -> list[tuple[str, torch.fx.GraphModule, tuple[torch.Tensor, ...]]
     cnn = ResNetStyle()
     for module in cnn.modules():
         if isinstance(module, torch.nn.BatchNorm2d):
+            assert module.running_mean is not None and module.running_var is not None  # tracked by default
             module.running_mean.uniform_(-0.5, 0.5)
             module.running_var.uniform_(0.5, 1.5)
     mask = torch.zeros(8, 1, 1, 32)
@@ -187,7 +189,7 @@ def run_demo(print_: Callable[[str], None] = print) -> list[dict[str, Any]]:
         with torch.no_grad():
             expected, actual = original(*inputs), gm(*inputs)
         difference = _largest_difference(expected, actual)
-        time_before, time_after = _median_ms(lambda m=original, i=inputs: m(*i), lambda m=gm, i=inputs: m(*i))
+        time_before, time_after = _median_ms(functools.partial(original, *inputs), functools.partial(gm, *inputs))
         print_(f"=== {name} ===")
         print_(report.table(every_rule=False))
         print_(_short_diff(before_code, gm.code))

@@ -68,7 +68,8 @@ from fxrules.match.matcher import Match, Matcher, Miss, NodeIndex, Nodes, RuleIn
 from fxrules.match.narrowing import Candidates, Satisfiers
 from fxrules.match.skips import Skip, SkipReason
 from fxrules.rewrite import helpers as bundled_helpers
-from fxrules.rewrite.rewriter import Rewrite, Rewriter, Transaction
+from fxrules.rewrite.rewriter import Rewrite, Rewriter
+from fxrules.rewrite.transaction import Transaction
 
 RulesArgument = str | Path | RuleSet | Sequence["str | Path | RuleSet"]
 #: ``only=``/``exclude=``: a rule name or glob pattern, or several (:meth:`RuleSet.select`).
@@ -300,7 +301,7 @@ class _Run:
         claimed, retired, attempts, visited = current.claimed, current.matcher.retired, self.report.attempts, \
             current.visited
         # with explain=True the matcher's tracer hears what the cheap test would reject: it is not asked first
-        rules_at, anchor_test = self.index.rules_at, ({}.get if self.explain else self.anchor_tests.get)
+        rules_at, anchor_test = self.index.rules_at, ({} if self.explain else self.anchor_tests).get
         woken = current.woken
         position = -1
         for node in _merged(candidates, woken):

@@ -145,7 +145,9 @@ def _lift(gm: torch.fx.GraphModule, program: ExportedProgram, input_specs: list[
     for name in [*unlifted, *sorted(n for n in reads if n not in unlifted)]:
         value = operator.attrgetter(name)(gm)
         if name in unlifted:
-            values[unlifted[name].spec.target] = value
+            target = unlifted[name].spec.target
+            assert target is not None  # a lifted input names the state it reads
+            values[target] = value
             placeholder = unlifted[name].placeholder
             if unlifted[name].was_used and name not in reads:  # the rewrite made it unused: drop the input
                 graph.erase_node(placeholder)
@@ -181,9 +183,9 @@ def _before_user_inputs(graph: torch.fx.Graph, specs: dict[str, InputSpec]) -> A
 
 
 def _value(program: ExportedProgram, spec: InputSpec) -> torch.Tensor:
-    if spec.target in program.state_dict:
-        return program.state_dict[spec.target]
-    return program.constants[spec.target]
+    assert spec.target is not None  # a lifted input names the state it reads
+    value: torch.Tensor = (program.state_dict if spec.target in program.state_dict else program.constants)[spec.target]
+    return value
 
 
 def _fake_mode(graph: torch.fx.Graph) -> Any:
@@ -200,6 +202,7 @@ def _state(program: ExportedProgram, input_specs: list[InputSpec],
     for spec in input_specs:
         if spec.kind not in _LIFTED:
             continue
+        assert spec.target is not None  # a lifted input names the state it reads
         value = values.get(spec.target)
         if value is None:  # lifted and left lifted (a mutated buffer)
             value = _value(program, spec)

@@ -236,8 +236,8 @@ class _RuleFilter:
                 chosen = min(requirements, key=lambda fs: sum(sharing[k, f] for k in keys for f in fs),
                              default=(None,))
                 for key in keys:
-                    for feature in chosen:
-                        self.buckets.setdefault((key, feature), []).append(rule)
+                    for chosen_feature in chosen:
+                        self.buckets.setdefault((key, chosen_feature), []).append(rule)
         self.anchored = {key for key, _ in self.buckets}
         self.anchors_modules = any(op == "call_module" for op, _ in self.anchored)
 
@@ -288,7 +288,7 @@ def _required_arguments(template: OpTemplate) -> list[frozenset[Feature]]:
     else:
         with_default = _with_default(template) if template.kind in (OpKind.FUNCTION, OpKind.METHOD) else None
     parameter_of = {id(t): name for name, t in (template.bound or {}).items()}
-    required = []
+    required: list[frozenset[Feature]] = []
     for operand in template.operands():
         keys = _operation_keys(operand)
         if keys:

@@ -75,7 +75,8 @@ def propagate_shapes(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
 
     try:
         try:
-            with symbolic_config.patch(backed_size_oblivious=True):
+            # torch adds patch() to its config modules when they are imported, out of sight of its type stubs
+            with symbolic_config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]
                 _propagate(gm, example_inputs, static_shapes)
         except FxrUsageError:  # the example runs only with a size it broadcasts fixed at 1, as torch.export fixes it
             _propagate(gm, example_inputs, static_shapes)
@@ -96,7 +97,7 @@ def _propagate(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], static_s
 
 def _fake_input(fake_mode: FakeTensorMode, tensor: torch.Tensor, static_shapes: bool) -> FakeTensor:
     kind = DimDynamic.STATIC if static_shapes else DimDynamic.DYNAMIC
-    context = StatelessSymbolicContext(dynamic_sizes=[kind] * tensor.dim())
+    context: StatelessSymbolicContext[..., Any] = StatelessSymbolicContext(dynamic_sizes=[kind] * tensor.dim())
     return fake_mode.from_tensor(tensor, symbolic_context=context)
 
 

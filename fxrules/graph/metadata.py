@@ -380,7 +380,8 @@ def infer_metadata(node: torch.fx.Node) -> None:
             return
         # size-obliviously, as shapes are propagated: a kernel asking whether a symbolic dim is 1 to pick
         # strides gets "no" rather than failing on the guard a rewrite may not add (sizes.fixed)
-        with _without_fallback_kernels(mode), mode, symbolic_config.patch(backed_size_oblivious=True):
+        # torch adds patch() to its config modules when they are imported, out of sight of its type stubs
+        with _without_fallback_kernels(mode), mode, symbolic_config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]
             result = _run(node, args, kwargs)
     except Exception:
         return
@@ -477,15 +478,21 @@ def _attribute_metadata(node: torch.fx.Node) -> None:
 
 def _run(node: torch.fx.Node, args: Any, kwargs: Any) -> Any:
     """A ``call_function`` or ``call_method`` node's operation (:func:`_is_tensor_operation` said which)."""
-    if node.op == "call_method":
+    target = node.target
+    if isinstance(target, str):  # call_method: the name of a method of the first argument
         receiver, *rest = args
-        return getattr(receiver, node.target)(*rest, **kwargs)
-    return node.target(*args, **kwargs)
+        return getattr(receiver, target)(*rest, **kwargs)
+    return target(*args, **kwargs)
 
 
 def _fake_mode(args: Any, kwargs: Any) -> Any:
-    found = []
-    torch.fx.node.map_aggregate((args, kwargs), lambda v: found.append(getattr(v, "fake_mode", None)) or v)
+    found: list[Any] = []
+
+    def collect(value: Any) -> Any:
+        found.append(getattr(value, "fake_mode", None))
+        return value
+
+    torch.fx.node.map_aggregate((args, kwargs), collect)
     modes = [m for m in found if m is not None]
     return modes[0] if modes else None
 

@@ -73,10 +73,13 @@ def shape_env_of(gm: torch.fx.GraphModule) -> symbolic_shapes.ShapeEnv | None:
         if isinstance(value, list | tuple) and value:
             value = value[0]
         fake_mode = getattr(value, "fake_mode", None)
+        shape_env: symbolic_shapes.ShapeEnv | None
         if fake_mode is not None and fake_mode.shape_env is not None:
-            return fake_mode.shape_env
+            shape_env = fake_mode.shape_env
+            return shape_env
         if isinstance(value, SYMBOLIC):
-            return value.node.shape_env
+            shape_env = value.node.shape_env
+            return shape_env
     return None
 
 

@@ -251,9 +251,9 @@ class _Converter:
             receiver, *rest = args
             return f"{receiver}.{node.target}({', '.join([*rest, *keywords])})"
         if not keywords and target in _BINARY and len(args) == 2:
-            return f"{args[0]} {_BINARY[target]} {args[1]}"  # type: ignore[index]
+            return f"{args[0]} {_BINARY[target]} {args[1]}"
         if not keywords and target in _UNARY and len(args) == 1:
-            return f"{_UNARY[target]}{args[0]}"  # type: ignore[index]
+            return f"{_UNARY[target]}{args[0]}"
         return f"{self._spelling(target)}({', '.join([*args, *keywords])})"
 
     def _index(self, index: Any, names: Mapping[torch.fx.Node, str]) -> str:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pygments.lexer import RegexLexer, bygroups, include, words  # type: ignore[import-untyped]
-from pygments.token import (  # type: ignore[import-untyped]
+from pygments.lexer import RegexLexer, bygroups, include, words
+from pygments.token import (
     Comment,
     Keyword,
     Name,

@@ -116,7 +116,8 @@ def _next_backend(then: str | CompilerFn) -> CompilerFn:
         from torch._dynamo import list_backends, lookup_backend
 
         try:
-            return lookup_backend(then)
+            # torch types a backend's inputs as list[Tensor]; Dynamo passes a list, as CompilerFn's callers do
+            return lookup_backend(then)  # type: ignore[return-value]
         except Exception as error:  # Dynamo raises its own InvalidBackend
             known = ", ".join(sorted(list_backends(exclude_tags=())))
             raise FxrUsageError(f"then={then!r} is not a torch.compile backend; known: {known}") from error

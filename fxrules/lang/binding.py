@@ -209,7 +209,7 @@ class SectionResolver(abc.ABC):
     # ---------------------------------------------------------------- expressions
 
     def template(self, expr: st.Expr) -> Template:
-        handler = getattr(self, "t_" + type(expr).__name__, None)
+        handler: Callable[[st.Expr], Template] | None = getattr(self, "t_" + type(expr).__name__, None)
         if handler is None:
             return self.guard_only(expr)
         return handler(expr)

@@ -80,10 +80,12 @@ def _math_bits(function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict
         n, k = args[0], min(args[1], args[0] - args[1])
         return _falling_bits(n, k) - _falling_bits(k, k)
     if function is math.lcm:
-        return sum(abs(a).bit_length() for a in args if _is_int(a))
+        lcm_bits: int = sum(abs(a).bit_length() for a in args if _is_int(a))
+        return lcm_bits
     if function is math.prod and len(args) == 1 and isinstance(args[0], _SEQUENCES):
         factors = [*args[0], kwargs.get("start", 1)]
-        return sum(abs(f).bit_length() for f in factors if _is_int(f))
+        prod_bits: int = sum(abs(f).bit_length() for f in factors if _is_int(f))
+        return prod_bits
     return None
 
 

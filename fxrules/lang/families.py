@@ -97,7 +97,7 @@ def _module_arguments(module: torch.nn.Module, family_params: tuple[str, ...], e
         value = module_parameter(module, name, _MISSING)
         if name not in explicit and value is not _MISSING:
             explicit[name] = value
-    for name, default in constructor_defaults(type(module)).items():
+    for name, default in constructor_defaults(type(module)).items():  # type: ignore[arg-type]  # mypy sees nn.Module classes as unhashable
         value = module_parameter(module, name, _MISSING)
         if name not in family_params and value is not _MISSING and not holds_default(value, default):
             return f"{type(module).__name__}.{name} is {value!r}, not its default {default!r}"

@@ -30,7 +30,7 @@ import re
 import sys
 import tempfile
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -214,7 +214,7 @@ def _type_expr(children: Sequence[object]) -> str:
     return expression(name) + (f"[{', '.join(expression(arg) for arg in present)}]" if present else "")
 
 
-_RENDERERS = {
+_RENDERERS: dict[str, Callable[[Sequence[Any]], str]] = {
     "or_test": lambda c: _joined(c, " or ", 2),
     "and_test": lambda c: _joined(c, " and ", 3),
     "not_": lambda c: f"not {_operand(c[0], 3)}",

@@ -275,7 +275,7 @@ class ModuleType:
     """``nn.Conv2d``: a submodule that is an instance of the class (subclasses included);
     ``nn.Conv2d[exact]``: one of exactly that class, without forward hooks."""
 
-    cls: type
+    cls: type[Any]  # an nn.Module subclass
     span: Span
     exact: bool = False
 

@@ -262,7 +262,7 @@ def _without_overridden(rules: list[Rule], source: SourceFile, sink: DiagnosticS
     return list(kept.values())
 
 
-_cache: dict[tuple[str, tuple[str, ...]], tuple[list[tuple[SourceFile, str]], RuleSet]] = {}
+_cache: dict[tuple[str, tuple[str | _Identity, ...]], tuple[list[tuple[SourceFile, str]], RuleSet]] = {}
 
 
 def _digest(text: str) -> str:

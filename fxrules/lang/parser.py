@@ -14,7 +14,7 @@ import functools
 import re
 from collections.abc import Iterator
 
-from lark import Lark, Token, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+from lark import Lark, Token, Tree, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 from lark.exceptions import VisitError
 from lark.indenter import DedentError, Indenter
 
@@ -539,7 +539,7 @@ def _chunks(text: str) -> Iterator[tuple[int, str]]:
     yield start, "".join(lines[start:])
 
 
-def _parse_tree(text: str) -> object:
+def _parse_tree(text: str) -> Tree[Token]:
     if not text.endswith("\n"):
         text += "\n"
     return fxr_parser().parse(text)

@@ -81,7 +81,8 @@ class ScopeResolver:
         if value is None:
             return None
         if isinstance(value, type) and issubclass(value, torch.nn.Module):
-            return FamilyMember(OpKind.MODULE, value, module_call_signature(value), dotted.span)
+            signature = module_call_signature(value)  # type: ignore[arg-type]  # mypy sees nn.Module classes as unhashable
+            return FamilyMember(OpKind.MODULE, value, signature, dotted.span)
         name = tensor_method_name(self.scope.namespace, dotted.parts, value)
         if name is not None:
             return FamilyMember(OpKind.METHOD, name, method_signature(name), dotted.span)

@@ -14,11 +14,12 @@ for the load error.
 
 from __future__ import annotations
 
+import enum
 import functools
 import inspect
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import torch
@@ -31,7 +32,13 @@ VARARG_METHODS = frozenset({"view", "reshape", "permute", "expand", "repeat", "t
 _NO_DEFAULT = inspect.Parameter.empty
 _NO_OVERLOAD = object()
 _AMBIGUOUS = object()
-_UNPLANNED = object()
+class _Unplanned(enum.Enum):
+    """No plan yet for a call shape (``None`` is a plan: the call does not bind); an enum so that mypy narrows."""
+
+    UNPLANNED = enum.auto()
+
+
+_UNPLANNED: Final = _Unplanned.UNPLANNED
 
 
 @attrs.frozen
@@ -109,7 +116,7 @@ class CallSignature:
         counts = (len(args), tuple(kwargs), partial)
         plan = self._plans_by_counts.get(counts, _UNPLANNED)
         if plan is not _UNPLANNED:
-            return plan  # type: ignore[return-value]
+            return plan
         shape = (*counts, tuple(map(_is_sequence, args)))
         plan = self._plans.get(shape, _UNPLANNED)
         if plan is _UNPLANNED:
@@ -117,7 +124,7 @@ class CallSignature:
             self._plans[shape] = plan
             if not lists_matter:
                 self._plans_by_counts[counts] = plan
-        return plan  # type: ignore[return-value]
+        return plan
 
     def mismatch(self, positional: int, keywords: Sequence[str], partial: bool = False) -> Mismatch | None:
         """Why no overload accepts a call with ``positional`` arguments and these keywords (None when one
@@ -132,7 +139,7 @@ class CallSignature:
             return Mismatch(keyword=unknown[0])
         most = max(map(_positional_count, self.overloads))
         if positional > most and all(_loose_sizes_from(o) is None for o in self.overloads):
-            return Mismatch(extra=most)
+            return Mismatch(extra=int(most))  # finite: no overload takes *args here
         if not partial:
             fitting = [o for o in self.overloads if _positional_count(o) >= positional
                        and all(k in o.parameters for k in keywords)]
@@ -357,14 +364,14 @@ def method_signature(name: str) -> CallSignature | None:
 
 
 @functools.cache
-def module_call_signature(cls: type) -> CallSignature | None:
+def module_call_signature(cls: type[torch.nn.Module]) -> CallSignature | None:
     """The signature of calling an instance of an ``nn.Module`` subclass (its ``forward``)."""
     overloads = _python_signature(cls.forward, drop_first=True)
     return CallSignature(tuple(overloads)) if overloads else None
 
 
 @functools.cache
-def constructor_defaults(cls: type) -> Mapping[str, Any]:
+def constructor_defaults(cls: type[torch.nn.Module]) -> Mapping[str, Any]:
     """The defaults of an ``nn.Module`` subclass's constructor, e.g. ``{"inplace": False}`` for ``nn.ReLU``."""
     try:
         parameters = inspect.signature(cls.__init__).parameters

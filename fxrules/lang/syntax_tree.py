@@ -333,8 +333,9 @@ class ToSyntaxTree(Transformer[Token, File]):
 
     def rule_item(self, meta: Any, *children: Any) -> RuleDecl:
         *decorators, name, body = children
+        rule: RuleDecl = body
         return attrs.evolve(
-            body, name=str(name), decorators=tuple(decorators), span=self._span(meta), name_span=self._token_span(name)
+            rule, name=str(name), decorators=tuple(decorators), span=self._span(meta), name_span=self._token_span(name)
         )
 
     def inline_body(self, meta: Any, rewrite: tuple[Expr, Expr, Expr | None]) -> RuleDecl:

@@ -156,7 +156,7 @@ def allowed() -> AllowedSet:
     refused = {id(_lookup(dotted)): dotted for dotted in REFUSED_FUNCTIONS}
     for dotted, function in _torch_functions(dispatcher):
         canonical = refused.get(id(function))
-        builder.add(dotted, function, canonical and (canonical, REFUSED_FUNCTIONS[canonical]))
+        builder.add(dotted, function, (canonical, REFUSED_FUNCTIONS[canonical]) if canonical else None)
     for module, refusals in ((operator, REFUSED_OPERATOR_FUNCTIONS), (math, {})):
         for name in getattr(module, "__all__", None) or dir(module):
             dotted = f"{module.__name__}.{name}"

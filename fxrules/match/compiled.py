@@ -309,7 +309,7 @@ def _further_output(step: Step, template: Template, label: str) -> Step:
     """A further output: an operation the outputs matched so far already bound, or one of the users of what
     they bound (each tried is an option of a choice, in the order the users are found)."""
     key = id(template) if isinstance(template, OpTemplate) else None
-    span: Span = template.span  # type: ignore[union-attr]
+    span: Span = template.span
 
     def further_output(_: Any, attempt: _Attempt) -> bool:
         if attempt.tracer is not None:

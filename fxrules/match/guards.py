@@ -225,7 +225,8 @@ def _evaluate(expr: GuardExpr, lookup: Callable[[str], Any]) -> Any:
         return any(_evaluate(v, lookup) for v in expr.values)
     if isinstance(expr, GuardUnary):
         value = _evaluate(expr.operand, lookup)
-        return {"not": operator.not_, "-": operator.neg, "+": operator.pos}[expr.op](value)
+        unary: dict[str, Callable[[Any], Any]] = {"not": operator.not_, "-": operator.neg, "+": operator.pos}
+        return unary[expr.op](value)
     if isinstance(expr, GuardBinary):
         return BINARY[expr.op](_evaluate(expr.left, lookup), _evaluate(expr.right, lookup))
     if isinstance(expr, GuardCompare):

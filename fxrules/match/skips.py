@@ -26,7 +26,7 @@ class SkipReason(str, enum.Enum):
         return reason
 
     def __str__(self) -> str:
-        return self.value
+        return str(self.value)
 
     def __hash__(self) -> int:  # as its name: a reason and its name are the same key of a report's counts
         return str.__hash__(self)

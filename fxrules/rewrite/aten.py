@@ -215,7 +215,9 @@ def _resolve(packet: torch._ops.OpOverloadPacket, args: tuple[Any, ...],
              kwargs: Mapping[str, Any]) -> torch._ops.OpOverload:
     """The overload PyTorch would call with these arguments (nodes stand in as their metadata)."""
     fakes = torch.fx.node.map_aggregate((args, dict(kwargs)), _stand_in)
-    return getattr(packet, torch._C._jit_resolve_packet(packet._qualified_op_name, *fakes[0], **fakes[1]))
+    name = torch._C._jit_resolve_packet(packet._qualified_op_name, *fakes[0], **fakes[1])
+    overload: torch._ops.OpOverload = getattr(packet, name)
+    return overload
 
 
 def _as_member(family: Family, member: FamilyMember, args: tuple[Any, ...],

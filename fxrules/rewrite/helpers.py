@@ -10,46 +10,50 @@ buffer read with ``get_attr``) or a Python literal (inlined).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
+from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.utils.fusion import fuse_conv_bn_eval, fuse_conv_bn_weights, fuse_linear_bn_eval
 
 from fxrules.rewrite.rewriter import HelperTensor
 
 _BATCH_NORMS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)
+_Sequence = TypeVar("_Sequence", tuple[Any, ...], list[Any])  # concat joins two of the same kind
 
 
-def _check_batch_norm(bn: Any, helper: str) -> None:
+def _eval_batch_norm(bn: torch.nn.Module, helper: str) -> _BatchNorm:
+    """``bn``, once checked to be an eval-mode BatchNorm that tracks running statistics."""
     if not isinstance(bn, _BATCH_NORMS):
         raise TypeError(f"{helper}: expected a BatchNorm module, got {type(bn).__name__}")
     if bn.training:
         raise ValueError(f"{helper}: {type(bn).__name__} is in training mode; only eval-mode BatchNorm folds")
     if bn.running_mean is None or bn.running_var is None:
         raise ValueError(f"{helper}: {type(bn).__name__} tracks no running statistics")
+    return bn
 
 
 def fold_conv_bn(conv: torch.nn.Module, bn: torch.nn.Module) -> torch.nn.Module:
     """A convolution (1d/2d/3d, any groups, with or without bias) with an eval-mode BatchNorm folded in."""
     if not isinstance(conv, torch.nn.Conv1d | torch.nn.Conv2d | torch.nn.Conv3d):
         raise TypeError(f"fold_conv_bn: expected Conv1d/2d/3d, got {type(conv).__name__}")
-    _check_batch_norm(bn, "fold_conv_bn")
+    batch_norm = _eval_batch_norm(bn, "fold_conv_bn")
     if conv.training:
         raise ValueError("fold_conv_bn: the convolution is in training mode")
-    return fuse_conv_bn_eval(conv, bn)
+    return fuse_conv_bn_eval(conv, batch_norm)
 
 
 def fold_linear_bn(linear: torch.nn.Module, bn: torch.nn.Module) -> torch.nn.Module:
     """A Linear layer with a following eval-mode BatchNorm1d folded in."""
     if not isinstance(linear, torch.nn.Linear):
         raise TypeError(f"fold_linear_bn: expected Linear, got {type(linear).__name__}")
-    _check_batch_norm(bn, "fold_linear_bn")
+    batch_norm = _eval_batch_norm(bn, "fold_linear_bn")
     if linear.training:
         raise ValueError("fold_linear_bn: the Linear layer is in training mode")
-    if linear.out_features != bn.num_features:
+    if linear.out_features != batch_norm.num_features:
         raise ValueError(f"fold_linear_bn: Linear has {linear.out_features} outputs, BatchNorm "
-                         f"{bn.num_features} features")
-    return fuse_linear_bn_eval(linear, bn)
+                         f"{batch_norm.num_features} features")
+    return fuse_linear_bn_eval(linear, batch_norm)
 
 
 def fold_conv_bn_weight(weight: Any, bn_weight: Any, running_var: Any, eps: float) -> torch.Tensor:
@@ -96,7 +100,7 @@ def index(sequence: tuple[Any, ...] | list[Any], key: int | slice) -> Any:
     return sequence[key]
 
 
-def concat(first: tuple[Any, ...] | list[Any], second: tuple[Any, ...] | list[Any]) -> tuple[Any, ...] | list[Any]:
+def concat(first: _Sequence, second: _Sequence) -> _Sequence:
     """``first + second`` of two literal tuples (or two lists), computed at rewrite time."""
     return first + second
 

@@ -50,7 +50,7 @@ class _RefuseWrites(TorchDispatchMode):
     """Raises :class:`ArgumentWriteError` before an operation writes into one of the protected storages."""
 
     def __init__(self, helper: str, storages: dict[int, str]) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # torch leaves TorchDispatchMode.__init__ unannotated
         self.helper = helper
         self.storages = storages
 

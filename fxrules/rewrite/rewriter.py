@@ -128,7 +128,8 @@ class Rewriter:
     @functools.cached_property
     def decomposed(self) -> Container[Any]:
         """Operators the graph's compiler has decomposed already, which a replacement may not bring back."""
-        return getattr(self.gm, "meta", {}).get(ATEN_GRAPH, ())
+        decomposed: Container[Any] = getattr(self.gm, "meta", {}).get(ATEN_GRAPH, ())
+        return decomposed
 
     def rewrite(self, match: Match) -> Rewrite:
         outputs = match.outputs

@@ -33,7 +33,8 @@ from fxrules.lang.ir import (
     walk,
 )
 from fxrules.match.matcher import Match
-from fxrules.rewrite.rewriter import Emitter, Rewriter, Transaction
+from fxrules.rewrite.rewriter import Emitter, Rewriter
+from fxrules.rewrite.transaction import Transaction
 
 
 @attrs.frozen
@@ -209,7 +210,8 @@ def replacement_graph(rule: Rule, constants: Mapping[str, torch.nn.Module | torc
         if isinstance(value, torch.Tensor):
             node.meta["val"] = value
         elif not (isinstance(value, list | tuple) and any(isinstance(v, torch.Tensor) for v in value)):
-            pattern_match.bindings[name] = value  # a literal, as apply binds it: helpers see the value
+            # a literal, as apply binds it: helpers see the value
+            pattern_match = attrs.evolve(pattern_match, bindings={**pattern_match.bindings, name: value})
     emitter = Emitter(Rewriter(root, graph, helpers, Transaction(root)), pattern_match)
     graph.output(_pack([emitter.emit(t) for t in rule.replacement]))
     graph.eliminate_dead_code()  # the interior nodes the replacement did not reuse

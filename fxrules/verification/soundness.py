@@ -215,8 +215,8 @@ def _compare_values(expected: torch.Tensor, actual: torch.Tensor, tolerance: tup
     if not expected.dtype.is_floating_point:
         if torch.equal(expected, actual):
             return None
-        diff = (expected.long() - actual.long()).abs().max().item() if expected.numel() else 0
-        return "values differ", float(diff), None
+        largest = (expected.long() - actual.long()).abs().max().item() if expected.numel() else 0
+        return "values differ", float(largest), None
     e, a = expected.double(), actual.double()
     if not torch.equal(e.isnan(), a.isnan()):
         return "NaN appears in different places", None, None
@@ -317,8 +317,8 @@ class _RuleCheck:
                 which = "is" if a else "is not"
                 raise _Disagreement(f"output {index} {which} differentiable in the replacement, unlike in the "
                                     "pattern", example, None, None)
-        for name, e, a in zip(names, expected[1], actual[1], strict=True):
-            problem = compare(e, a, _gradient_tolerance(self.tolerance, e), signed_zeros=False)
+        for name, e_grad, a_grad in zip(names, expected[1], actual[1], strict=True):
+            problem = compare(e_grad, a_grad, _gradient_tolerance(self.tolerance, e_grad), signed_zeros=False)
             if problem is not None:
                 problem = (f"the gradient with respect to {name}: {problem[0]}", *problem[1:])
             self.expect(problem, example)

@@ -88,8 +88,8 @@ def edge_values(dtype: torch.dtype, finite: bool) -> tuple[float, ...]:
     if dtype == torch.bool:
         return (0, 1)
     if not (dtype.is_floating_point or dtype.is_complex):
-        info = torch.iinfo(dtype)
-        return (info.min, info.max, info.max - 1, 0, -1 if info.min < 0 else 1)
+        bounds = torch.iinfo(dtype)
+        return (bounds.min, bounds.max, bounds.max - 1, 0, -1 if bounds.min < 0 else 1)
     info = torch.finfo(dtype)
     subnormal = (info.smallest_normal / 2, -info.smallest_normal / 4)
     if finite:
