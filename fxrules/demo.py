@@ -151,10 +151,11 @@ def _largest_difference(expected: Any, actual: Any) -> float:
     return max((e - a).abs().max().item() for e, a in pairs)
 
 
-def _median_ms(before: Callable[[], Any], after: Callable[[], Any], repeats: int = 15) -> tuple[float, float]:
-    """Median run times of two callables on one thread, measured alternately so that load on a shared machine
-    hits both (several threads on busy cores wait for each other, and the times say more of the load than of
-    the models)."""
+def _timings_ms(before: Callable[[], Any], after: Callable[[], Any],
+                repeats: int = 15) -> tuple[tuple[float, float], tuple[float, float]]:
+    """(median, half the interquartile range) of the run times of two callables on one thread, measured
+    alternately so that load on a shared machine hits both (several threads on busy cores wait for each
+    other, and the times say more of the load than of the models); the spread says how far to trust them."""
     times: tuple[list[float], list[float]] = ([], [])
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -168,7 +169,12 @@ def _median_ms(before: Callable[[], Any], after: Callable[[], Any], repeats: int
                     sink.append(time.perf_counter() - started)
     finally:
         torch.set_num_threads(threads)
-    return statistics.median(times[0]) * 1000, statistics.median(times[1]) * 1000
+    return _median_and_spread(times[0]), _median_and_spread(times[1])
+
+
+def _median_and_spread(seconds: list[float]) -> tuple[float, float]:
+    low, middle, high = statistics.quantiles(seconds, n=4)
+    return middle * 1000, (high - low) / 2 * 1000
 
 
 def _short_diff(before: str, after: str, lines: int = 24) -> str:
@@ -189,15 +195,18 @@ def run_demo(print_: Callable[[str], None] = print) -> list[dict[str, Any]]:
         with torch.no_grad():
             expected, actual = original(*inputs), gm(*inputs)
         difference = _largest_difference(expected, actual)
-        time_before, time_after = _median_ms(functools.partial(original, *inputs), functools.partial(gm, *inputs))
+        (time_before, spread_before), (time_after, spread_after) = _timings_ms(
+            functools.partial(original, *inputs), functools.partial(gm, *inputs))
         print_(f"=== {name} ===")
         print_(report.table(every_rule=False))
         print_(_short_diff(before_code, gm.code))
         print_(f"nodes: {report.nodes_before} -> {report.nodes_after}")
         print_(f"largest output difference: {difference:.3g}")
-        print_(f"eager CPU time (median of 15, one thread): {time_before:.2f} ms -> {time_after:.2f} ms "
+        print_(f"eager CPU time (median ± half the interquartile range of 15 runs, one thread): "
+               f"{time_before:.2f} ± {spread_before:.2f} ms -> {time_after:.2f} ± {spread_after:.2f} ms "
                f"({time_before / time_after:.2f}x)\n")
         results.append({"model": name, "fired": report.counts(), "nodes_before": report.nodes_before,
                         "nodes_after": report.nodes_after, "max_difference": difference,
-                        "ms_before": time_before, "ms_after": time_after})
+                        "ms_before": time_before, "ms_after": time_after,
+                        "ms_spread_before": spread_before, "ms_spread_after": spread_after})
     return results

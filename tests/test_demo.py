@@ -27,9 +27,11 @@ def test_demo_rewrites_every_model_and_keeps_outputs() -> None:
         assert result["nodes_after"] < result["nodes_before"]
         assert result["max_difference"] < 1e-4
         assert result["ms_before"] > 0 and result["ms_after"] > 0
+        assert result["ms_spread_before"] >= 0 and result["ms_spread_after"] >= 0
     text = "\n".join(printed)
     assert "=== ResNet-style CNN ===" in text and "=== Transformer encoder ===" in text
     assert "=== Llama (tiny random config) ===" in text
+    assert text.count("eager CPU time (median ± half the interquartile range of 15 runs, one thread): ") == 3
     assert "nodes: 35 -> 26" in text and "nodes: 207 -> 155" in text  # SDPA keeps nan rows: + sum(softmax(mask)) * 0
     assert "nodes: 282 -> 223" in text
     assert "static_shape_attribute      0       20" in text
