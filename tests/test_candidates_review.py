@@ -1,4 +1,4 @@
-"""The whole-graph narrowing of candidates (CompiledRule.candidates, RuleIndex.anchors, _Run._worklist).
+"""The whole-graph narrowing of candidates (CompiledRule.candidates, the scheduler's anchors and worklists).
 
 * The invariant: wherever a compiled rule's ``may_match`` holds (and wherever the generic matcher finds
   a match or a skip), the node is among ``compile_rule(rule).candidates(Candidates(graph))``, and, for a
@@ -9,13 +9,13 @@
   ``F.``, aten members), aten graphs from ``make_fx`` and ``torch.export`` (nodes calling overloads,
   rules naming packets), ``A | B`` roots, DAG patterns, ``...``, typed captures, and random graphs
   (with shape metadata on every node, on none, or on some).
-* ``RuleIndex.anchors``: a key shared with a non-compiled rule keeps every node of the key.
-* ``apply`` with narrowing gives what it gives without (``_Run._narrowing`` patched to narrow nothing,
-  which is the engine before narrowing): on graphs of every shape above and on random graphs.  A node
+* ``anchors``: a key shared with a non-compiled rule keeps every node of the key.
+* ``apply`` with narrowing gives what it gives without (``scheduler=VisitEverything``, which narrows
+  nothing): on graphs of every shape above and on random graphs.  A node
   that a rewrite earlier in a pass makes matchable (a ``x + 0 => x`` redirect, a replacement that is a
   literal) is woken and tried in that same pass, as it was before narrowing: the same rule fires
   there, ``max_passes`` that sufficed still suffice, and the same skips are reported.
-* ``_changed_since`` (settled nodes found upstream) answers as the former ``_latest_change`` did.
+* ``changed_since`` (settled nodes found upstream) answers as a walk downstream of each change does.
 * ``Skip`` details written lazily read as before.
 """
 
@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import operator
 import random
-from collections.abc import Iterator
-from contextlib import contextmanager
 from copy import deepcopy
 from typing import Any
 
@@ -36,10 +34,10 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import fxrules
-from fxrules.engine import driver as engine
 from fxrules.engine.report import ReportBuilder
+from fxrules.engine.scheduler import VisitEverything, anchors, changed_since, narrowing
 from fxrules.lang.ir import RuleSet
-from fxrules.match.compiled import Candidates, compile_rule
+from fxrules.match.compiled import Candidates, compile_rule, compile_ruleset
 from fxrules.match.matcher import RuleIndex
 from fxrules.match.skips import Skip
 from tests.conftest import trace
@@ -460,9 +458,9 @@ rule add_attribute:
 
     gm = trace(AddBuffer())
     found = Candidates(gm.graph)
-    narrowed = engine._Run(gm, rules, {}, 10, False)._narrowing(found)  # type: ignore[arg-type]
+    narrowed = narrowing(compile_ruleset(rules).matchers, found)
     assert narrowed(rules["add_seven"]) == set()
-    assert {n.name for n in RuleIndex(gm, rules).anchors(found, narrowed)} == {"add"}
+    assert {n.name for n in anchors(RuleIndex(gm, rules), found, narrowed)} == {"add"}
     report = fxrules.apply(gm, rules)
     assert report.counts() == {"add_attribute": 1}
 
@@ -472,29 +470,17 @@ def test_anchors_among_a_region_stay_in_it_and_keep_every_possible_match() -> No
     index = RuleIndex(gm, REVIEW_RULES)
     nodes = list(gm.graph.nodes)
     for region in (set(nodes[::3]), set(nodes[1::2]), set(nodes[-10:])):
-        run = engine._Run(gm, REVIEW_RULES, {}, 10, False)  # type: ignore[arg-type]
         found = Candidates(gm.graph)
-        anchors = index.anchors(found, run._narrowing(found, region), region)
-        assert anchors <= region
+        found_anchors = anchors(index, found, narrowing(compile_ruleset(REVIEW_RULES).matchers, found, region), region)
+        assert found_anchors <= region
         for node in region:
             for rule in index.rules_at(node):
                 compiled = compile_rule(rule)
                 if compiled is None or compiled.may_match(node):
-                    assert node in anchors, (rule.name, node.name)
+                    assert node in found_anchors, (rule.name, node.name)
 
 
 # ---------------------------------------------------------------- apply: with narrowing as without
-
-
-@contextmanager
-def no_narrowing() -> Iterator[None]:
-    """The engine as before narrowing: every anchor node of a key is a candidate, in pass 1 and after."""
-    patch = pytest.MonkeyPatch()
-    patch.setattr(engine._Run, "_narrowing", lambda self, found, among=None: lambda rule: None)
-    try:
-        yield
-    finally:
-        patch.undo()
 
 
 def outcome(gm: torch.fx.GraphModule, rules: RuleSet, **kwargs: Any) -> tuple[Any, ...]:
@@ -507,17 +493,15 @@ def outcome(gm: torch.fx.GraphModule, rules: RuleSet, **kwargs: Any) -> tuple[An
 
 
 def same_as_without_narrowing(gm: torch.fx.GraphModule, rules: RuleSet, **kwargs: Any) -> tuple[Any, ...]:
-    with no_narrowing():
-        expected = outcome(gm, rules, **kwargs)
+    expected = outcome(gm, rules, scheduler=VisitEverything, **kwargs)
     found = outcome(gm, rules, **kwargs)
     assert found == expected
     return found
 
 
-def test_no_narrowing_patch_really_disables_narrowing() -> None:
+def test_visiting_everything_really_disables_narrowing() -> None:
     gm = trace(lambda x: (x + 1) + (x + 2))
-    with no_narrowing():
-        report = fxrules.apply(gm, fxrules.parse("rule add_seven:\n    x + 7 => x\n"))
+    report = fxrules.apply(gm, fxrules.parse("rule add_seven:\n    x + 7 => x\n"), scheduler=VisitEverything)
     assert report["add_seven"].attempts == 3  # narrowed, it is 0 (tests/test_compiled.py)
 
 
@@ -551,8 +535,7 @@ def test_apply_on_random_graphs_as_without_narrowing(graph: GeneratedGraph) -> N
 
 
 def latest_change(changed: dict[torch.fx.Node, int], steps: int) -> dict[torch.fx.Node, int]:
-    """The former engine._latest_change: for every node at most ``steps`` use edges after a changed node,
-    the latest change among those."""
+    """For every node at most ``steps`` use edges after a changed node, the latest change among those."""
     latest = dict(changed)
     layer = changed
     for _ in range(steps):
@@ -579,7 +562,7 @@ def test_changed_since_answers_as_latest_change(graph: GeneratedGraph) -> None:
         for node in nodes:
             for position in range(7):
                 expected = latest.get(node, -1) >= position
-                assert engine._changed_since(node, position, changed, steps) is expected, (node.name, position)
+                assert changed_since(node, position, changed, steps) is expected, (node.name, position)
 
 
 def test_skip_details_written_lazily_read_as_before() -> None:
@@ -632,8 +615,7 @@ def redirected(a: torch.Tensor) -> torch.Tensor:
 
 def test_the_mid_pass_example_without_narrowing() -> None:
     # The engine before narrowing: neg_relu fires at neg in pass 1, right after add_zero.
-    with no_narrowing():
-        code, counts = outcome(trace(redirected), fxrules.parse(MIDPASS))
+    code, counts = outcome(trace(redirected), fxrules.parse(MIDPASS), scheduler=VisitEverything)
     assert counts == {"add_zero": 1, "neg_relu": 1}
     assert "sigmoid" in code and "relu" not in code
 
@@ -650,8 +632,7 @@ def test_a_redirect_earlier_in_a_later_pass_is_seen_by_later_nodes() -> None:
     def f(a: torch.Tensor) -> torch.Tensor:
         return torch.abs(torch.sub(torch.relu(a), 0))
 
-    with no_narrowing():
-        expected = outcome(trace(f), rules)
+    expected = outcome(trace(f), rules, scheduler=VisitEverything)
     assert expected[1] == {"sub_zero": 1, "add_zero": 1, "neg_relu": 1}
     assert outcome(trace(f), rules) == expected
 
@@ -671,8 +652,7 @@ rule neg_add:
     def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return torch.neg(torch.add(b, torch.sub(a, 7)))
 
-    with no_narrowing():
-        expected = outcome(trace(f), rules)
+    expected = outcome(trace(f), rules, scheduler=VisitEverything)
     assert expected[1] == {"sub_to_lit": 1, "add7": 1}
     assert outcome(trace(f), rules) == expected
 
@@ -683,8 +663,7 @@ def test_max_passes_that_sufficed_still_suffice() -> None:
     def f(x: torch.Tensor) -> torch.Tensor:
         return torch.neg(torch.neg(x) * 1).exp()  # not its input: that rewrite would be skipped ('alias')
 
-    with no_narrowing():
-        assert outcome(trace(f), rules, max_passes=2)[1] == {"mul_one": 1, "neg_neg": 1}
+    assert outcome(trace(f), rules, max_passes=2, scheduler=VisitEverything)[1] == {"mul_one": 1, "neg_neg": 1}
     fxrules.apply(trace(f), rules, max_passes=2)
 
 
@@ -695,8 +674,7 @@ def test_overlap_skips_are_still_reported() -> None:
     def f(a: torch.Tensor) -> torch.Tensor:
         return torch.neg(torch.relu(a))
 
-    with no_narrowing():
-        before = fxrules.apply(trace(f), rules)
+    before = fxrules.apply(trace(f), rules, scheduler=VisitEverything)
     after = fxrules.apply(trace(f), rules)
     assert before["neg_sig"].skip_counts == {"overlap": 1}
     assert after["neg_sig"].skip_counts == before["neg_sig"].skip_counts
@@ -712,8 +690,8 @@ def symfloat_graph() -> torch.fx.GraphModule:
 
 
 def test_a_raw_symfloat_argument_without_narrowing() -> None:
-    with no_narrowing():
-        report = fxrules.apply(symfloat_graph(), fxrules.parse("rule mul_two:\n    torch.mul(x, 2.0) => x\n"))
+    report = fxrules.apply(symfloat_graph(), fxrules.parse("rule mul_two:\n    torch.mul(x, 2.0) => x\n"),
+                           scheduler=VisitEverything)
     assert report.counts() == {"mul_two": 1}
 
 

@@ -19,8 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fxrules
+from fxrules.engine.scheduler import Incremental, VisitEverything
 from fxrules.lang.ir import RuleSet
-from tests.conftest import apply_outcome, slow_examples, visit_everything
+from tests.conftest import apply_outcome, slow_examples
 
 F = torch.nn.functional
 
@@ -31,15 +32,14 @@ def outcomes(gm: torch.fx.GraphModule, rules: str | RuleSet, **kwargs: Any) -> d
     found: dict[str, Any] = {}
     for mode in ("shipped", "generic", "compiled_everywhere", "reference"):
         copied = copy.deepcopy(gm)
-        with pytest.MonkeyPatch.context() as patch:
-            if mode in ("compiled_everywhere", "reference"):
-                visit_everything(patch)
-            try:
-                report = fxrules.apply(copied, ruleset, explain=mode in ("generic", "reference"), **kwargs)
-            except fxrules.FxrError as error:
-                found[mode] = (type(error).__name__, str(error))
-            else:
-                found[mode] = apply_outcome(copied, report)
+        scheduler = VisitEverything if mode in ("compiled_everywhere", "reference") else Incremental
+        try:
+            report = fxrules.apply(copied, ruleset, explain=mode in ("generic", "reference"), scheduler=scheduler,
+                                   **kwargs)
+        except fxrules.FxrError as error:
+            found[mode] = (type(error).__name__, str(error))
+        else:
+            found[mode] = apply_outcome(copied, report)
     return found
 
 

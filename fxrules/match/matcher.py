@@ -653,34 +653,6 @@ class RuleIndex:
         self.by_anchor = ruleset.by_anchor
         self._cache: dict[tuple[str, Any], tuple[Rule, ...]] = {}
 
-    def candidates(self, nodes: NodeIndex,
-                   narrowed: Callable[[Rule], Nodes | None] = lambda rule: None) -> list[torch.fx.Node]:
-        """:meth:`anchors` in graph order."""
-        return in_graph_order(nodes.graph, self.anchors(nodes, narrowed))
-
-    def anchors(self, nodes: NodeIndex, narrowed: Callable[[Rule], Nodes | None] = lambda rule: None,
-                among: set[torch.fx.Node] | None = None) -> set[torch.fx.Node]:
-        """The nodes (``among`` them, if given) some rule may anchor at, found with the graph's own op/target index.
-
-        ``narrowed(rule)`` may give the nodes (``among`` them) where the rule can match at most (None: any
-        node of its anchor keys); a key all of whose rules give them contributes only those nodes.
-        """
-        found: set[torch.fx.Node] = set()
-        narrowed_sets = {rule.name: narrowed(rule) for rule in self.ruleset}
-        for rule_nodes in narrowed_sets.values():
-            if rule_nodes is not None:
-                found.update(rule_nodes)
-        for key, rules in self.by_anchor.items():
-            if all(narrowed_sets[rule.name] is not None for rule in rules):
-                continue
-            op, target = key
-            if op in {"call_module", "get_attr"} or _unhashable(target):
-                calling = [n for n in nodes.with_op(op) if self.rules_at(n)]
-            else:  # every node found calls the target or one of its overloads: some rule anchors there
-                calling = nodes.calling(op, target)
-            found.update(calling if among is None else among.intersection(calling))
-        return found
-
     def rules_at(self, node: torch.fx.Node) -> tuple[Rule, ...]:
         op = node.op
         if op in ("placeholder", "output"):
@@ -725,13 +697,6 @@ def node_keys(gm: torch.nn.Module, node: torch.fx.Node) -> list[AnchorKey]:
 def _file_order(ruleset: RuleSet) -> dict[str, int]:
     """Rule name -> its position in the rule set."""
     return {rule.name: i for i, rule in enumerate(ruleset)}
-
-
-def in_graph_order(graph: torch.fx.Graph, nodes: set[torch.fx.Node]) -> list[torch.fx.Node]:
-    """``nodes`` (of ``graph``) in graph order: sorted when they are few, else by one walk of the graph."""
-    if len(nodes) * 8 < len(graph.nodes):
-        return sorted(nodes, key=lambda n: n._sort_key)
-    return [n for n in graph.nodes if n in nodes]
 
 
 #: Distinct nodes: a set, or a list as the graph's index gives them (a set would cost a hash per node).
@@ -781,14 +746,6 @@ class NodeIndex:
 @functools.cache
 def _overloads(packet: torch._ops.OpOverloadPacket) -> tuple[torch._ops.OpOverload, ...]:
     return tuple(getattr(packet, name) for name in packet.overloads())
-
-
-def _unhashable(target: Any) -> bool:
-    try:
-        hash(target)
-    except TypeError:
-        return True
-    return False
 
 
 def _output_nodes(rule: Rule, state: State) -> tuple[torch.fx.Node | None, ...]:
