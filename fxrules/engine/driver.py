@@ -60,6 +60,7 @@ from fxrules.graph.subgraphs import TOP_LEVEL, CallContext, higher_order_subgrap
 from fxrules.lang.ir import Rule, RuleSet
 from fxrules.match.compiled import CompiledRule, compile_ruleset
 from fxrules.match.matcher import Match, Matcher, Miss, RuleIndex
+from fxrules.match.safety import PASS_CHECKS, InPass, run_checks
 from fxrules.match.skips import Skip, SkipReason
 from fxrules.rewrite import helpers as bundled_helpers
 from fxrules.rewrite.rewriter import Rewriter, Transaction
@@ -253,9 +254,8 @@ class _Run:
     def _try(self, rule: Rule, node: torch.fx.Node, current: _Pass, scheduler: Scheduler) -> bool:
         try:
             match = self._match(rule, node, current.matcher)
-            if match is not None and current.claimed.intersection(match.nodes):
-                scheduler.overlapped(node)
-                raise Skip(SkipReason.OVERLAP, "part of this match was created by another rewrite in this pass")
+            if match is not None:
+                self._check_in_pass(match, node, current, scheduler)
         except Skip as skip:
             self._skipped(rule, node, skip, current.matcher)
             return False
@@ -265,6 +265,17 @@ class _Run:
                 self.report.missed(best)
             return False
         return self._rewrite(rule, node, match, current, scheduler)
+
+    @staticmethod
+    def _check_in_pass(match: Match, node: torch.fx.Node, current: _Pass, scheduler: Scheduler) -> None:
+        """The ``pass`` stage of the safety checks; a match that overlaps the pass's new nodes is the
+        scheduler's business too (the next pass may fire there)."""
+        try:
+            run_checks(PASS_CHECKS, InPass(match, current.claimed))
+        except Skip as skip:
+            if skip.reason is SkipReason.OVERLAP:
+                scheduler.overlapped(node)
+            raise
 
     def _match(self, rule: Rule, node: torch.fx.Node, matcher: Matcher) -> Match | None:
         """The rule's compiled matcher when it has one (it answers as the generic matcher does; ``_visit``

@@ -11,9 +11,8 @@ Algorithm, for a rule whose pattern outputs are ``o1 .. ok`` at anchor ``n``:
 2. match each further output ``oi`` among the users of nodes already bound;
 3. check, in order: that no typed capture lacked metadata (else the match is
    skipped for ``missing metadata``), the guard (once everything is bound),
-   that interior nodes have no users outside the match, that no impure node is
-   deleted unless the pattern names its target exactly, and that no capture
-   depends on a matched node (the rewrite would create a cycle).
+   and the ``match`` stage of the safety checks (:mod:`fxrules.match.safety`:
+   escaping users, impure nodes, cycles).
 
 Choices (alternatives ``A | B``, commutative operand order, lists) are
 explored by backtracking generators; a pattern of ``p`` operations costs
@@ -68,10 +67,10 @@ from fxrules.lang.ir import (
     Template,
     TensorType,
     Wildcard,
-    walk,
 )
 from fxrules.lang.signatures import BoundCall, CallSignature, holds_default, literal_equal
 from fxrules.match.guards import GuardError, holds
+from fxrules.match.safety import MATCH_CHECKS, Found, run_checks
 from fxrules.match.skips import Skip, SkipReason
 from fxrules.memo import per_object
 
@@ -218,9 +217,6 @@ class MissTracker:
         if self.best is None or progress > self.best.progress:
             self.best = Miss(self.rule, self.anchor, progress, condition, detail(), span)
 
-
-#: How many of a node's escaping users a skip's detail names.
-ESCAPING_NAMED = 5
 
 
 class Matcher:
@@ -566,43 +562,14 @@ class Matcher:
     # ---------------------------------------------------------------- after the structure matched
 
     def check_usable(self, rule: Rule, state: State) -> None:
-        """Raise :class:`Skip` when a structural match cannot be used: a typed capture without metadata,
-        guard, escaping user, impure node, cycle."""
+        """Raise :class:`Skip` when a structural match cannot be used: a typed capture without metadata, the
+        guard, then the ``match`` stage of the safety checks (:mod:`fxrules.match.safety`)."""
         if state.missing_metadata is not None:  # the types are undecided: so is everything that reads them
             raise state.missing_metadata
         if rule.guard is not None:
             self._check_guard(rule, state)
-        matched = set(state.nodes.values())
-        if len(matched) > 1:
-            outputs = _output_nodes(rule, state)
-            escaping_from = [node for node in matched if node not in outputs and self._escapes(node, matched)]
-            if escaping_from:  # report the first in graph order
-                node = min(escaping_from, key=lambda n: n._sort_key)
-                raise Skip(SkipReason.ESCAPING_USER, lambda: self._escaping_detail(node, matched))
-        for template in _maybe_unnamed(rule):
-            node = state.nodes.get(id(template))
-            if node is not None and not self._named_exactly(template, node) and node.is_impure():
-                raise Skip(SkipReason.IMPURE,
-                    f"'{node.name}' has side effects and the pattern does not name its target")
-        captured = [v for v in state.bindings.values() if isinstance(v, torch.fx.Node) and v not in matched]
-        if _depends_on(captured, matched):
-            raise Skip(SkipReason.CYCLE, "a capture depends on a node of the match; rewriting would create a cycle")
-
-    def _escaping_detail(self, node: torch.fx.Node, matched: set[torch.fx.Node]) -> str:
-        """The escaping users by name, the first few only: a node may have thousands (a shared input), and
-        the detail is one line of the report."""
-        escaping = [u.name for u in node.users if u not in matched and u not in self.retired]
-        named = ", ".join(escaping[:ESCAPING_NAMED])
-        more = len(escaping) - ESCAPING_NAMED
-        return f"'{node.name}' is also used by {named}{f' and {more} more' if more > 0 else ''} outside the match"
-
-    def _escapes(self, node: torch.fx.Node, matched: set[torch.fx.Node]) -> bool:
-        """The node has a live user outside the match."""
-        retired = self.retired
-        for user in node.users:  # noqa: SIM110 - a loop: any() would add a generator on a hot path
-            if user not in matched and user not in retired:
-                return True
-        return False
+        run_checks(MATCH_CHECKS, Found(rule, state.nodes, set(state.nodes.values()), _output_nodes(rule, state),
+                                       state.bindings, self.retired, self.module_of))
 
     def _check_guard(self, rule: Rule, state: State) -> None:
         assert rule.guard is not None
@@ -618,7 +585,7 @@ class Matcher:
         except GuardError as error:
             raise Skip(SkipReason.GUARD_ERROR, str(error)) from None
         except DynamicSize as dynamic:
-            raise Skip(SkipReason.DYNAMIC_SIZE, str(dynamic)) from None
+            raise Skip.dynamic_size(dynamic) from None
         if not ok:
             self.misses.fail(state, "guard", lambda: "the where: condition is false", rule.guard.conditions[0].span)
             raise Skip(SkipReason.GUARD_FALSE, "the where: condition is false")
@@ -632,11 +599,6 @@ class Matcher:
         if isinstance(value, list | tuple):
             return type(value)(self.guard_value(v) for v in value)
         return value
-
-    def _named_exactly(self, template: OpTemplate, node: torch.fx.Node) -> bool:
-        if template.kind is OpKind.MODULE:
-            return type(self.module_of(node)) is template.target
-        return template.kind in (OpKind.FUNCTION, OpKind.METHOD, OpKind.FAMILY)
 
     def to_match(self, rule: Rule, state: State) -> Match:
         """The usable match a structural match makes."""
@@ -762,34 +724,6 @@ def _output_node(template: Template, state: State) -> torch.fx.Node | None:
         found = (_output_node(option, state) for option in template.options)
         return next((node for node in found if node is not None), None)
     return state.nodes.get(id(template)) if isinstance(template, OpTemplate) else None
-
-
-@per_object
-def _maybe_unnamed(rule: Rule) -> tuple[OpTemplate, ...]:
-    """The pattern's operations that may match a node without naming its exact target (modules by base
-    class, attributes): only these need the purity check."""
-    return tuple(template for output in rule.pattern for template in walk(output)
-                 if isinstance(template, OpTemplate) and template.kind in (OpKind.MODULE, OpKind.ATTR))
-
-
-def _depends_on(captured: list[torch.fx.Node], matched: set[torch.fx.Node]) -> bool:
-    """True when a captured node is computed from a matched node (searching only after the earliest match)."""
-    if not captured or not matched:
-        return False
-    earliest = min([n._sort_key for n in matched])  # FX keeps a sortable position on every node
-    stack = [c for c in captured if c._sort_key > earliest]
-    if not stack:  # the usual case: every capture comes before the match
-        return False
-    seen: set[torch.fx.Node] = set()
-    while stack:
-        node = stack.pop()
-        if node in matched:
-            return True
-        if node in seen:
-            continue
-        seen.add(node)
-        stack.extend(n for n in node.all_input_nodes if n._sort_key > earliest or n in matched)
-    return False
 
 
 def unify_dims(dims: tuple[Any, ...], shape: tuple[Any, ...], bound: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -1,0 +1,386 @@
+"""The safety checks of a rewrite, listed once: what makes a complete match unusable, each with its skip reason.
+
+* :data:`SAFETY_CHECKS` lists every check, in the order they run; each has a name, the
+  :class:`~fxrules.match.skips.SkipReason` it skips with, and the :class:`Stage` it runs at (what it
+  needs to know decides when it can run).
+* :func:`run_checks` runs the checks of one stage on a subject: a check returns None when the rewrite
+  is safe, else a detail (a string, or a function writing it: most details are never shown), and the
+  loop raises :class:`~fxrules.match.skips.Skip` with the check's reason.
+* The matcher runs the ``match`` stage on each structural match (after the types and the guard, which
+  are the rule's own conditions, not safety); the driver the ``pass`` stage; the rewriter the
+  ``emit`` and ``splice`` stages.  ``docs/language.md`` §14 shows :func:`checks_table` (a test keeps
+  the two equal).
+
+Example: ``x * 1 => x`` at ``y = x * 1`` with ``y.add_(1)`` later passes every check until
+``in_place_write``, at the ``splice`` stage: the rewrite is skipped with reason ``in-place write``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import torch
+import torch.fx
+
+from fxrules.graph.metadata import alias_class, aliased_inputs, in_place_writer, view_base
+from fxrules.graph.subgraphs import OUTSIDE
+from fxrules.lang.ir import OpKind, OpTemplate, Rule, walk
+from fxrules.match.skips import Skip, SkipReason
+from fxrules.memo import per_object
+
+if TYPE_CHECKING:
+    from fxrules.match.matcher import Match
+
+Node = torch.fx.Node
+
+#: What a check returns when the rewrite is not safe: why, or a function that writes why.
+Detail = str | Callable[[], str]
+
+#: How many of a node's escaping users a skip's detail names.
+ESCAPING_NAMED = 5
+
+
+class Stage(enum.Enum):
+    """When a check runs; the value is the name the docs show."""
+
+    MATCH = "match"  # on each structural match, while matching: a skip makes the matcher try the next way
+    PASS = "pass"  # on the match found, against the rewrites of the pass so far (the driver)
+    EMIT = "emit"  # before the replacement is built (the rewriter)
+    SPLICE = "splice"  # on the built replacement, before it replaces anything: a skip undoes what was built
+
+
+@attrs.frozen
+class Found:
+    """A structural match, as the ``match`` stage sees it."""
+
+    rule: Rule
+    nodes: Mapping[int, Node]  # id(OpTemplate) -> the node it matched
+    matched: set[Node]  # the same nodes
+    outputs: tuple[Node | None, ...]  # the nodes the pattern outputs matched, in order
+    bindings: Mapping[str, Any]
+    retired: Mapping[Node, None]  # rewritten away: no longer users of anything
+    module_of: Callable[[Node], torch.nn.Module | None]
+
+
+@attrs.frozen
+class InPass:
+    """A match found, and the nodes the pass has created so far, as the ``pass`` stage sees them."""
+
+    match: Match
+    claimed: set[Node]
+
+
+@attrs.define
+class Splice:
+    """A rewrite about to happen: the match, the node the replacement goes before, and, from the ``splice``
+    stage on, the replacement's values (one per output) and the nodes made for them."""
+
+    match: Match
+    anchor: Node  # the earliest output
+    graph: torch.fx.Graph
+    retired: Mapping[Node, None]
+    alias_free: bool  # a subgraph of an operator that refuses outputs aliasing inputs (torch.cond)
+    grad_modes: Mapping[Node, bool | str] | None = None  # where the graph has grad-mode regions
+    values: list[Any] = attrs.Factory(list)
+    created: list[Node] = attrs.Factory(list)
+
+    def pairs(self) -> Iterable[tuple[Node, Node]]:
+        """(output, existing node it would share memory with) for each output replaced by a value that
+        exists already or is a view of one: ``x * 1 => x`` makes it ``x``, ``reshape(reshape(x, a), b) =>
+        reshape(x, b)`` a view of ``x``.  Not when it was a view of that value already (``x.t().t() => x``):
+        nothing a write could see changes."""
+        new = set(self.created)
+        for output, value in zip(self.match.outputs, self.values, strict=True):
+            if not isinstance(value, Node) or value is output:
+                continue
+            for existing in _existing_aliases(value, new):
+                if view_base(existing) is not view_base(output):
+                    yield output, existing
+
+
+@attrs.frozen
+class SafetyCheck:
+    """One safety check: its name, the reason it skips with, when it runs, what it refuses (for the docs)."""
+
+    name: str
+    reason: SkipReason
+    stage: Stage
+    refuses: str
+    test: Callable[[Any], Detail | None]  # the stage's subject -> None (safe) or why not
+
+
+def run_checks(checks: tuple[SafetyCheck, ...], subject: Any) -> None:
+    """Run ``checks`` (one stage's) on ``subject``; raise the first one's :class:`Skip` that fails."""
+    for check in checks:
+        detail = check.test(subject)
+        if detail is not None:
+            raise Skip(check.reason, detail)
+
+
+# ---------------------------------------------------------------- the match stage
+
+
+def _escaping_user(found: Found) -> Detail | None:
+    matched = found.matched
+    if len(matched) < 2:
+        return None
+    outputs, retired = found.outputs, found.retired
+    escaping_from = [node for node in matched if node not in outputs and _escapes(node, matched, retired)]
+    if not escaping_from:
+        return None
+    node = min(escaping_from, key=lambda n: n._sort_key)  # the first in graph order
+    return lambda: escaping_detail(node, matched, retired)
+
+
+def escaping_detail(node: Node, matched: set[Node], retired: Mapping[Node, None]) -> str:
+    """The escaping users by name, the first few only: a node may have thousands (a shared input), and the
+    detail is one line of the report."""
+    escaping = [u.name for u in node.users if u not in matched and u not in retired]
+    named = ", ".join(escaping[:ESCAPING_NAMED])
+    more = len(escaping) - ESCAPING_NAMED
+    return f"'{node.name}' is also used by {named}{f' and {more} more' if more > 0 else ''} outside the match"
+
+
+def _escapes(node: Node, matched: set[Node], retired: Mapping[Node, None]) -> bool:
+    """The node has a live user outside the match."""
+    for user in node.users:  # noqa: SIM110 - a loop: any() would add a generator on a hot path
+        if user not in matched and user not in retired:
+            return True
+    return False
+
+
+def _impure(found: Found) -> Detail | None:
+    for template in _maybe_unnamed(found.rule):
+        node = found.nodes.get(id(template))
+        if node is not None and not _named_exactly(template, node, found.module_of) and node.is_impure():
+            return f"'{node.name}' has side effects and the pattern does not name its target"
+    return None
+
+
+@per_object
+def _maybe_unnamed(rule: Rule) -> tuple[OpTemplate, ...]:
+    """The pattern's operations that may match a node without naming its exact target (modules by base
+    class, attributes): only these need the purity check."""
+    return tuple(template for output in rule.pattern for template in walk(output)
+                 if isinstance(template, OpTemplate) and template.kind in (OpKind.MODULE, OpKind.ATTR))
+
+
+def _named_exactly(template: OpTemplate, node: Node, module_of: Callable[[Node], torch.nn.Module | None]) -> bool:
+    if template.kind is OpKind.MODULE:
+        return type(module_of(node)) is template.target
+    return template.kind in (OpKind.FUNCTION, OpKind.METHOD, OpKind.FAMILY)
+
+
+def _cycle(found: Found) -> Detail | None:
+    matched = found.matched
+    captured = [v for v in found.bindings.values() if isinstance(v, Node) and v not in matched]
+    if _depends_on(captured, matched):
+        return "a capture depends on a node of the match; rewriting would create a cycle"
+    return None
+
+
+def _depends_on(captured: list[Node], matched: set[Node]) -> bool:
+    """True when a captured node is computed from a matched node (searching only after the earliest match)."""
+    if not captured or not matched:
+        return False
+    earliest = min([n._sort_key for n in matched])  # FX keeps a sortable position on every node
+    stack = [c for c in captured if c._sort_key > earliest]
+    if not stack:  # the usual case: every capture comes before the match
+        return False
+    seen: set[Node] = set()
+    while stack:
+        node = stack.pop()
+        if node in matched:
+            return True
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.extend(n for n in node.all_input_nodes if n._sort_key > earliest or n in matched)
+    return False
+
+
+# ---------------------------------------------------------------- the pass stage
+
+
+def _overlap(in_pass: InPass) -> Detail | None:
+    if in_pass.claimed.intersection(in_pass.match.nodes):
+        return "part of this match was created by another rewrite in this pass"
+    return None
+
+
+# ---------------------------------------------------------------- the emit stage
+
+
+def _captured_late(splice: Splice) -> Detail | None:
+    """Every capture is an argument of a matched node, and every matched node comes before a single output:
+    only a pattern with several outputs can capture a node defined after its first."""
+    match, anchor = splice.match, splice.anchor
+    if len(match.outputs) == 1:
+        return None
+    late = [v.name for v in match.bindings.values()
+            if isinstance(v, Node) and v not in match.nodes and v._sort_key > anchor._sort_key]
+    if late:
+        return f"captured {', '.join(late)} defined after the first output '{anchor.name}'"
+    return None
+
+
+# ---------------------------------------------------------------- the splice stage
+
+
+def _no_change(splice: Splice) -> Detail | None:
+    if not splice.created and all(v is o for v, o in zip(splice.values, splice.match.outputs, strict=True)):
+        return "the replacement is the matched node itself"
+    return None
+
+
+def _used_late(splice: Splice) -> Detail | None:
+    """The new nodes go before the earliest output, but an interior node the replacement reuses may come
+    after it (an ancestor of a later output only), and a reused node may replace an output defined before
+    it; spliced anyway, the graph would fail ``lint()`` and the whole ``apply`` with it."""
+    outputs, anchor = splice.match.outputs, splice.anchor
+    if len(outputs) == 1:
+        return None
+    new = set(splice.created)
+    late = {used.name: None for node in splice.created for used in node.all_input_nodes
+            if used not in new and used._sort_key > anchor._sort_key}
+    late.update((value.name, None) for value, output in zip(splice.values, outputs, strict=True)
+                if isinstance(value, Node) and value not in new and value._sort_key > output._sort_key)
+    if late:
+        return (f"the replacement uses {', '.join(late)}, defined after the output it would replace or after "
+                f"the first output '{anchor.name}'")
+    return None
+
+
+def _literal_receiver(splice: Splice) -> Detail | None:
+    """The generated code would not compile (``1.contiguous()``), and it is generated at the commit, whose
+    failure undoes the whole ``apply``; refused now, only this rewrite is skipped."""
+    retired = splice.retired
+    for output, value in zip(splice.match.outputs, splice.values, strict=True):
+        if isinstance(value, Node):
+            continue
+        for user in output.users:
+            if user.op == "call_method" and user.args and user.args[0] is output and user not in retired:
+                return f"'{user.name}' calls .{user.target}() on '{output.name}', which the replacement makes the " \
+                       f"literal {value!r}"
+    return None
+
+
+def _grad_mode(splice: Splice) -> Detail | None:
+    """A rewrite may not move a computation into another grad mode, nor make a value computed without grad
+    one that may require it where it is used outside the region: the values are equal, but gradients
+    would flow where they did not (or stop where they flowed).  Within the region nothing records them.
+    New nodes go before the anchor, in its mode."""
+    modes = splice.grad_modes
+    if modes is None:
+        return None
+    anchor_mode = modes.get(splice.anchor, OUTSIDE)
+    for node in splice.match.nodes:
+        if modes.get(node, OUTSIDE) not in (OUTSIDE, anchor_mode):
+            return f"'{node.name}' is computed with grad {_enabled(modes[node])} and the replacement would be " \
+                   f"computed with grad {_enabled(anchor_mode)}"
+    created = splice.created
+    for output, value in zip(splice.match.outputs, splice.values, strict=True):
+        if isinstance(value, Node) and value not in created and modes.get(output) is False \
+                and modes.get(value, OUTSIDE) is not False \
+                and any(modes.get(user, OUTSIDE) is not False for user in output.users if user not in created):
+            return f"'{output.name}' is computed with grad disabled, and '{value.name}', which would replace it " \
+                   "where grad is not disabled, is not: it may require grad"
+    return None
+
+
+def _enabled(mode: bool | str) -> str:
+    return "enabled" if mode is True else "disabled"
+
+
+def _in_place_write(splice: Splice) -> Detail | None:
+    """The write would reach both the output and the value it would share memory with."""
+    for output, existing in splice.pairs():
+        for node in (output, existing):
+            write = in_place_writer(node)
+            if write is not None:
+                written = write.kwargs.get("out", write.args[0] if write.args else None)
+                where = f"'{node.name}'" if written is node else f"'{written}', a view of '{node.name}',"
+                return f"'{write.name}' writes into {where} in place, and the replacement would make " \
+                       f"'{output.name}' share memory with '{existing.name}'"
+    return None
+
+
+def _alias(splice: Splice) -> Detail | None:
+    """A caller writing into a returned result would write into the graph's input, attribute or other
+    result it now shares memory with; a higher-order operator refuses such a subgraph outright."""
+    returned: set[Node] | None = None
+    for output, existing in splice.pairs():
+        returned = set(splice.graph.output_node().all_input_nodes) if returned is None else returned
+        if returned.isdisjoint(alias_class(output)):
+            continue
+        exposed = next((n for n in alias_class(existing) if n.op in ("placeholder", "get_attr") or n in returned),
+                       None)
+        if exposed is None:
+            continue
+        if splice.alias_free:
+            return f"the subgraph would return '{existing.name}' (or a view of it) in place of '{output.name}', " \
+                   "an alias of its input or of another output, which higher-order operators refuse"
+        kind = {"placeholder": "the graph input", "get_attr": "the attribute"}.get(exposed.op, "the returned value")
+        return f"'{output.name}' is returned, and the replacement would make it share memory with {kind} " \
+               f"'{exposed.name}': a caller writing into the result would change it"
+    return None
+
+
+def _existing_aliases(value: Node, new: set[Node]) -> list[Node]:
+    """The existing nodes a replacement value may share memory with: the value itself when it exists
+    already, else the existing inputs its new views lead to (``reshape(x, b)``: ``x``)."""
+    found: list[Node] = []
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if node not in new:
+            found.append(node)
+        else:
+            stack += aliased_inputs(node)
+    return found
+
+
+#: Every safety check of a rewrite, in the order they run.
+SAFETY_CHECKS = (
+    SafetyCheck("escaping_user", SkipReason.ESCAPING_USER, Stage.MATCH,
+                "a matched node other than an output is used outside the match (the rewrite would delete it)",
+                _escaping_user),
+    SafetyCheck("impure", SkipReason.IMPURE, Stage.MATCH,
+                "the match holds an impure node whose target the pattern does not name exactly", _impure),
+    SafetyCheck("cycle", SkipReason.CYCLE, Stage.MATCH,
+                "a capture is computed from a matched node", _cycle),
+    SafetyCheck("overlap", SkipReason.OVERLAP, Stage.PASS,
+                "the match holds a node another rewrite of the pass created", _overlap),
+    SafetyCheck("captured_late", SkipReason.ORDER, Stage.EMIT,
+                "a pattern with several outputs captures a node defined after its first output", _captured_late),
+    SafetyCheck("no_change", SkipReason.NO_CHANGE, Stage.SPLICE,
+                "the replacement is the matched output itself", _no_change),
+    SafetyCheck("used_late", SkipReason.ORDER, Stage.SPLICE,
+                "a replacement of several outputs uses a node defined after the output it replaces, or after "
+                "the first output", _used_late),
+    SafetyCheck("literal_receiver", SkipReason.LITERAL_RECEIVER, Stage.SPLICE,
+                "an output replaced by a literal is the receiver of a method call", _literal_receiver),
+    SafetyCheck("grad_mode", SkipReason.GRAD_MODE, Stage.SPLICE,
+                "the match spans two grad modes, or a value computed without grad would replace one used where "
+                "grad is enabled", _grad_mode),
+    SafetyCheck("in_place_write", SkipReason.IN_PLACE_WRITE, Stage.SPLICE,
+                "an output would share memory with an existing value, and the graph writes into either in place",
+                _in_place_write),
+    SafetyCheck("alias", SkipReason.ALIAS, Stage.SPLICE,
+                "a returned output would share memory with a graph input, an attribute or another returned value",
+                _alias),
+)
+
+#: The checks of each stage, in order.
+MATCH_CHECKS, PASS_CHECKS, EMIT_CHECKS, SPLICE_CHECKS = (
+    tuple(check for check in SAFETY_CHECKS if check.stage is stage) for stage in Stage)
+
+
+def checks_table() -> str:
+    """The Markdown table of every check, in order, as the docs show it."""
+    rows = [f"| `{check.name}` | {check.stage.value} | `{check.reason.value}` | {check.refuses} |"
+            for check in SAFETY_CHECKS]
+    return "\n".join(["| check | stage | reason | refuses |", "| --- | --- | --- | --- |", *rows])
