@@ -119,3 +119,9 @@ def test_the_incremental_scheduler_is_the_default() -> None:
     report = fxrules.apply(gm, RULES, scheduler=Incremental)
     assert [r.attempts for r in report.rules] == [r.attempts for r in fxrules.apply(default, RULES).rules]
     assert gm.code == default.code
+
+
+def test_a_scheduler_that_is_not_callable_is_a_usage_error() -> None:
+    gm = trace(cascade)
+    with pytest.raises(fxrules.FxrUsageError, match="^scheduler must be a Scheduler class .* got 'everything'$"):
+        fxrules.apply(gm, RULES, scheduler="everything")  # type: ignore[arg-type]

@@ -1,39 +1,26 @@
 """``apply``: the driver that runs a rule set over a graph module in passes, all or nothing.
 
-1. Check the inputs; load the rules; check every helper a rule calls exists.
-2. Run passes on the graph itself, every change logged in a
-   :class:`~fxrules.rewrite.transaction.Transaction`.  A pass visits its candidate
-   nodes in graph order; at each node the rules indexed under its key are
-   tried in file order and the first match is rewritten at once.  Nodes a
-   rewrite creates are not matched again in the same pass.  Pass 1 visits the
-   nodes the graph's own op/target index finds for the rules' anchor keys,
-   narrowed for compiled rules to those whose operand calls and literals may
-   match, all found at once as the pass starts
-   (:attr:`~fxrules.match.compiled.CompiledRule.candidates`), and the nodes ahead
-   that its rewrites give new inputs (and their users within pattern depth),
-   which they may have made candidates (``_Run._wake``): so it finds what a
-   visit of every anchor node would.  Later passes visit only the nodes
-   within pattern depth (along use edges) of what the previous pass changed,
-   narrowed the same way, and the nodes beyond that their own rewrites may
-   have given a match (``_Run._wake_beyond_domain``); until they first fire
-   they pass over those the previous pass looked at after every change within
-   their reach (``_Run._settled``).  Rules are matched by their compiled matchers
-   (:mod:`fxrules.match.compiled`) where they have one, which reject most
-   candidates before binding any argument.  If nothing fires, the graph is
-   left exactly as it was (and is not even linted).
-3. At a fixpoint, commit: lint, erase the retired nodes and other dead code,
-   recompile, and delete the submodules and buffers the rewrite left
-   unreferenced; each step logged in the same undo log.  Any failure, at any
-   point (a ``KeyboardInterrupt`` too), undoes the log from wherever it
-   stopped: the graph, its nodes (their users in order), the generated code
-   and the module's attributes are as they were.  A graph that fails lint is
-   reported as broken before fxrules touched it when, undone, it still fails.
-   The subgraphs of higher-order operators are rewritten and committed the
-   same way, innermost first, all or nothing with the module.
+* Check the inputs, load the rules, check that every helper a rule calls exists.
+* Passes (:class:`_Run`): each visits the nodes its scheduler gives (:mod:`fxrules.engine.scheduler`),
+  in graph order; at a node the rules filed under its key are tried in file order, by their compiled
+  matchers where they have one, and the first usable match (the safety checks,
+  :mod:`fxrules.match.safety`) is rewritten at once.  Nodes a rewrite creates are not matched again in
+  the same pass.  Passes repeat until one fires nothing; after ``max_passes`` the run stops with
+  ``FxrConvergenceError`` (:class:`~fxrules.engine.report.StopReason`).
+* Every change is logged in a :class:`~fxrules.rewrite.transaction.Transaction`; no copy of the graph.
+* The commit, at the fixpoint: lint, erase the retired nodes and other dead code, recompile, delete what
+  the rewrite left unreferenced; each step in the same undo log.  A graph on which nothing fired is left
+  exactly as it was (not even linted).
+* All or nothing: any failure, anywhere (a ``KeyboardInterrupt`` too), undoes the log from where it
+  stopped, for the module and every subgraph of its higher-order operators (rewritten innermost first).
+* Cost: one index lookup per visited node plus the matching of the rules filed under its key,
+  ``O(candidates x pattern size)``.
 
-Cost: one index lookup per visited node, plus the matching of the rules
-filed under that node's key: ``O(candidates x pattern size)``; no copy of
-the graph is made.
+Example::
+
+    report = apply(gm, "algebra.fxr")          # rewrites gm in place
+    report.counts()                             # {"double_neg": 2}
+    report.stop_reason                          # StopReason.FIXPOINT
 """
 
 from __future__ import annotations
@@ -139,7 +126,7 @@ class _Rewritten:
 
 
 class _Run:
-    """One ``apply``: the passes over a working copy, then the commit."""
+    """One graph's part of an ``apply``: the passes over the graph itself, then the commit."""
 
     def __init__(self, gm: torch.fx.GraphModule, ruleset: RuleSet, helpers: Mapping[str, Callable[..., Any]],
                  max_passes: int, explain: bool, context: CallContext = TOP_LEVEL, static_shapes: bool = False,
@@ -423,6 +410,9 @@ def apply(
         return apply_program(gm, rules, allow=allow, helpers=helpers, max_passes=max_passes,
                              explain=explain, static_shapes=static_shapes, scheduler=scheduler).program
     module = _check_module(gm)
+    if not callable(scheduler):
+        raise FxrUsageError(f"scheduler must be a Scheduler class of fxrules.engine.scheduler (Incremental, "
+                            f"VisitEverything) or a callable making one from a Plan; got {scheduler!r}")
     if example_inputs is not None:
         example_inputs = check_example_inputs(module, example_inputs)
     ruleset = load_rules(rules, allow)
