@@ -123,5 +123,5 @@ def test_the_incremental_scheduler_is_the_default() -> None:
 
 def test_a_scheduler_that_is_not_callable_is_a_usage_error() -> None:
     gm = trace(cascade)
-    with pytest.raises(fxrules.FxrUsageError, match="^scheduler must be a Scheduler class .* got 'everything'$"):
+    with pytest.raises(fxrules.FxrUsageError, match=r"^scheduler must be a Scheduler class .* got 'everything'$"):
         fxrules.apply(gm, RULES, scheduler="everything")  # type: ignore[arg-type]
