@@ -18,7 +18,7 @@ Example: ``x * 1 => x`` at ``y = x * 1`` with ``y.add_(1)`` later passes every c
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -52,7 +52,7 @@ class Stage(enum.Enum):
     SPLICE = "splice"  # on the built replacement, before it replaces anything: a skip undoes what was built
 
 
-@attrs.frozen
+@attrs.define  # not frozen: one is made per structural match, and a frozen class costs three times as much
 class Found:
     """A structural match, as the ``match`` stage sees it."""
 
@@ -65,7 +65,7 @@ class Found:
     module_of: Callable[[Node], torch.nn.Module | None]
 
 
-@attrs.frozen
+@attrs.define
 class InPass:
     """A match found, and the nodes the pass has created so far, as the ``pass`` stage sees them."""
 
@@ -86,19 +86,21 @@ class Splice:
     grad_modes: Mapping[Node, bool | str] | None = None  # where the graph has grad-mode regions
     values: list[Any] = attrs.Factory(list)
     created: list[Node] = attrs.Factory(list)
+    _pairs: list[tuple[Node, Node]] | None = attrs.field(default=None, init=False)
 
-    def pairs(self) -> Iterable[tuple[Node, Node]]:
+    def pairs(self) -> list[tuple[Node, Node]]:
         """(output, existing node it would share memory with) for each output replaced by a value that
         exists already or is a view of one: ``x * 1 => x`` makes it ``x``, ``reshape(reshape(x, a), b) =>
         reshape(x, b)`` a view of ``x``.  Not when it was a view of that value already (``x.t().t() => x``):
-        nothing a write could see changes."""
-        new = set(self.created)
-        for output, value in zip(self.match.outputs, self.values, strict=True):
-            if not isinstance(value, Node) or value is output:
-                continue
-            for existing in _existing_aliases(value, new):
-                if view_base(existing) is not view_base(output):
-                    yield output, existing
+        nothing a write could see changes.  Found once, for the two checks that read them."""
+        if self._pairs is None:
+            new = set(self.created)
+            self._pairs = [(output, existing)
+                           for output, value in zip(self.match.outputs, self.values, strict=True)
+                           if isinstance(value, Node) and value is not output
+                           for existing in _existing_aliases(value, new)
+                           if view_base(existing) is not view_base(output)]
+        return self._pairs
 
 
 @attrs.frozen
@@ -349,11 +351,11 @@ SAFETY_CHECKS = (
                 "a matched node other than an output is used outside the match (the rewrite would delete it)",
                 _escaping_user),
     SafetyCheck("impure", SkipReason.IMPURE, Stage.MATCH,
-                "the match holds an impure node whose target the pattern does not name exactly", _impure),
+                "the match contains an impure node whose target the pattern does not name exactly", _impure),
     SafetyCheck("cycle", SkipReason.CYCLE, Stage.MATCH,
                 "a capture is computed from a matched node", _cycle),
     SafetyCheck("overlap", SkipReason.OVERLAP, Stage.PASS,
-                "the match holds a node another rewrite of the pass created", _overlap),
+                "the match contains a node another rewrite of the pass created", _overlap),
     SafetyCheck("captured_late", SkipReason.ORDER, Stage.EMIT,
                 "a pattern with several outputs captures a node defined after its first output", _captured_late),
     SafetyCheck("no_change", SkipReason.NO_CHANGE, Stage.SPLICE,
