@@ -47,7 +47,7 @@ from fxrules.graph.subgraphs import TOP_LEVEL, CallContext, higher_order_subgrap
 from fxrules.lang.ir import Rule, RuleSet
 from fxrules.match.compiled import CompiledRule, compile_ruleset
 from fxrules.match.matcher import Match, Matcher, Miss, RuleIndex
-from fxrules.match.safety import PASS_CHECKS, InPass, run_checks
+from fxrules.match.safety import InPass
 from fxrules.match.skips import Skip, SkipReason
 from fxrules.rewrite import helpers as bundled_helpers
 from fxrules.rewrite.rewriter import Rewriter, Transaction
@@ -113,6 +113,10 @@ class _Pass:
     rewriter: Rewriter
     fired: set[str] = attrs.Factory(set)
     claimed: set[torch.fx.Node] = attrs.Factory(set)
+    checks: InPass = attrs.field(init=False)  # the pass stage of the safety checks, against ``claimed``
+
+    def __attrs_post_init__(self) -> None:
+        self.checks = InPass(self.claimed)
 
 
 @attrs.define
@@ -258,7 +262,7 @@ class _Run:
         """The ``pass`` stage of the safety checks; a match that overlaps the pass's new nodes is the
         scheduler's business too (the next pass may fire there)."""
         try:
-            run_checks(PASS_CHECKS, InPass(match, current.claimed))
+            current.checks.check(match)
         except Skip as skip:
             if skip.reason is SkipReason.OVERLAP:
                 scheduler.overlapped(node)

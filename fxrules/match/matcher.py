@@ -70,7 +70,7 @@ from fxrules.lang.ir import (
 )
 from fxrules.lang.signatures import BoundCall, CallSignature, holds_default, literal_equal
 from fxrules.match.guards import GuardError, holds
-from fxrules.match.safety import MATCH_CHECKS, Found, run_checks
+from fxrules.match.safety import Found
 from fxrules.match.skips import Skip, SkipReason
 from fxrules.memo import per_object
 
@@ -230,6 +230,7 @@ class Matcher:
         self._bound_cache: dict[tuple[int, int], BoundCall | None] = {}
         self.rule_types: Mapping[str, CaptureType] = {}
         self.budget = Budget()
+        self._found = Found(self.retired, self.module_of)  # the safety checks' view of each structural match
 
     def forget(self) -> None:
         """Drop what was cached about nodes: a rewrite changed the graph."""
@@ -568,8 +569,7 @@ class Matcher:
             raise state.missing_metadata
         if rule.guard is not None:
             self._check_guard(rule, state)
-        run_checks(MATCH_CHECKS, Found(rule, state.nodes, set(state.nodes.values()), _output_nodes(rule, state),
-                                       state.bindings, self.retired, self.module_of))
+        self._found.check(rule, state.nodes, _output_nodes(rule, state), state.bindings)
 
     def _check_guard(self, rule: Rule, state: State) -> None:
         assert rule.guard is not None

@@ -52,25 +52,39 @@ class Stage(enum.Enum):
     SPLICE = "splice"  # on the built replacement, before it replaces anything: a skip undoes what was built
 
 
-@attrs.define  # not frozen: one is made per structural match, and a frozen class costs three times as much
+@attrs.define
 class Found:
-    """A structural match, as the ``match`` stage sees it."""
+    """A structural match, as the ``match`` stage sees it: one per matcher, refilled by :meth:`check` for each
+    match (an object per match would be one more allocation on the hot path, and more garbage collection)."""
 
-    rule: Rule
-    nodes: Mapping[int, Node]  # id(OpTemplate) -> the node it matched
-    matched: set[Node]  # the same nodes
-    outputs: tuple[Node | None, ...]  # the nodes the pattern outputs matched, in order
-    bindings: Mapping[str, Any]
     retired: Mapping[Node, None]  # rewritten away: no longer users of anything
     module_of: Callable[[Node], torch.nn.Module | None]
+    rule: Rule | None = None
+    nodes: Mapping[int, Node] = attrs.Factory(dict)  # id(OpTemplate) -> the node it matched
+    matched: set[Node] = attrs.Factory(set)  # the same nodes
+    outputs: tuple[Node | None, ...] = ()  # the nodes the pattern outputs matched, in order
+    bindings: Mapping[str, Any] = attrs.Factory(dict)
+
+    def check(self, rule: Rule, nodes: Mapping[int, Node], outputs: tuple[Node | None, ...],
+              bindings: Mapping[str, Any]) -> None:
+        """Run the ``match`` stage on one structural match of ``rule``."""
+        self.rule, self.nodes, self.matched, self.outputs, self.bindings = \
+            rule, nodes, set(nodes.values()), outputs, bindings
+        run_checks(MATCH_CHECKS, self)
 
 
 @attrs.define
 class InPass:
-    """A match found, and the nodes the pass has created so far, as the ``pass`` stage sees them."""
+    """The nodes a pass has created so far, and the match found (one per pass, refilled by :meth:`check`),
+    as the ``pass`` stage sees them."""
 
-    match: Match
     claimed: set[Node]
+    match: Match | None = None
+
+    def check(self, match: Match) -> None:
+        """Run the ``pass`` stage on ``match``."""
+        self.match = match
+        run_checks(PASS_CHECKS, self)
 
 
 @attrs.define
@@ -84,8 +98,8 @@ class Splice:
     retired: Mapping[Node, None]
     alias_free: bool  # a subgraph of an operator that refuses outputs aliasing inputs (torch.cond)
     grad_modes: Mapping[Node, bool | str] | None = None  # where the graph has grad-mode regions
-    values: list[Any] = attrs.Factory(list)
-    created: list[Node] = attrs.Factory(list)
+    values: list[Any] | tuple[()] = ()
+    created: list[Node] | tuple[()] = ()
     _pairs: list[tuple[Node, Node]] | None = attrs.field(default=None, init=False)
 
     def pairs(self) -> list[tuple[Node, Node]]:
@@ -155,6 +169,7 @@ def _escapes(node: Node, matched: set[Node], retired: Mapping[Node, None]) -> bo
 
 
 def _impure(found: Found) -> Detail | None:
+    assert found.rule is not None
     for template in _maybe_unnamed(found.rule):
         node = found.nodes.get(id(template))
         if node is not None and not _named_exactly(template, node, found.module_of) and node.is_impure():
@@ -208,6 +223,7 @@ def _depends_on(captured: list[Node], matched: set[Node]) -> bool:
 
 
 def _overlap(in_pass: InPass) -> Detail | None:
+    assert in_pass.match is not None
     if in_pass.claimed.intersection(in_pass.match.nodes):
         return "part of this match was created by another rewrite in this pass"
     return None

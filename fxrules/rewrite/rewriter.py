@@ -3,7 +3,9 @@
 Steps for a match: (1) emit the replacement's nodes before the earliest
 matched output (``Graph.inserting_before``), each shared template once, in
 dependency order; helpers run here, and in an aten-level graph each operation is spelled as
-an aten operator (:mod:`fxrules.rewrite.aten`); (2) give the new nodes the replaced
+an aten operator (:mod:`fxrules.rewrite.aten`); the ``emit`` stage of the safety checks
+(:mod:`fxrules.match.safety`) runs before, the ``splice`` stage after (a refusal undoes
+what was emitted); (2) give the new nodes the replaced
 output's ``stack_trace``/``nn_module_stack``, provenance in
 ``meta["fxrules"]``, and shape metadata (copied for outputs, inferred for the
 rest); (3) redirect the outputs' users (``Node.replace_all_uses_with``);
