@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import attrs
 
@@ -78,7 +79,13 @@ class FxrApplyError(FxrError):
 
 
 class FxrConvergenceError(FxrApplyError):
-    """Rules kept firing for ``max_passes`` passes."""
+    """Rules kept firing for ``max_passes`` passes; the graph was left as it was.
+
+    ``report`` is the :class:`fxrules.Report` of the passes that ran before they were undone (its
+    ``stop_reason`` is ``pass limit``): which rules fired where, pass after pass.
+    """
+
+    report: Any = None  # an fxrules.Report, set by apply (this module may not import the engine)
 
 
 class FxrUsageError(FxrError):

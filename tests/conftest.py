@@ -11,8 +11,7 @@ import torch
 import torch.fx
 
 import fxrules
-from fxrules.engine import driver as engine
-from fxrules.match.matcher import Matcher, NodeIndex
+from fxrules.match.matcher import Matcher
 from tests.reference_matcher import ReferenceMatcher
 
 #: Every execution of matching, by name: a matcher for a graph module.  The compiled matcher the engine
@@ -106,12 +105,3 @@ def apply_outcome(gm: torch.fx.GraphModule, report: fxrules.Report) -> dict[str,
         "rules": [(r.name, r.fired, list(r.anchors), dict(r.skip_counts), [(s.reason, s.node) for s in r.skipped])
                   for r in report.rules],
     }
-
-
-def visit_everything(patch: pytest.MonkeyPatch) -> None:
-    """The engine made to visit, in every pass, every node a rule may anchor at (not narrowed, not settled):
-    the slow, obvious semantics its fast paths must reproduce."""
-    patch.setattr(engine._Run, "_settled", lambda self, candidates, done: set())
-    patch.setattr(engine._Run, "_narrowing", lambda self, found, among=None: lambda rule: None)
-    patch.setattr(engine._Run, "_worklist",
-                  lambda self, touched, retired: (self.index.candidates(NodeIndex(self.gm.graph)), None))

@@ -1,49 +1,35 @@
 """``apply``: the driver that runs a rule set over a graph module in passes, all or nothing.
 
-1. Check the inputs; load the rules; check every helper a rule calls exists.
-2. Run passes on the graph itself, every change logged in a
-   :class:`~fxrules.rewrite.transaction.Transaction`.  A pass visits its candidate
-   nodes in graph order; at each node the rules indexed under its key are
-   tried in file order and the first match is rewritten at once.  Nodes a
-   rewrite creates are not matched again in the same pass.  Pass 1 visits the
-   nodes the graph's own op/target index finds for the rules' anchor keys,
-   narrowed for compiled rules to those whose operand calls and literals may
-   match, all found at once as the pass starts
-   (:attr:`~fxrules.match.compiled.CompiledRule.candidates`), and the nodes ahead
-   that its rewrites give new inputs (and their users within pattern depth),
-   which they may have made candidates (``_Run._wake``): so it finds what a
-   visit of every anchor node would.  Later passes visit only the nodes
-   within pattern depth (along use edges) of what the previous pass changed,
-   narrowed the same way, and the nodes beyond that their own rewrites may
-   have given a match (``_Run._wake_beyond_domain``); until they first fire
-   they pass over those the previous pass looked at after every change within
-   their reach (``_Run._settled``).  Rules are matched by their compiled matchers
-   (:mod:`fxrules.match.compiled`), which reject most candidates before binding
-   any argument; ``explain=True`` attaches a tracer to them and visits the same
-   nodes (the near misses where narrowing left a node out are traced apart).  If nothing fires, the graph is
-   left exactly as it was (and is not even linted).
-3. At a fixpoint, commit: lint, erase the retired nodes and other dead code,
-   recompile, and delete the submodules and buffers the rewrite left
-   unreferenced; each step logged in the same undo log.  Any failure, at any
-   point (a ``KeyboardInterrupt`` too), undoes the log from wherever it
-   stopped: the graph, its nodes (their users in order), the generated code
-   and the module's attributes are as they were.  A graph that fails lint is
-   reported as broken before fxrules touched it when, undone, it still fails.
-   The subgraphs of higher-order operators are rewritten and committed the
-   same way, innermost first, all or nothing with the module.
+* Check the inputs, load the rules, check that every helper a rule calls exists.
+* Passes (:class:`_Run`): each visits the nodes its scheduler gives (:mod:`fxrules.engine.scheduler`),
+  in graph order; at a node the rules filed under its key are tried in file order, by their compiled
+  matchers (:mod:`fxrules.match.compiled`), and the first usable match (the safety checks,
+  :mod:`fxrules.match.safety`) is rewritten at once.  Nodes a rewrite creates are not matched again in
+  the same pass.  Passes repeat until one fires nothing; after ``max_passes`` the run stops with
+  ``FxrConvergenceError`` (:class:`~fxrules.engine.report.StopReason`).
+* ``explain=True`` attaches a tracer to the same matchers and visits the same nodes; the near misses
+  at the anchor nodes a pass leaves out (:meth:`~fxrules.engine.scheduler.Scheduler.passed_over`) are
+  traced apart.
+* Every change is logged in a :class:`~fxrules.rewrite.transaction.Transaction`; no copy of the graph.
+* The commit, at the fixpoint: lint, erase the retired nodes and other dead code, recompile, delete what
+  the rewrite left unreferenced; each step in the same undo log.  A graph on which nothing fired is left
+  exactly as it was (not even linted).
+* All or nothing: any failure, anywhere (a ``KeyboardInterrupt`` too), undoes the log from where it
+  stopped, for the module and every subgraph of its higher-order operators (rewritten innermost first).
+* Cost: one index lookup per visited node plus the matching of the rules filed under its key,
+  ``O(candidates x pattern size)``.
 
-Cost: one index lookup per visited node, plus the matching of the rules
-filed under that node's key: ``O(candidates x pattern size)``; no copy of
-the graph is made.
+Example::
+
+    report = apply(gm, "algebra.fxr")          # rewrites gm in place
+    report.counts()                             # {"double_neg": 2}
+    report.stop_reason                          # StopReason.FIXPOINT
 """
 
 from __future__ import annotations
 
-import functools
-import heapq
-import operator
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, overload
 
@@ -56,7 +42,8 @@ from fxrules.diagnostics import FxrApplyError, FxrConvergenceError, FxrError, Fx
 from fxrules.engine.anchors import never_starts
 from fxrules.engine.exported import RewrittenProgram, rewrite_program
 from fxrules.engine.loading import load
-from fxrules.engine.report import Report, ReportBuilder, combine
+from fxrules.engine.report import Report, ReportBuilder, StopReason, combine
+from fxrules.engine.scheduler import Incremental, Plan, Scheduler, SchedulerFactory, reach_of
 from fxrules.engine.shape_propagation import check_example_inputs, propagate_shapes
 from fxrules.graph.metadata import has_side_effects
 from fxrules.graph.sizes import fixed
@@ -64,11 +51,11 @@ from fxrules.graph.subgraphs import TOP_LEVEL, CallContext, higher_order_subgrap
 from fxrules.lang.ir import Rule, RuleSet
 from fxrules.match.compiled import CompiledRule, compile_ruleset
 from fxrules.match.guards import Predicates, predicate_table, unknown_predicate, using_predicates
-from fxrules.match.matcher import Match, Matcher, Miss, NodeIndex, Nodes, RuleIndex, in_graph_order
-from fxrules.match.narrowing import Candidates, Satisfiers
+from fxrules.match.matcher import Match, Matcher, Miss, RuleIndex
+from fxrules.match.safety import InPass
 from fxrules.match.skips import Skip, SkipReason
 from fxrules.rewrite import helpers as bundled_helpers
-from fxrules.rewrite.rewriter import Rewrite, Rewriter
+from fxrules.rewrite.rewriter import Rewriter
 from fxrules.rewrite.transaction import Transaction
 
 RulesArgument = str | Path | RuleSet | Sequence["str | Path | RuleSet"]
@@ -130,32 +117,17 @@ def checked_options(ruleset: RuleSet, helpers: Mapping[str, Callable[..., Any]] 
 
 @attrs.define
 class _Pass:
-    """One pass's state: what fired, the nodes rewrites created (not matched again) and the changed nodes the
-    next pass must look around (``touched``).
-
-    Positions count the nodes the pass visited: ``visited`` says where the pass looked at a node (tried
-    its rules, or knew their outcome), ``changed`` where the last rewrite that changed a node's inputs
-    or users happened.
-
-    The pass visits its candidates, narrowed when it started, and the nodes of its ``domain`` (None:
-    any node a rule may anchor at) that a rewrite of the pass may have made candidates since: those
-    whose inputs it changed, and their users within pattern depth, still ahead in graph order
-    (``woken``, a heap by graph position).
-    """
+    """One pass's state, as the loop keeps it: what fired, and the nodes rewrites created (``claimed``: not
+    matched again in this pass)."""
 
     matcher: Matcher
     rewriter: Rewriter
-    listed: set[torch.fx.Node]
-    domain: set[torch.fx.Node] | None
-    woken: list[tuple[Any, int, torch.fx.Node]] = attrs.Factory(list)
-    node: torch.fx.Node | None = None  # being visited
     fired: set[str] = attrs.Factory(set)
     claimed: set[torch.fx.Node] = attrs.Factory(set)
-    touched: set[torch.fx.Node] = attrs.Factory(set)
-    position: int = 0  # of the candidate being visited
-    visited: dict[torch.fx.Node, int] = attrs.Factory(dict)
-    changed: dict[torch.fx.Node, int] = attrs.Factory(dict)
-    overlapped: set[torch.fx.Node] = attrs.Factory(set)  # where a match overlapped what this pass created
+    checks: InPass = attrs.field(init=False)  # the pass stage of the safety checks, against ``claimed``
+
+    def __attrs_post_init__(self) -> None:
+        self.checks = InPass(self.claimed)
 
 
 @attrs.define
@@ -169,11 +141,11 @@ class _Rewritten:
 
 
 class _Run:
-    """One ``apply``: the passes over a working copy, then the commit."""
+    """One graph's part of an ``apply``: the passes over the graph itself, then the commit."""
 
     def __init__(self, gm: torch.fx.GraphModule, ruleset: RuleSet, helpers: Mapping[str, Callable[..., Any]],
                  max_passes: int, explain: bool, context: CallContext = TOP_LEVEL, static_shapes: bool = False,
-                 on_rewrite: Callable[[Match], None] | None = None,
+                 scheduler: SchedulerFactory = Incremental, on_rewrite: Callable[[Match], None] | None = None,
                  accept: Callable[[Match], bool] | None = None) -> None:
         self.gm = gm
         self.on_rewrite = on_rewrite  # one_pass: sees each match rewritten, and the run stops after one pass
@@ -184,21 +156,12 @@ class _Run:
         self.helpers = helpers
         self.max_passes = max_passes
         self.explain = explain
+        self.scheduler = scheduler
         self.report = ReportBuilder(ruleset)
         if explain:
             self.report.never_starts = never_starts(gm, gm.graph, ruleset)
         self.index = RuleIndex(gm, ruleset)
-        compiled = compile_ruleset(ruleset)
-        self.compiled: Mapping[int, CompiledRule] = compiled.matchers
-        # id(rule) -> its compiled matcher's cheap test at a node the index filed under the rule (absent: none)
-        self.anchor_tests = {key: m.may_match_anchor for key, m in self.compiled.items()
-                             if m.may_match_anchor is not None}
-        self.depth = compiled.depth
-        self._satisfiers_by_key: dict[tuple[str, Any], Satisfiers | None] = {}
-        self.multi_output = compiled.multi_output
-        # Whether a pass may skip the nodes whose outcome the previous pass knows (see _settled).
-        self.counts_users = compiled.counts_users
-        self.settles = not (compiled.multi_output or compiled.counts_users)
+        self.compiled: Mapping[int, CompiledRule] = compile_ruleset(ruleset).matchers
 
     def begin(self) -> _Rewritten:
         """The undo log of this run, made before anything changes (the caller keeps it to undo what follows)."""
@@ -206,27 +169,17 @@ class _Run:
 
     def rewrite(self, rewritten: _Rewritten) -> None:
         """The passes, every change logged in ``rewritten`` and none committed yet."""
-        graph = self.gm.graph
-        found = Candidates(graph)
-        candidates = self.index.candidates(found, self._narrowing(found))
+        plan = Plan(self.gm, self.index, self.compiled, rewritten.transaction.retired, reach_of(self.ruleset))
+        scheduler = self.scheduler(plan)
+        started = scheduler.start()
         if self.explain:
-            self._explain_passed_over(Matcher(self.gm, explain=True), candidates, None)
-        if not candidates:  # no node any rule can anchor at: one pass that finds nothing, and nothing to undo
+            self._explain_passed_over(Matcher(self.gm, explain=True), scheduler)
+        if not started:  # no node any rule can anchor at: one pass that finds nothing, nothing to undo
             self.report.passes = 1
             self.report.match_seconds = time.perf_counter() - rewritten.started
             return
         with fixed(self.gm, self.static_shapes):
-            rewritten.fired = self._passes(graph, candidates, rewritten.transaction)
-
-    def _narrowing(self, found: Candidates,
-                   among: set[torch.fx.Node] | None = None) -> Callable[[Rule], Nodes | None]:
-        """The nodes of ``found.graph`` (``among`` them) where a rule may match at most, by its compiled matcher
-        (None: any node of its anchor keys); ``found`` is shared by the rules (operands' candidates, nodes by key)."""
-
-        def narrowed(rule: Rule) -> Nodes | None:
-            return self.compiled[id(rule)].candidates(found, among)
-
-        return narrowed
+            rewritten.fired = self._passes(plan, scheduler, rewritten.transaction)
 
     def commit(self, rewritten: _Rewritten, path: str) -> None:
         """Commit what :meth:`rewrite` did (nothing, if nothing fired), every step logged for :meth:`undo`:
@@ -267,67 +220,56 @@ class _Run:
         return self.report.build(rewritten.nodes_before, len(self.gm.graph.nodes),
                                  time.perf_counter() - rewritten.started)
 
-    def _passes(self, graph: torch.fx.Graph, candidates: list[torch.fx.Node], transaction: Transaction) -> bool:
-        """Run passes to a fixpoint, starting from ``candidates``; True when any rule fired."""
+    def _passes(self, plan: Plan, scheduler: Scheduler, transaction: Transaction) -> bool:
+        """Run passes to a fixpoint, visiting what ``scheduler`` says; True when any rule fired."""
         started = time.perf_counter()
-        rewriter = Rewriter(self.gm, graph, self.helpers, transaction, self.context)
-        settled: set[torch.fx.Node] = set()
-        domain: set[torch.fx.Node] | None = None
+        rewriter = Rewriter(self.gm, self.gm.graph, self.helpers, transaction, self.context)
         try:
             # max_passes passes may rewrite; one more finds whether rules still fire after them
             for number in range(1, self.max_passes + 2):
                 self.report.passes = number
                 matcher = Matcher(self.gm, explain=self.explain, retired=transaction.retired)
-                current = self._visit(_Pass(matcher, rewriter, set(candidates), domain), candidates, settled)
+                current = self._visit(_Pass(matcher, rewriter), plan, scheduler)
                 if self.on_rewrite is not None:
                     return bool(current.fired)
                 if not current.fired:
                     return number > 1
-                candidates, domain = self._worklist(current.touched, transaction.retired)
-                settled = self._settled(candidates, current)
+                scheduler.next_pass()
                 if self.explain:
                     self._explain_passed_over(Matcher(self.gm, explain=True, retired=transaction.retired),
-                                              candidates, domain)
+                                              scheduler)
         finally:  # timed per apply, not per attempt: the clock would cost as much as a rejection
             self.report.match_seconds = time.perf_counter() - started - self.report.rewrite_seconds
+        self.report.stop_reason = StopReason.PASS_LIMIT
         raise FxrConvergenceError(
             f"rules still firing after max_passes={self.max_passes} passes: {', '.join(sorted(current.fired))}; "
             "they may undo each other or grow the graph"
         )
 
-    def _visit(self, current: _Pass, candidates: list[torch.fx.Node], settled: set[torch.fx.Node]) -> _Pass:
-        """One pass over ``candidates`` and the nodes its rewrites wake; ``settled`` ones are passed over until
-        the pass first fires."""
-        claimed, retired, attempts, visited = current.claimed, current.matcher.retired, self.report.attempts, \
-            current.visited
+    def _visit(self, current: _Pass, plan: Plan, scheduler: Scheduler) -> _Pass:
+        """One pass over the nodes ``scheduler`` gives: at each, the rules filed under its key in file order,
+        until one fires."""
+        claimed, retired, attempts = current.claimed, current.matcher.retired, self.report.attempts
         # with explain=True the matcher's tracer hears what the cheap test would reject: it is not asked first
-        rules_at, anchor_test = self.index.rules_at, ({} if self.explain else self.anchor_tests).get
-        woken = current.woken
-        position = -1
-        for node in _merged(candidates, woken):
-            position += 1
+        rules_at, anchor_test = self.index.rules_at, ({} if self.explain else plan.anchor_tests).get
+        for node in scheduler.visits():
             if node in claimed or node in retired:
                 continue
-            visited[node] = position
-            if node in settled and not current.fired:
-                continue
-            current.position, current.node = position, node
             for rule in rules_at(node):
                 attempts[rule.name] += 1
                 may_match = anchor_test(id(rule))
                 if may_match is not None and not may_match(node):
                     continue  # most attempts: rejected before any binding, nothing to report
-                if self._try(rule, node, current):
+                if self._try(rule, node, current, scheduler):
                     current.fired.add(rule.name)
                     break
         return current
 
-    def _try(self, rule: Rule, node: torch.fx.Node, current: _Pass) -> bool:
+    def _try(self, rule: Rule, node: torch.fx.Node, current: _Pass, scheduler: Scheduler) -> bool:
         try:
             match = self._match(rule, node, current.matcher)
-            if match is not None and current.claimed.intersection(match.nodes):
-                current.overlapped.add(node)
-                raise Skip(SkipReason.OVERLAP, "part of this match was created by another rewrite in this pass")
+            if match is not None:
+                self._check_in_pass(match, node, current, scheduler)
             if match is not None and self.accept is not None and not self.accept(match):
                 raise Skip(SkipReason.FILTERED, "the caller's filter refused this match")
         except Skip as skip:
@@ -338,19 +280,27 @@ class _Run:
             if self.explain and best is not None and best.progress > 0:
                 self.report.missed(best)
             return False
-        return self._rewrite(rule, node, match, current)
+        return self._rewrite(rule, node, match, current, scheduler)
+
+    @staticmethod
+    def _check_in_pass(match: Match, node: torch.fx.Node, current: _Pass, scheduler: Scheduler) -> None:
+        """The ``pass`` stage of the safety checks; a match that overlaps the pass's new nodes is the
+        scheduler's business too (the next pass may fire there)."""
+        try:
+            current.checks.check(match)
+        except Skip as skip:
+            if skip.reason is SkipReason.OVERLAP:
+                scheduler.overlapped(node)
+            raise
 
     def _match(self, rule: Rule, node: torch.fx.Node, matcher: Matcher) -> Match | None:
         """The rule's compiled matcher (``_visit`` asked its ``may_match_anchor`` already)."""
         return self.compiled[id(rule)].match_candidate(node, matcher)
 
-    def _explain_passed_over(self, matcher: Matcher, candidates: list[torch.fx.Node],
-                             domain: set[torch.fx.Node] | None) -> None:
-        """With ``explain=True``: the near misses at the nodes rules may anchor at (in ``domain``) that the pass
-        leaves out because no rule can match there, found by the same matchers with the tracer attached."""
-        listed = set(candidates)
-        anchors = self.index.anchors(NodeIndex(self.gm.graph), among=domain)
-        for node in in_graph_order(self.gm.graph, anchors - listed):
+    def _explain_passed_over(self, matcher: Matcher, scheduler: Scheduler) -> None:
+        """With ``explain=True``: the near misses at the anchor nodes the pass leaves out because no rule can
+        match there (:meth:`Scheduler.passed_over`), found by the same matchers with the tracer attached."""
+        for node in scheduler.passed_over():
             for rule in self.index.rules_at(node):
                 try:
                     self.compiled[id(rule)].match_candidate(node, matcher)
@@ -368,7 +318,8 @@ class _Run:
         if self.explain and self.report.keeps_miss(rule.name, node.name, progress, skip.reason):
             self.report.missed(Miss(rule.name, node.name, progress, skip.reason, skip.detail, rule.span))
 
-    def _rewrite(self, rule: Rule, node: torch.fx.Node, match: Match, current: _Pass) -> bool:
+    def _rewrite(self, rule: Rule, node: torch.fx.Node, match: Match, current: _Pass,
+                 scheduler: Scheduler) -> bool:
         started = time.perf_counter()
         try:
             change = current.rewriter.rewrite(match)
@@ -386,147 +337,8 @@ class _Run:
         if self.on_rewrite is not None:
             self.on_rewrite(match)
         current.claimed.update(change.created)
-        current.touched.update(change.created)
-        if change.redirected:
-            self._wake(change.redirected, current)
-        if current.domain is not None:
-            self._wake_beyond_domain(change, current)
-        current.touched.update(self._to_look_around(change, current))
-        if self.counts_users:  # a capture's new users may make a guard that counts them hold
-            current.touched.update(change.gained_users)
-        if self.settles:
-            position = current.position
-            for changed in (node, *change.created, *change.touched, *change.gained_users):
-                current.changed[changed] = position
+        scheduler.rewritten(node, change)
         return True
-
-    def _wake(self, redirected: tuple[tuple[torch.fx.Node, Any], ...], current: _Pass) -> None:
-        """Queue the nodes ahead that the pass left out when it started and the rewrite may have made
-        candidates.  The test that left a node out reads the targets of the calls down to ``depth - 1`` use
-        edges below it, and the literal arguments of those calls: so only the nodes given a new input, and
-        their users up to ``depth - 2`` use edges after them (``depth - 1`` when the new input is a literal,
-        which the deepest calls' tests read), and only if the new input may satisfy a required argument of
-        the rules there (:class:`~fxrules.match.compiled.Satisfiers`)."""
-        listed, domain, retired = current.listed, current.domain, current.matcher.retired
-        here = current.node._sort_key  # type: ignore[union-attr]
-        for user, value in redirected:
-            layer: Iterable[torch.fx.Node] = (user,)
-            levels = max(self.depth - 1, 1) if isinstance(value, torch.fx.Node) else max(self.depth, 1)
-            for level in range(levels):
-                for node in layer:
-                    if node in listed or node in retired or (domain is not None and node not in domain) \
-                            or node._sort_key <= here:
-                        continue
-                    satisfiers = self._satisfiers_at(node)
-                    if satisfiers is not None and satisfiers.admit(value):
-                        listed.add(node)
-                        heapq.heappush(current.woken, (node._sort_key, id(node), node))
-                if level < levels - 1:
-                    layer = set().union(*[n.users for n in layer])
-
-    def _wake_beyond_domain(self, change: Rewrite, current: _Pass) -> None:
-        """Queue the nodes ahead, outside a later pass's domain, whose match may contain a node ``change``
-        touched (given a new input, or left with fewer users; with guards that count users, also one given
-        a new user): a pass that visited every node would look at them after this rewrite, in this pass.
-
-        Such a match lies at most ``depth - 1`` use edges after the touched node (``depth`` when guards
-        count users: the node may be a capture).  The domain holds the nodes whose outcome the previous
-        pass's changes may have changed; a node outside it is left out only until a change reaches it.
-        """
-        domain, listed, retired = current.domain, current.listed, current.matcher.retired
-        assert domain is not None
-        here = current.node._sort_key  # type: ignore[union-attr]
-        reach = self.depth if self.counts_users else self.depth - 1
-        layer: set[torch.fx.Node] = {user for user, _ in change.redirected} | set(change.lost_users)
-        if self.counts_users:
-            layer |= set(change.gained_users)
-        seen: set[torch.fx.Node] = set()
-        for level in range(reach + 1):
-            for node in layer - seen:
-                if node in domain or node in listed or node in retired or node._sort_key <= here:
-                    continue
-                if self._may_anchor(node):
-                    listed.add(node)
-                    heapq.heappush(current.woken, (node._sort_key, id(node), node))
-            seen |= layer
-            if level < reach:
-                layer = set().union(*[n.users for n in layer]) - seen
-
-    def _to_look_around(self, change: Rewrite, current: _Pass) -> Iterable[torch.fx.Node]:
-        """The existing nodes ``change`` touched whose surroundings the next pass must look at again.
-
-        Not the nodes it gave a new input within the pass's domain: they come after the rewritten node, so
-        this pass visits them later (with their new inputs) if it may match there (:meth:`_wake`), and a
-        change after that visit is another rewrite's, which the next pass looks around.  The nodes that lost
-        a user are ahead of the pass or behind it, and so are the outputs of a multi-output pattern.
-        """
-        if self.multi_output:
-            return change.touched
-        domain = current.domain
-        beyond = [] if domain is None else [user for user, _ in change.redirected if user not in domain]
-        return [*change.lost_users, *beyond]
-
-    def _satisfiers_at(self, node: torch.fx.Node) -> Satisfiers | None:
-        """What may satisfy a required argument of the rules filed under the node's key (None: no rule is),
-        once per key."""
-        try:
-            return self._satisfiers_by_key[(node.op, node.target)]
-        except KeyError:
-            pass
-        except TypeError:  # an unhashable target: not kept
-            return self._satisfiers_of(self.index.rules_at(node))
-        found = self._satisfiers_by_key[(node.op, node.target)] = self._satisfiers_of(self.index.rules_at(node))
-        return found
-
-    def _satisfiers_of(self, rules: tuple[Rule, ...]) -> Satisfiers | None:
-        if not rules:
-            return None
-        return functools.reduce(operator.or_, (self.compiled[id(rule)].satisfiers for rule in rules), Satisfiers())
-
-    def _worklist(self, touched: set[torch.fx.Node],
-                  retired: Mapping[torch.fx.Node, None]) -> tuple[list[torch.fx.Node], set[torch.fx.Node]]:
-        """Every node that rules may anchor at and whose match may contain a changed node, in graph order,
-        narrowed; and the region it was narrowed from (the next pass's domain).
-
-        A changed node (new, with new inputs, or with fewer users) lies at most ``depth - 1`` use edges
-        before the anchor of any match that contains it.  When guards count users, a node whose users
-        changed may also be a capture, an argument of a matched node: ``depth`` use edges before.
-        """
-        seeds = {n for n in touched if n not in retired}
-        if self.multi_output:  # further outputs hang off shared inputs: look upstream too
-            seeds |= _neighbourhood(seeds, self.depth, operator.attrgetter("all_input_nodes"))
-        reach = self.depth if self.counts_users else self.depth - 1
-        region = seeds | _neighbourhood(seeds, reach, operator.attrgetter("users"))
-        region.difference_update(retired)
-        graph = self.gm.graph
-        if len(region) <= 4 * len(self.ruleset):  # a few nodes: testing each costs less than narrowing for each rule
-            return in_graph_order(graph, {n for n in region if self._may_anchor(n)}), region
-        found = Candidates(graph)
-        return in_graph_order(graph, self.index.anchors(found, self._narrowing(found, region), region)), region
-
-    def _may_anchor(self, node: torch.fx.Node) -> bool:
-        """Some rule filed under the node's key may match there (its compiled matcher does not rule it out)."""
-        for rule in self.index.rules_at(node):
-            may_match = self.anchor_tests.get(id(rule))
-            if may_match is None or may_match(node):
-                return True
-        return False
-
-    def _settled(self, candidates: list[torch.fx.Node], done: _Pass) -> set[torch.fx.Node]:
-        """The candidates of the next pass whose outcome the pass ``done`` already knows: nothing fires there.
-
-        A node looked at after the last rewrite that changed anything within reach of a match anchored
-        there (``depth - 1`` use edges), whose matches did not overlap that pass's new nodes, sees the
-        same graph around it in the next pass until that pass rewrites something: it would fire nothing
-        (else the pass ``done`` would have fired there) and skip for the same reasons, already reported.
-        Not when guards count users (any new use changes them) or patterns have several outputs (their
-        further outputs are found among users), nor when explaining.
-        """
-        if not self.settles:
-            return set()
-        visited, changed, reach = done.visited, done.changed, self.depth - 1
-        return {node for node in candidates if node in visited and node not in done.overlapped
-                and not _changed_since(node, visited[node], changed, reach)}
 
 
 def _used_attribute_paths(gm: torch.fx.GraphModule, graph: torch.fx.Graph) -> set[str]:
@@ -591,51 +403,20 @@ def _removable(retired: Mapping[torch.fx.Node, None]) -> Callable[[torch.fx.Node
     return removable
 
 
-def _merged(listed: list[torch.fx.Node], woken: list[tuple[Any, int, torch.fx.Node]]) -> Iterator[torch.fx.Node]:
-    """The nodes of ``listed`` (in graph order) and of the heap ``woken`` (which grows meanwhile), in graph order."""
-    for node in listed:
-        while woken and woken[0][0] < node._sort_key:
-            yield heapq.heappop(woken)[2]
-        yield node
-    while woken:
-        yield heapq.heappop(woken)[2]
-
-
-def _changed_since(node: torch.fx.Node, position: int, changed: Mapping[torch.fx.Node, int], steps: int) -> bool:
-    """Whether ``node``, or a node at most ``steps`` use edges before it, changed at ``position`` or later."""
-    if changed.get(node, -1) >= position:
-        return True
-    layer = {node}
-    for _ in range(steps):
-        layer = {i for n in layer for i in n.all_input_nodes}  # a set: diamonds would repeat nodes
-        if any(changed.get(n, -1) >= position for n in layer):
-            return True
-    return False
-
-
-def _neighbourhood(seeds: set[torch.fx.Node], depth: int,
-                   step: Callable[[torch.fx.Node], Iterable[torch.fx.Node]]) -> set[torch.fx.Node]:
-    """The nodes 1 to ``depth`` steps from ``seeds``."""
-    found: set[torch.fx.Node] = set()
-    frontier = seeds
-    for _ in range(depth):
-        frontier = set().union(*map(step, frontier)) - found
-        found |= frontier
-    return found
-
-
 @overload
 def apply(gm: torch.fx.GraphModule, rules: RulesArgument, *, example_inputs: Sequence[Any] | None = None,
           allow: Iterable[str] = (), helpers: Mapping[str, Callable[..., Any]] | None = None,
           max_passes: int = 100, explain: bool = False, static_shapes: bool = False, only: Selection = None,
-          exclude: Selection = None, predicates: Predicates | None = None) -> Report: ...
+          exclude: Selection = None, predicates: Predicates | None = None,
+          scheduler: SchedulerFactory = Incremental) -> Report: ...
 
 
 @overload
 def apply(gm: ExportedProgram, rules: RulesArgument, *, example_inputs: Sequence[Any] | None = None,
           allow: Iterable[str] = (), helpers: Mapping[str, Callable[..., Any]] | None = None,
           max_passes: int = 100, explain: bool = False, static_shapes: bool = False, only: Selection = None,
-          exclude: Selection = None, predicates: Predicates | None = None) -> ExportedProgram: ...
+          exclude: Selection = None, predicates: Predicates | None = None,
+          scheduler: SchedulerFactory = Incremental) -> ExportedProgram: ...
 
 
 def apply(
@@ -651,6 +432,7 @@ def apply(
     only: Selection = None,
     exclude: Selection = None,
     predicates: Predicates | None = None,
+    scheduler: SchedulerFactory = Incremental,
 ) -> Report | ExportedProgram:
     """Rewrite ``gm`` in place with ``rules`` until no rule fires, and report what happened.
 
@@ -661,7 +443,9 @@ def apply(
     (:mod:`fxrules.engine.shape_propagation`).  A rule that would specialize the graph
     to a size the graph leaves symbolic is skipped (``dynamic size``) unless
     ``static_shapes=True``.  If anything fails, ``gm`` is left exactly as it
-    was and an ``FxrError`` is raised.
+    was and an ``FxrError`` is raised.  ``scheduler`` decides which nodes each
+    pass visits (:mod:`fxrules.engine.scheduler`); every scheduler finds the
+    same rewrites, the default finds them fastest.
 
     ``only``/``exclude`` choose rules by name or glob pattern
     (:meth:`RuleSet.select`); ``predicates`` maps the names of user
@@ -674,8 +458,12 @@ def apply(
         if example_inputs is not None:
             raise FxrUsageError("an ExportedProgram carries its own shape metadata: give apply no example_inputs")
         return apply_program(gm, rules, allow=allow, helpers=helpers, max_passes=max_passes, explain=explain,
-                             static_shapes=static_shapes, only=only, exclude=exclude, predicates=predicates).program
+                             static_shapes=static_shapes, only=only, exclude=exclude, predicates=predicates,
+                             scheduler=scheduler).program
     module = _check_module(gm)
+    if not callable(scheduler):
+        raise FxrUsageError(f"scheduler must be a Scheduler class of fxrules.engine.scheduler (Incremental, "
+                            f"VisitEverything) or a callable making one from a Plan; got {scheduler!r}")
     if example_inputs is not None:
         example_inputs = check_example_inputs(module, example_inputs)
     ruleset = load_rules(rules, allow).select(only, exclude)
@@ -684,9 +472,10 @@ def apply(
     if example_inputs is not None:
         restore_metadata = propagate_shapes(module, example_inputs, static_shapes)
     try:
-        runs = [(path, _Run(sub, ruleset, helper_table, max_passes, explain, context, static_shapes))
+        runs = [(path, _Run(sub, ruleset, helper_table, max_passes, explain, context, static_shapes, scheduler))
                 for path, sub, context in higher_order_subgraphs(module)]
-        runs.append(("", _Run(module, ruleset, helper_table, max_passes, explain, static_shapes=static_shapes)))
+        runs.append(("", _Run(module, ruleset, helper_table, max_passes, explain, TOP_LEVEL, static_shapes,
+                              scheduler)))
         with using_predicates(predicate_table(predicates)):
             return _rewrite_all(runs)
     except BaseException:
@@ -714,11 +503,14 @@ def _rewrite_all(runs: list[tuple[str, _Run]]) -> Report:
         for path, run, rewritten in done:
             run.commit(rewritten, path)
         reports = [(path, run.report_of(rewritten)) for path, run, rewritten in done]
-        return reports[0][1] if len(reports) == 1 else combine(reports[-1][1], reports[:-1],
+        return reports[0][1] if len(reports) == 1 else combine([reports[-1], *reports[:-1]],
                                                                time.perf_counter() - started)
     except BaseException as failure:
         for _, run, rewritten in reversed(done):
             run.undo(rewritten)
+        if isinstance(failure, FxrConvergenceError):  # what the passes of the graph that kept firing did
+            path, run, rewritten = done[-1]
+            failure.report = combine([(path, run.report_of(rewritten))], time.perf_counter() - started)
         if isinstance(failure, _LintError):
             _check_lint(failure.graph)  # the graph was broken before fxrules touched it: say so
             raise FxrApplyError(f"the rewritten graph is invalid, so nothing was changed: {failure}") from failure
@@ -739,7 +531,8 @@ def one_pass(gm: torch.fx.GraphModule, ruleset: RuleSet, on_rewrite: Callable[[M
 def apply_program(program: ExportedProgram, rules: RulesArgument, *, allow: Iterable[str] = (),
                   helpers: Mapping[str, Callable[..., Any]] | None = None, max_passes: int = 100,
                   explain: bool = False, static_shapes: bool = False, only: Selection = None,
-                  exclude: Selection = None, predicates: Predicates | None = None) -> RewrittenProgram:
+                  exclude: Selection = None, predicates: Predicates | None = None,
+                  scheduler: SchedulerFactory = Incremental) -> RewrittenProgram:
     """Rewrite a ``torch.export`` program: a new, valid ``ExportedProgram`` and the report.
 
     Parameters, buffers and constants are visible to helpers as in a traced
@@ -750,4 +543,4 @@ def apply_program(program: ExportedProgram, rules: RulesArgument, *, allow: Iter
     ruleset = load_rules(rules, allow).select(only, exclude)
     return rewrite_program(program, lambda gm: apply(gm, ruleset, helpers=helpers, max_passes=max_passes,
                                                      explain=explain, static_shapes=static_shapes,
-                                                     predicates=predicates))
+                                                     predicates=predicates, scheduler=scheduler))

@@ -24,9 +24,17 @@ KEEP_MISSES = 3
 
 
 class StopReason(enum.Enum):
-    """Why the passes ended."""
+    """Why the passes of an ``apply`` ended; the value is what ``Report.to_dict()`` and the docs show.
 
-    FIXPOINT = "fixpoint"  # a pass fired nothing (or nothing ever fired)
+    A run also ends when something fails (a helper raises, the result fails ``lint()``, Ctrl-C): then
+    every change is undone and the error raised, and there is no report.
+    """
+
+    #: A pass fired nothing, or no node of the graph could anchor a rule: the rules are done.
+    FIXPOINT = "fixpoint"
+    #: Rules still fired in the pass after ``max_passes``: every change is undone and
+    #: ``FxrConvergenceError`` raised; its ``report`` says what the passes did.
+    PASS_LIMIT = "pass limit"
 
 
 @attrs.frozen
@@ -114,7 +122,8 @@ class Report:
             lines.append(f"{rule.name:<{width}}  {rule.fired:>5}  {sum(rule.skip_counts.values()):>7}  {where}")
         lines.append(f"{counted(self.total_fired, 'rewrite')} in {counted(self.passes, 'pass')}; "
                      f"nodes {self.nodes_before} -> "
-                     f"{self.nodes_after}; {self.total_seconds * 1000:.1f} ms")
+                     f"{self.nodes_after}; {self.total_seconds * 1000:.1f} ms"
+                     + ("" if self.stop_reason is StopReason.FIXPOINT else f"; stopped: {self.stop_reason.value}"))
         lines += self._details()
         return "\n".join(lines)
 
@@ -156,6 +165,7 @@ class ReportBuilder:
     rewrite_seconds: float = 0.0
     attempts: defaultdict[str, int] = attrs.Factory(lambda: defaultdict(int))  # rule name -> nodes it was tried at
     never_starts: dict[str, str] = attrs.Factory(dict)  # rule name -> why it cannot start a match (explain=True)
+    stop_reason: StopReason = StopReason.FIXPOINT
 
     def fired(self, rule: Rule, anchor: str) -> None:
         stats = self.stats[rule.name]
@@ -198,16 +208,18 @@ class ReportBuilder:
                 near_misses=tuple(stats.misses), attempts=self.attempts.get(rule.name, 0),
                 never_starts=self.never_starts.get(rule.name, ""),
             ))
-        return Report(tuple(rules), self.passes, StopReason.FIXPOINT, nodes_before, nodes_after,
+        return Report(tuple(rules), self.passes, self.stop_reason, nodes_before, nodes_after,
                       self.match_seconds, self.rewrite_seconds, total_seconds)
 
 
-def combine(root: Report, nested: Sequence[tuple[str, Report]], total_seconds: float) -> Report:
+def combine(parts: Sequence[tuple[str, Report]], total_seconds: float) -> Report:
     """One report for an ``apply`` over a graph and the subgraphs of its higher-order operators.
 
-    ``nested`` holds each subgraph's report under its attribute path; its nodes are named ``path.node``.
+    ``parts`` holds each graph's report under its attribute path (``""``: the module itself), in the order
+    their rewrites are listed; a subgraph's nodes are named ``path.node``.  The run stopped at the pass
+    limit if any graph's did.
     """
-    parts = [("", root), *nested]
+    root = parts[0][1]
     rules = []
     for index, rule in enumerate(root.rules):
         pieces = [(prefix, report.rules[index]) for prefix, report in parts]
@@ -224,7 +236,8 @@ def combine(root: Report, nested: Sequence[tuple[str, Report]], total_seconds: f
             skip_counts=dict(skip_counts), near_misses=tuple(misses[:KEEP_MISSES]),
             attempts=sum(r.attempts for _, r in pieces)))
     reports = [report for _, report in parts]
-    return Report(tuple(rules), max(r.passes for r in reports), root.stop_reason,
+    stop = next((r.stop_reason for r in reports if r.stop_reason is not StopReason.FIXPOINT), StopReason.FIXPOINT)
+    return Report(tuple(rules), max(r.passes for r in reports), stop,
                   sum(r.nodes_before for r in reports), sum(r.nodes_after for r in reports),
                   sum(r.match_seconds for r in reports), sum(r.rewrite_seconds for r in reports), total_seconds)
 

@@ -28,7 +28,7 @@ this matcher is checked against, is built from too.
   visited are the same with and without a tracer.
 
 :func:`compile_ruleset` does this once per :class:`~fxrules.lang.ir.RuleSet` object, together with the
-other things ``apply`` derives from the rules alone (pattern depth, helper calls), so an ``apply``
+other things ``apply`` derives from the rules alone (the helper calls), so an ``apply``
 that finds nothing to do costs little more than the index lookups.
 """
 
@@ -50,8 +50,6 @@ from fxrules.lang.ir import (
     CaptureType,
     Family,
     FamilyMember,
-    GuardCall,
-    GuardExpr,
     HelperTemplate,
     Literal,
     ModuleType,
@@ -332,36 +330,12 @@ def _users_near(attempt: _Attempt) -> list[Node]:
                       attempt.matcher.retired)
 
 
-def pattern_depth(template: Template, known: dict[int, int] | None = None) -> int:
-    """The longest chain of operations from a pattern output down to its captures.
-
-    ``known`` holds the depths found so far by template: a name used in both options of ``A | B`` is one
-    template reached twice, and a stack of such alternatives would otherwise be walked 2 ** k times.
-    """
-    known = {} if known is None else known
-    depth = known.get(id(template))
-    if depth is not None:
-        return depth
-    if isinstance(template, OpTemplate):
-        depth = 1 + max((pattern_depth(t, known) for t in template.operands()), default=0)
-    elif isinstance(template, AltTemplate | SeqTemplate):
-        parts = template.options if isinstance(template, AltTemplate) else template.items
-        depth = max((pattern_depth(t, known) for t in parts), default=0)
-    else:
-        depth = 0
-    known[id(template)] = depth
-    return depth
-
-
 @attrs.frozen(eq=False)
 class CompiledRuleSet:
     """What ``apply`` derives from a rule set alone, computed once per :class:`RuleSet` object."""
 
     matchers: Mapping[int, CompiledRule]  # id(rule) -> its compiled matcher
-    depth: int  # the deepest pattern output: how far a change can reach to affect a match
-    multi_output: bool
     helper_calls: tuple[tuple[Rule, HelperTemplate], ...]  # every helper a replacement calls
-    counts_users: bool  # a guard reads how a value is used (num_users, is_mutated)
 
 
 @per_object
@@ -369,28 +343,9 @@ def compile_ruleset(ruleset: RuleSet) -> CompiledRuleSet:
     """The rule set's :class:`CompiledRuleSet`, built on first use for each RuleSet object."""
     return CompiledRuleSet(
         matchers={id(rule): compiled_rule(rule) for rule in ruleset},
-        depth=max((pattern_depth(o) for rule in ruleset for o in rule.pattern), default=1),
-        multi_output=any(len(rule.pattern) > 1 for rule in ruleset),
         helper_calls=tuple((rule, helper) for rule in ruleset for output in rule.replacement
                            for helper in _helpers_in(output)),
-        counts_users=any(rule.guard is not None and any(_calls(c) & USER_COUNTING for c in rule.guard.conditions)
-                         for rule in ruleset),
     )
-
-
-#: Guard functions whose value depends on a value's users, which rewrites elsewhere can change.
-USER_COUNTING = frozenset({"num_users", "is_mutated"})
-
-
-def _calls(expr: GuardExpr) -> set[str]:
-    """The guard functions a guard expression calls."""
-    found = {expr.func} if isinstance(expr, GuardCall) and expr.receiver is None else set()
-    for field in attrs.fields(type(expr)):
-        value = getattr(expr, field.name)
-        for part in value if isinstance(value, tuple) else (value,):
-            if isinstance(part, GuardExpr):
-                found |= _calls(part)
-    return found
 
 
 def _helpers_in(template: Template) -> list[HelperTemplate]:

@@ -7,9 +7,9 @@
   attributes), the nodes rewritten away in this pass (``retired``: no longer users of anything), and,
   with ``explain=True``, a :class:`Tracer` the same compiled matcher reports its failures to.  Tracing
   changes what is recorded, never what matches or which nodes are visited.
-* After the structure matched, in order: no typed capture lacked metadata, the guard holds, interior
-  nodes have no users outside the match, no impure node is deleted unless the pattern names its target
-  exactly, and no capture depends on a matched node (the rewrite would create a cycle).
+* After the structure matched, in order: no typed capture lacked metadata, the guard holds, and the
+  ``match`` stage of the safety checks (:mod:`fxrules.match.safety`: escaping users, impure nodes,
+  cycles) passes.
 
 Example: ``Matcher(gm).match(rule, node)`` is a :class:`~fxrules.match.primitives.Match` (its nodes and
 bindings), None, or raises ``Skip("guard false", ...)``; ``Matcher(gm, explain=True)`` leaves the
@@ -28,13 +28,13 @@ import torch.fx
 from fxrules.diagnostics import Span
 from fxrules.graph.metadata import MissingMetadata, guard_view
 from fxrules.graph.sizes import DynamicSize
-from fxrules.lang.ir import AltTemplate, OpKind, OpTemplate, Rule, Template, walk
+from fxrules.lang.ir import AltTemplate, OpTemplate, Rule, Template
 from fxrules.match.compiled import compiled_rule
 from fxrules.match.guards import GuardError, holds
 from fxrules.match.index import NodeIndex, Nodes, RuleIndex, in_graph_order, node_keys
 from fxrules.match.primitives import AttrValue, Budget, Match, Miss, State
+from fxrules.match.safety import Found
 from fxrules.match.skips import Skip, SkipReason
-from fxrules.memo import per_object
 
 __all__ = ["Match", "Matcher", "Miss", "NodeIndex", "Nodes", "RuleIndex", "Tracer", "in_graph_order", "node_keys"]
 
@@ -69,10 +69,6 @@ class Tracer:
             self.best = Miss(self.rule, self.anchor, progress, condition, f"{self.output}{detail()}", span)
 
 
-#: How many of a node's escaping users a skip's detail names.
-ESCAPING_NAMED = 5
-
-
 class Matcher:
     """Matches rules at nodes of one graph module."""
 
@@ -84,6 +80,7 @@ class Matcher:
         self.tracer = self.misses if explain else None
         self.retired = retired if retired is not None else {}  # rewritten away: no longer users of anything
         self.budget = Budget()
+        self._found = Found(self.retired, self.module_of)  # the safety checks' view of each structural match
 
     def match(self, rule: Rule, anchor: torch.fx.Node) -> Match | None:
         """The first usable match of ``rule`` anchored at ``anchor``, or None; raises :class:`Skip`."""
@@ -99,43 +96,13 @@ class Matcher:
     # ---------------------------------------------------------------- after the structure matched
 
     def check_usable(self, rule: Rule, state: State) -> None:
-        """Raise :class:`Skip` when a structural match cannot be used: a typed capture without metadata,
-        guard, escaping user, impure node, cycle."""
+        """Raise :class:`Skip` when a structural match cannot be used: a typed capture without metadata, the
+        guard, then the ``match`` stage of the safety checks (:mod:`fxrules.match.safety`)."""
         if state.missing_metadata is not None:  # the types are undecided: so is everything that reads them
             raise state.missing_metadata
         if rule.guard is not None:
             self._check_guard(rule, state)
-        matched = set(state.nodes.values())
-        if len(matched) > 1:
-            outputs = _output_nodes(rule, state)
-            escaping_from = [node for node in matched if node not in outputs and self._escapes(node, matched)]
-            if escaping_from:  # report the first in graph order
-                node = min(escaping_from, key=lambda n: n._sort_key)
-                raise Skip(SkipReason.ESCAPING_USER, lambda: self._escaping_detail(node, matched))
-        for template in _maybe_unnamed(rule):
-            unnamed = state.nodes.get(id(template))
-            if unnamed is not None and not self._named_exactly(template, unnamed) and unnamed.is_impure():
-                raise Skip(SkipReason.IMPURE,
-                    f"'{unnamed.name}' has side effects and the pattern does not name its target")
-        captured = [v for v in state.bindings.values() if isinstance(v, torch.fx.Node) and v not in matched]
-        if _depends_on(captured, matched):
-            raise Skip(SkipReason.CYCLE, "a capture depends on a node of the match; rewriting would create a cycle")
-
-    def _escaping_detail(self, node: torch.fx.Node, matched: set[torch.fx.Node]) -> str:
-        """The escaping users by name, the first few only: a node may have thousands (a shared input), and
-        the detail is one line of the report."""
-        escaping = [u.name for u in node.users if u not in matched and u not in self.retired]
-        named = ", ".join(escaping[:ESCAPING_NAMED])
-        more = len(escaping) - ESCAPING_NAMED
-        return f"'{node.name}' is also used by {named}{f' and {more} more' if more > 0 else ''} outside the match"
-
-    def _escapes(self, node: torch.fx.Node, matched: set[torch.fx.Node]) -> bool:
-        """The node has a live user outside the match."""
-        retired = self.retired
-        for user in node.users:  # noqa: SIM110 - a loop: any() would add a generator on a hot path
-            if user not in matched and user not in retired:
-                return True
-        return False
+        self._found.check(rule, state.nodes, _output_nodes(rule, state), state.bindings)
 
     def _check_guard(self, rule: Rule, state: State) -> None:
         assert rule.guard is not None
@@ -151,7 +118,7 @@ class Matcher:
         except GuardError as error:
             raise Skip(SkipReason.GUARD_ERROR, str(error)) from None
         except DynamicSize as dynamic:
-            raise Skip(SkipReason.DYNAMIC_SIZE, str(dynamic)) from None
+            raise Skip.dynamic_size(dynamic) from None
         if not ok:
             self.misses.fail(len(state.nodes), "guard", lambda: "the where: condition is false",
                              rule.guard.conditions[0].span)
@@ -166,11 +133,6 @@ class Matcher:
         if isinstance(value, list | tuple):
             return type(value)(self.guard_value(v) for v in value)
         return value
-
-    def _named_exactly(self, template: OpTemplate, node: torch.fx.Node) -> bool:
-        if template.kind is OpKind.MODULE:
-            return type(self.module_of(node)) is template.target
-        return template.kind in (OpKind.FUNCTION, OpKind.METHOD, OpKind.FAMILY)
 
     def to_match(self, rule: Rule, state: State) -> Match:
         """The usable match a structural match makes."""
@@ -195,32 +157,3 @@ def _output_node(template: Template, state: State) -> torch.fx.Node | None:
         found = (_output_node(option, state) for option in template.options)
         return next((node for node in found if node is not None), None)
     return state.nodes.get(id(template)) if isinstance(template, OpTemplate) else None
-
-
-@per_object
-def _maybe_unnamed(rule: Rule) -> tuple[OpTemplate, ...]:
-    """The pattern's operations that may match a node without naming its exact target (modules by base
-    class, attributes): only these need the purity check."""
-    return tuple(template for output in rule.pattern for template in walk(output)
-                 if isinstance(template, OpTemplate) and template.kind in (OpKind.MODULE, OpKind.ATTR))
-
-
-def _depends_on(captured: list[torch.fx.Node], matched: set[torch.fx.Node]) -> bool:
-    """True when a captured node is computed from a matched node (searching only after the earliest match)."""
-    if not captured or not matched:
-        return False
-    earliest = min([n._sort_key for n in matched])  # FX keeps a sortable position on every node
-    stack = [c for c in captured if c._sort_key > earliest]
-    if not stack:  # the usual case: every capture comes before the match
-        return False
-    seen: set[torch.fx.Node] = set()
-    while stack:
-        node = stack.pop()
-        if node in matched:
-            return True
-        if node in seen:
-            continue
-        seen.add(node)
-        stack.extend(n for n in node.all_input_nodes if n._sort_key > earliest or n in matched)
-    return False
-

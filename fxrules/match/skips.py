@@ -3,15 +3,19 @@
 Each :class:`SkipReason` says when it applies; ``docs/language.md`` shows
 the same table (a test keeps the two equal), and a :class:`~fxrules.engine.report.Report`
 counts skips by reason.  Matching raises a skip for what it finds at the
-match (a guard, an escaping user); rewriting for what the splice would
-change (an alias, an in-place write); the driver for a match spanning
-another rewrite.
+match (a guard, a typed capture's metadata), rewriting for what building the
+replacement meets (a helper's unknown value, literal arithmetic), and the
+safety checks (:mod:`fxrules.match.safety`) for what the rewrite would break.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fxrules.graph.sizes import DynamicSize
 
 
 class SkipReason(str, enum.Enum):
@@ -142,6 +146,12 @@ class Skip(Exception):  # noqa: N818 - a control-flow signal carrying the skip r
         super().__init__(reason)
         self.reason = reason
         self._detail = detail
+
+    @classmethod
+    def dynamic_size(cls, dynamic: DynamicSize) -> Skip:
+        """The ``dynamic size`` skip for a rule that needed the value of a symbolic size (its message says
+        which and how to opt in)."""
+        return cls(SkipReason.DYNAMIC_SIZE, str(dynamic))
 
     @property
     def detail(self) -> str:

@@ -4,7 +4,9 @@ Steps for a match: (1) emit the replacement's nodes before the earliest
 matched output (``Graph.inserting_before``), each shared template once, in
 dependency order; helpers run here, and each operation is spelled for the graph's level
 (:mod:`fxrules.rewrite.aten`: as written, but families, packets, and aten operators only where the
-graph's consumer requires them); (2) give the new nodes the replaced
+graph's consumer requires them); the ``emit`` stage of the safety checks
+(:mod:`fxrules.match.safety`) runs before, the ``splice`` stage after (a refusal undoes
+what was emitted); (2) give the new nodes the replaced
 output's ``stack_trace``/``nn_module_stack``, provenance in
 ``meta["fxrules"]``, and shape metadata (copied for outputs, inferred for the
 rest); (3) redirect the outputs' users (``Node.replace_all_uses_with``);
@@ -17,7 +19,6 @@ instead of working on a copy of the graph.
 from __future__ import annotations
 
 import functools
-import math
 import operator
 from collections.abc import Callable, Container, Mapping
 from typing import Any
@@ -25,19 +26,13 @@ from typing import Any
 import attrs
 import torch
 import torch.fx
-from torch.fx.operator_schemas import normalize_function
 
 from fxrules.diagnostics import FxrApplyError
 from fxrules.graph.metadata import (
-    alias_class,
-    aliased_inputs,
-    changes_an_argument,
     has_metadata,
     has_side_effects,
-    in_place_writer,
     infer_metadata,
     tensor_info,
-    view_base,
 )
 from fxrules.graph.module_data import UnreadableAttribute, read_module_attribute
 from fxrules.graph.sizes import SYMBOLIC, DynamicSize, dynamic_size, is_size_error, literal
@@ -55,6 +50,7 @@ from fxrules.lang.ir import (
     Template,
 )
 from fxrules.match.matcher import Match
+from fxrules.match.safety import EMIT_CHECKS, SPLICE_CHECKS, Splice, run_checks
 from fxrules.match.skips import Skip, SkipReason
 from fxrules.memo import per_object
 from fxrules.rewrite.aten import ATEN_GRAPH, Level, NoAtenSpelling, aten_name, graph_level, spelled
@@ -132,34 +128,25 @@ class Rewriter:
         return decomposed
 
     def rewrite(self, match: Match) -> Rewrite:
+        """Splice the replacement of ``match`` in, or raise :class:`Skip` (leaving nothing behind) when building
+        it meets something it cannot do or a safety check (:mod:`fxrules.match.safety`) refuses it."""
         outputs = match.outputs
-        if len(outputs) == 1:
-            # Every capture is an argument of a matched node, and every matched node comes before the
-            # single output: nothing can be defined after it.
-            anchor = outputs[0]
-        else:
-            anchor = min(outputs, key=lambda n: n._sort_key)
-            late = [v.name for v in match.bindings.values()
-                    if isinstance(v, torch.fx.Node) and v not in match.nodes and v._sort_key > anchor._sort_key]
-            if late:
-                raise Skip(SkipReason.ORDER,
-                    f"captured {', '.join(late)} defined after the first output '{anchor.name}'")
+        splice = Splice(match, outputs[0] if len(outputs) == 1 else min(outputs, key=lambda n: n._sort_key),
+                        self.graph, self.transaction.retired, self.context.alias_free, _operation_name)
+        run_checks(EMIT_CHECKS, splice)
         mark = self.transaction.mark(self.graph)
         try:  # a skip halfway (a helper's value unknown, no aten spelling...) leaves nothing behind
-            values, created = self._emit(match, anchor)
-            check_no_change(match, values, created)
-            check_effects_kept(match, values, created)
-            if len(outputs) > 1:
-                _check_order(anchor, outputs, values, created)
-            self._check_receivers(outputs, values)
-            if self.grad_modes is not None:
-                self._check_grad_modes(match, values, created)
-            self._check_aliases(outputs, values, created)
+            splice.values, splice.created = self._emit(match, splice.anchor)
+            splice.grad_modes = self.grad_modes
+            run_checks(SPLICE_CHECKS, splice)
         except Skip:
             self.transaction.undo_since(mark, self.graph)
             raise
+        values, created = splice.values, splice.created
         if created:
             self._annotate(match, created, values)
+            if self.grad_modes is not None:  # new nodes are computed in the anchor's mode
+                self.grad_modes.update(dict.fromkeys(created, self.grad_modes.get(splice.anchor, OUTSIDE)))
         redirected: list[tuple[torch.fx.Node, Any]] = []
         for output, value in zip(outputs, values, strict=True):
             if value is not output:
@@ -187,91 +174,6 @@ class Rewriter:
     def grad_modes(self) -> dict[torch.fx.Node, bool | str] | None:
         """The grad mode of each node, where the graph has grad-mode regions (None: it has none)."""
         return grad_modes(self.graph, self.context.grad_enabled)
-
-    def _check_grad_modes(self, match: Match, values: list[Any], created: list[torch.fx.Node]) -> None:
-        """Skip a rewrite that would move a computation into another grad mode, or make a value computed
-        without grad one that may require it where it is used outside the region (``neg(neg(x)) => x``
-        inside ``torch.no_grad()``, the result used after it): the values are equal, but gradients would
-        flow where they did not (or stop where they flowed).  Within the region nothing records gradients.
-
-        New nodes go before the anchor, in its mode, and are recorded in that mode.
-        """
-        modes = self.grad_modes
-        assert modes is not None
-        anchor_mode = modes.get(min(match.outputs, key=lambda n: n._sort_key), OUTSIDE)
-        for node in match.nodes:
-            if modes.get(node, OUTSIDE) not in (OUTSIDE, anchor_mode):
-                raise Skip(SkipReason.GRAD_MODE, f"'{node.name}' is computed with grad {_enabled(modes[node])} and the "
-                                        f"replacement would be computed with grad {_enabled(anchor_mode)}")
-        for output, value in zip(match.outputs, values, strict=True):
-            if isinstance(value, torch.fx.Node) and value not in created and modes.get(output) is False \
-                    and modes.get(value, OUTSIDE) is not False \
-                    and any(modes.get(user, OUTSIDE) is not False for user in output.users if user not in created):
-                raise Skip(SkipReason.GRAD_MODE, f"'{output.name}' is computed with grad disabled, and '{value.name}', "
-                                        "which would replace it where grad is not disabled, is not: it may "
-                                        "require grad")
-        for node in created:
-            modes[node] = anchor_mode
-
-    def _check_receivers(self, outputs: tuple[torch.fx.Node, ...], values: list[Any]) -> None:
-        """Skip a replacement that would make a value other than a node the receiver of a method call.
-
-        The generated code would not compile (``1.contiguous()``), and it is generated at the commit, whose
-        failure undoes the whole ``apply``; refused now, only this rewrite is skipped.
-        """
-        retired = self.transaction.retired
-        for output, value in zip(outputs, values, strict=True):
-            if isinstance(value, torch.fx.Node):
-                continue
-            for user in output.users:
-                if user.op == "call_method" and user.args and user.args[0] is output and user not in retired:
-                    raise Skip(SkipReason.LITERAL_RECEIVER, f"'{user.name}' calls .{user.target}() on '{output.name}', "
-                                                   f"which the replacement makes the literal {value!r}")
-
-    def _check_aliases(self, outputs: tuple[torch.fx.Node, ...], values: list[Any],
-                       created: list[torch.fx.Node]) -> None:
-        """Skip a replacement that makes an output share memory with a value that exists already (``x * 1 => x``
-        makes it ``x``; ``x.detach().clone() => x.detach()`` and ``reshape(reshape(x, a), b) => reshape(x, b)``
-        make it a view of ``x``) where a program could tell:
-
-        * ``in-place write``: the graph writes in place into either one, directly or through any view or
-          alias of it (``y.add_(1)``, ``x[0:1].zero_()``, ``x.t().mul_(2)``): the write would reach both;
-        * ``alias``: the output (or a view of it) is returned, and the existing value is, or shares memory
-          with, a graph input, a parameter or buffer, or another returned value: a caller writing into the
-          result would write into those.  In a subgraph of ``torch.cond`` and its kin the operator itself
-          refuses outputs that alias inputs or each other.
-
-        A replacement that is a view of what the output was a view of already (``x.t().t() => x``) changes
-        nothing a write could see, and is not checked.
-        """
-        new = set(created)
-        returned: set[torch.fx.Node] | None = None
-        for output, value in zip(outputs, values, strict=True):
-            if not isinstance(value, torch.fx.Node) or value is output:
-                continue
-            for existing in _existing_aliases(value, new):
-                if view_base(existing) is view_base(output):
-                    continue
-                _check_writes(output, existing)
-                returned = set(self.graph.output_node().all_input_nodes) if returned is None else returned
-                self._check_returned(output, existing, returned)
-
-    def _check_returned(self, output: torch.fx.Node, existing: torch.fx.Node, returned: set[torch.fx.Node]) -> None:
-        """The ``alias`` half of :meth:`_check_aliases`."""
-        if returned.isdisjoint(alias_class(output)):
-            return
-        exposed = next((n for n in alias_class(existing) if n.op in ("placeholder", "get_attr") or n in returned),
-                       None)
-        if exposed is None:
-            return
-        if self.context.alias_free:
-            raise Skip(SkipReason.ALIAS, f"the subgraph would return '{existing.name}' (or a view of it) in place of "
-                                f"'{output.name}', an alias of its input or of another output, which "
-                                "higher-order operators refuse")
-        kind = {"placeholder": "the graph input", "get_attr": "the attribute"}.get(exposed.op, "the returned value")
-        raise Skip(SkipReason.ALIAS,
-            f"'{output.name}' is returned, and the replacement would make it share memory with "
-            f"{kind} '{exposed.name}': a caller writing into the result would change it")
 
     def _annotate(self, match: Match, created: list[torch.fx.Node], values: list[Any]) -> None:
         anchor_meta = match.anchor.meta
@@ -450,7 +352,7 @@ class Emitter:
                 return function(*args, **kwargs)
         except Exception as error:
             if is_size_error(error):  # it read a symbolic size as a number: its result would bake the example's
-                raise Skip(SkipReason.DYNAMIC_SIZE, str(dynamic_size(error, f"helper '@{template.name}'"))) from None
+                raise Skip.dynamic_size(dynamic_size(error, f"helper '@{template.name}'")) from None
             raise
 
     def _helper_argument(self, value: Any) -> Any:
@@ -468,118 +370,11 @@ class Emitter:
 
 
 
-def check_no_change(match: Match, values: list[Any], created: list[torch.fx.Node]) -> None:
-    """Skip a rewrite whose result is the computation it replaces: each output replaced by itself, or by new
-    nodes of the same ops and targets as the matched ones, with the same arguments (after normalization:
-    ``torch.sum(x, -1)`` is ``torch.sum(x, dim=-1)``), down to the same existing nodes.  Spliced, it would
-    change nothing but node names, and match again in the next pass, forever: ``aten.sin.default(x) =>
-    aten.sin(x)`` in an aten-level graph, where the packet is emitted as the overload it matched.
-    """
-    if not created and any(value is not output for value, output in zip(values, match.outputs, strict=True)):
-        return
-    new = set(created)
-    seen: dict[torch.fx.Node, torch.fx.Node] = {}
-    for value, output in zip(values, match.outputs, strict=True):
-        if not _same_value(value, output, new, seen):
-            return
-    if not created:
-        raise Skip(SkipReason.NO_CHANGE, "the replacement is the matched node itself")
-    raise Skip(SkipReason.NO_CHANGE, lambda: f"the replacement computes '{match.anchor.name}' as the match does: "
-                                             f"{', '.join(str(n.target) for n in created)} of the same arguments")
-
-
-def check_effects_kept(match: Match, values: list[Any], created: list[torch.fx.Node]) -> None:
-    """Skip a rewrite that would remove a node of the match that has an effect beyond its result (an in-place
-    write, ``copy_``, ``out=``, an assertion), unless the replacement has a node performing the same effect:
-    the same operation (as written or as an aten operator of the same name) writing into the same tensor, or
-    for an effect that writes nothing, the same call.  A write into a tensor the match itself made (``x.clone()
-    .add_(1)``, not a view of anything outside) is seen only through the match's outputs, which the
-    replacement replaces.  Random operations (``torch.rand``, dropout in training) may be removed: a pattern
-    names them on purpose, and the matcher refuses a match that would remove one it does not name.
-    """
-    kept = {value for value in values if isinstance(value, torch.fx.Node)}
-    matched = set(match.nodes)
-    for node in match.nodes:
-        if node in kept or not has_side_effects(node, impure_random=False):
-            continue
-        written = _written(node)
-        if isinstance(written, torch.fx.Node) and view_base(written) in matched:
-            continue
-        if not any(_same_effect(node, new, written) for new in created):
-            into = f" writes into '{written.name}'" if isinstance(written, torch.fx.Node) else " has side effects"
-            raise Skip(SkipReason.IMPURE, f"'{node.name}'{into}, and the replacement, which would remove it, "
-                                          "does not do the same")
-
-
-def _written(node: torch.fx.Node) -> Any:
-    """The tensor a node with side effects writes into (``out=``, else its first argument), or None."""
-    out = node.kwargs.get("out")
-    if isinstance(out, torch.fx.Node):
-        return out
-    if changes_an_argument(node):
-        return node.args[0] if node.args else None
-    return None
-
-
-def _same_effect(node: torch.fx.Node, new: torch.fx.Node, written: Any) -> bool:
-    if new.target != node.target and _operation_name(new) != _operation_name(node):
-        return False
-    if written is None:
-        return new.args == node.args and new.kwargs == node.kwargs
-    new_written = _written(new)
-    return isinstance(new_written, torch.fx.Node) and view_base(new_written) is view_base(written)
-
-
 def _operation_name(node: torch.fx.Node) -> str | None:
     """The operation a node performs by aten name, its in-place and ``out=`` forms one (``add_``, ``add``)."""
     kind = {"call_method": OpKind.METHOD, "call_module": OpKind.MODULE}.get(node.op, OpKind.FUNCTION)
     name = aten_name(kind, node.target)
     return None if name is None else name.rstrip("_")
-
-
-def _same_value(value: Any, old: Any, new: set[torch.fx.Node], seen: dict[torch.fx.Node, torch.fx.Node]) -> bool:
-    """Whether ``value`` (an argument of the replacement) computes what ``old`` (one of the match) does."""
-    if value is old:
-        return True
-    if isinstance(value, list | tuple):
-        return type(value) is type(old) and len(value) == len(old) \
-            and all(_same_value(v, o, new, seen) for v, o in zip(value, old, strict=True))
-    if isinstance(value, torch.Tensor):  # a tensor argument written into a graph: the same object or not
-        return False
-    if not isinstance(value, torch.fx.Node):
-        return not isinstance(old, torch.fx.Node | list | tuple) and type(value) is type(old) \
-            and (value == old or (isinstance(value, float) and math.isnan(value) and math.isnan(old)))
-    if value not in new or not isinstance(old, torch.fx.Node):
-        return False
-    if value in seen:
-        return seen[value] is old
-    if value.op != old.op or value.target != old.target:
-        return False
-    seen[value] = old
-    for normalize in (False, True):
-        new_args, old_args = _arguments(value, normalize), _arguments(old, normalize)
-        if new_args is None or old_args is None:
-            break
-        if new_args.keys() == old_args.keys() and all(_same_value(new_args[k], old_args[k], new, seen)
-                                                      for k in new_args):
-            return True
-    del seen[value]  # assumed while comparing its arguments (a DAG shares nodes); not the same after all
-    return False
-
-
-def _arguments(node: torch.fx.Node, normalize: bool) -> dict[Any, Any] | None:
-    """A call's arguments as written (by position and keyword), or ``normalize``d: by parameter name, defaults
-    filled in, where its target's schema binds them unambiguously (else None)."""
-    if not normalize:
-        return {**dict(enumerate(node.args)), **node.kwargs}
-    if node.op != "call_function":
-        return None
-    try:
-        pair = normalize_function(node.target, node.args, node.kwargs,  # type: ignore[arg-type]
-                                  normalize_to_only_use_kwargs=True)
-    except RuntimeError:  # several schemas bind the arguments (torch.neg of a tensor or a number)
-        return None
-    return None if pair is None else dict(pair.kwargs)
 
 
 def _has_live_user(node: torch.fx.Node, retired: Mapping[torch.fx.Node, None]) -> bool:
@@ -676,57 +471,13 @@ def _used_by(created: list[torch.fx.Node], values: list[Any]) -> tuple[torch.fx.
     return tuple(node for node in dict.fromkeys(used) if node not in new)
 
 
-def _check_writes(output: torch.fx.Node, existing: torch.fx.Node) -> None:
-    """The ``in-place write`` half of :meth:`Rewriter._check_aliases`."""
-    for node in (output, existing):
-        write = in_place_writer(node)
-        if write is not None:
-            written = write.kwargs.get("out", write.args[0] if write.args else None)
-            where = f"'{node.name}'" if written is node else f"'{written}', a view of '{node.name}',"
-            raise Skip(SkipReason.IN_PLACE_WRITE,
-                f"'{write.name}' writes into {where} in place, and the replacement would "
-                f"make '{output.name}' share memory with '{existing.name}'")
-
-
-def _existing_aliases(value: torch.fx.Node, new: set[torch.fx.Node]) -> list[torch.fx.Node]:
-    """The existing nodes a replacement value may share memory with: the value itself when it exists
-    already, else the existing inputs its new views lead to (``reshape(x, b)``: ``x``)."""
-    found: list[torch.fx.Node] = []
-    stack = [value]
-    while stack:
-        node = stack.pop()
-        if node not in new:
-            found.append(node)
-        else:
-            stack += aliased_inputs(node)
-    return found
-
-
-def _check_order(anchor: torch.fx.Node, outputs: tuple[torch.fx.Node, ...], values: list[Any],
-                 created: list[torch.fx.Node]) -> None:
-    """Skip a multi-output replacement that would use a matched node before it is defined.
-
-    The new nodes go before the earliest output, but an interior node the replacement reuses may come
-    after it (an ancestor of a later output only), and a reused node may replace an output defined
-    before it; spliced anyway, the graph would fail ``lint()`` and the whole ``apply`` with it.
-    """
-    new = set(created)
-    late = {used.name: None for node in created for used in node.all_input_nodes
-            if used not in new and used._sort_key > anchor._sort_key}
-    late.update((value.name, None) for value, output in zip(values, outputs, strict=True)
-                if isinstance(value, torch.fx.Node) and value not in new and value._sort_key > output._sort_key)
-    if late:
-        raise Skip(SkipReason.ORDER, f"the replacement uses {', '.join(late)}, defined after the output it would "
-                            f"replace or after the first output '{anchor.name}'")
-
-
 def _size_literal(value: Any, what: str) -> Any:
     """A value bound to the replacement, with symbolic sizes made literals (:func:`fxrules.graph.sizes.literal`), or a
     ``dynamic size`` skip."""
     try:
         return literal(value, what)
     except DynamicSize as dynamic:
-        raise Skip(SkipReason.DYNAMIC_SIZE, str(dynamic)) from None
+        raise Skip.dynamic_size(dynamic) from None
 
 
 def _foldable(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
@@ -748,7 +499,3 @@ def _printable(template: HelperTemplate, value: Any) -> Any:
 
 #: Literal types FX code generation writes out faithfully.
 PRINTABLE = (bool, int, float, str, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout, slice)
-
-
-def _enabled(mode: bool | str) -> str:
-    return "enabled" if mode is True else "disabled"

@@ -10,6 +10,7 @@ import torch
 import torch.fx
 
 import fxrules
+from fxrules.engine.report import StopReason
 from fxrules.rewrite import rewriter as rewriter_module
 from tests.conftest import assert_rewrites, fold_rule, ops, trace
 
@@ -86,6 +87,24 @@ rule grow: torch.relu(x) => torch.relu(torch.relu(x))
     with pytest.raises(fxrules.FxrConvergenceError, match=r"max_passes=5 passes: grow;"):
         fxrules.apply(gm, fxrules.parse(rules), max_passes=5)
     assert snapshot(gm) == before
+
+
+def test_a_run_stopped_by_the_pass_limit_reports_what_its_undone_passes_did() -> None:
+    """The convergence error carries the report of the passes (stop reason ``pass limit``, in the table and
+    the JSON); the graph is as it was, so the node counts are equal."""
+    gm = trace(lambda x: torch.relu(x))
+    with pytest.warns(fxrules.FxrLoopWarning), pytest.raises(fxrules.FxrConvergenceError) as raised:
+        fxrules.apply(gm, fxrules.parse("rule grow: torch.relu(x) => torch.relu(torch.relu(x))\n"), max_passes=3)
+    report = raised.value.report
+    assert report.stop_reason is StopReason.PASS_LIMIT and report.to_dict()["stop_reason"] == "pass limit"
+    assert (report.passes, report.fired("grow")) == (4, 1 + 2 + 4 + 8)  # pass 4 finds the rule still firing
+    assert (report.nodes_before, report.nodes_after) == (3, 3)
+    assert re.search(r"^15 rewrites in 4 passes; nodes 3 -> 3; .* ms; stopped: pass limit$", str(report), re.M)
+
+
+def test_a_run_that_reaches_its_fixpoint_says_so() -> None:
+    report = fxrules.apply(trace(lambda x: torch.neg(torch.neg(x)).exp()), "algebra.fxr")
+    assert report.stop_reason is StopReason.FIXPOINT and "stopped" not in str(report)
 
 
 def test_replacement_metadata_stack_trace_and_provenance() -> None:

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from torch.fx.passes.shape_prop import ShapeProp
 
 import fxrules
-from tests.conftest import slow_examples
+from fxrules.engine.scheduler import VisitEverything
+from tests.conftest import apply_outcome, slow_examples
 from tests.strategies import GeneratedGraph, graphs, inputs
 
 #: Sound rules that never add nodes, written with families, exact targets, modules, DAGs and two outputs.
@@ -141,3 +142,14 @@ def test_untouched_unless_something_fires(graph: GeneratedGraph) -> None:
     assert report.counts() == {}
     assert gm.code == code
     assert dict(gm.named_modules()) == modules
+
+
+@settings(max_examples=FAST_EXAMPLES, **COMMON)
+@given(graph=graphs())
+def test_the_incremental_scheduler_finds_what_visiting_everything_finds(graph: GeneratedGraph) -> None:
+    """With rules of two outputs, modules and DAGs (nothing settles then), the default scheduler gives the
+    code, passes, rewrites and skips of one that visits every anchor node in every pass."""
+    everything = copy.deepcopy(graph.gm)
+    report = fxrules.apply(graph.gm, RULES)
+    report_all = fxrules.apply(everything, RULES, scheduler=VisitEverything)
+    assert apply_outcome(graph.gm, report) == apply_outcome(everything, report_all)

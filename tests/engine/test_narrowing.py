@@ -3,10 +3,11 @@ nodes) give what the slow, obvious semantics give (visiting every anchor node in
 
 * ``outcomes`` applies a rule set four ways to copies of one graph: as shipped; with ``explain=True`` (the
 same matcher with a tracer attached); visiting every node a rule may anchor at in every pass (the
-reference); and that with ``explain=True``.  All four must give the same code, counts, anchors and skips,
+reference, ``scheduler=VisitEverything``); and that with ``explain=True``.  All four must give the same code,
+counts, anchors and skips,
   when a rewrite makes a match ahead of it in the pass or beyond the reach of the next pass's worklist, and on
   random graphs where rewrites make literals.
-* ``apply`` with narrowing gives what it gives with narrowing patched to narrow nothing, on graphs spelling the
+* ``apply`` with narrowing gives what it gives with ``scheduler=VisitEverything``, on graphs spelling the
   operations every way, aten graphs and random graphs.  A node that a rewrite earlier in a pass makes matchable
   (a ``x + 0 => x`` redirect, a replacement that is a literal) is woken and tried in that same pass: the same
   rule fires there, ``max_passes`` that suffice without narrowing suffice with it, and the same skips are
@@ -20,8 +21,6 @@ from __future__ import annotations
 import copy
 import operator
 import random
-from collections.abc import Iterator
-from contextlib import contextmanager
 from copy import deepcopy
 from typing import Any
 
@@ -33,9 +32,9 @@ from hypothesis import strategies as st
 from torch.fx.experimental.proxy_tensor import make_fx
 
 import fxrules
-from fxrules.engine import driver as engine
+from fxrules.engine.scheduler import Incremental, VisitEverything, changed_since
 from fxrules.lang.ir import RuleSet
-from tests.conftest import apply_outcome, slow_examples, trace, visit_everything
+from tests.conftest import apply_outcome, slow_examples, trace
 from tests.match.test_candidates import COMMON, NARROW_RULES, Spellings, symfloat_graph
 from tests.match.test_compiled import EXACT
 from tests.match.test_compiled_families import FAMILY_RULES
@@ -51,15 +50,14 @@ def outcomes(gm: torch.fx.GraphModule, rules: str | RuleSet, **kwargs: Any) -> d
     found: dict[str, Any] = {}
     for mode in ("shipped", "explained", "reference", "reference_explained"):
         copied = copy.deepcopy(gm)
-        with pytest.MonkeyPatch.context() as patch:
-            if mode.startswith("reference"):
-                visit_everything(patch)
-            try:
-                report = fxrules.apply(copied, ruleset, explain=mode.endswith("explained"), **kwargs)
-            except fxrules.FxrError as error:
-                found[mode] = (type(error).__name__, str(error))
-            else:
-                found[mode] = apply_outcome(copied, report)
+        scheduler = VisitEverything if mode.startswith("reference") else Incremental
+        try:
+            report = fxrules.apply(copied, ruleset, explain=mode.endswith("explained"), scheduler=scheduler,
+                                   **kwargs)
+        except fxrules.FxrError as error:
+            found[mode] = (type(error).__name__, str(error))
+        else:
+            found[mode] = apply_outcome(copied, report)
     return found
 
 
@@ -255,17 +253,6 @@ def test_rewrites_that_make_literals_change_nothing_but_the_work_many_examples(g
 
 # ---------------------------------------------------------------- apply: with narrowing as without
 
-@contextmanager
-def no_narrowing() -> Iterator[None]:
-    """Narrowing switched off: every anchor node of a key is a candidate, in pass 1 and after."""
-    patch = pytest.MonkeyPatch()
-    patch.setattr(engine._Run, "_narrowing", lambda self, found, among=None: lambda rule: None)
-    try:
-        yield
-    finally:
-        patch.undo()
-
-
 def outcome(gm: torch.fx.GraphModule, rules: RuleSet, **kwargs: Any) -> tuple[Any, ...]:
     copy = deepcopy(gm)
     try:
@@ -276,17 +263,15 @@ def outcome(gm: torch.fx.GraphModule, rules: RuleSet, **kwargs: Any) -> tuple[An
 
 
 def same_as_without_narrowing(gm: torch.fx.GraphModule, rules: RuleSet, **kwargs: Any) -> tuple[Any, ...]:
-    with no_narrowing():
-        expected = outcome(gm, rules, **kwargs)
+    expected = outcome(gm, rules, scheduler=VisitEverything, **kwargs)
     found = outcome(gm, rules, **kwargs)
     assert found == expected
     return found
 
 
-def test_no_narrowing_patch_really_disables_narrowing() -> None:
+def test_visiting_everything_really_disables_narrowing() -> None:
     gm = trace(lambda x: (x + 1) + (x + 2))
-    with no_narrowing():
-        report = fxrules.apply(gm, fxrules.parse("rule add_seven:\n    x + 7 => x\n"))
+    report = fxrules.apply(gm, fxrules.parse("rule add_seven:\n    x + 7 => x\n"), scheduler=VisitEverything)
     assert report["add_seven"].attempts == 3  # narrowed, it is 0 (tests/match/test_compiled.py)
 
 
@@ -347,7 +332,7 @@ def test_changed_since_answers_as_latest_change(graph: GeneratedGraph) -> None:
         for node in nodes:
             for position in range(7):
                 expected = latest.get(node, -1) >= position
-                assert engine._changed_since(node, position, changed, steps) is expected, (node.name, position)
+                assert changed_since(node, position, changed, steps) is expected, (node.name, position)
 
 
 # ---------------------------------------------------------------- narrowed once, while the pass rewrites
@@ -371,8 +356,7 @@ def redirected(a: torch.Tensor) -> torch.Tensor:
 
 def test_the_mid_pass_example_without_narrowing() -> None:
     # Without narrowing, neg_relu fires at neg in pass 1, right after add_zero.
-    with no_narrowing():
-        code, counts = outcome(trace(redirected), fxrules.parse(MIDPASS))
+    code, counts = outcome(trace(redirected), fxrules.parse(MIDPASS), scheduler=VisitEverything)
     assert counts == {"add_zero": 1, "neg_relu": 1}
     assert "sigmoid" in code and "relu" not in code
 
@@ -389,8 +373,7 @@ def test_a_redirect_earlier_in_a_later_pass_is_seen_by_later_nodes() -> None:
     def f(a: torch.Tensor) -> torch.Tensor:
         return torch.abs(torch.sub(torch.relu(a), 0))
 
-    with no_narrowing():
-        expected = outcome(trace(f), rules)
+    expected = outcome(trace(f), rules, scheduler=VisitEverything)
     assert expected[1] == {"sub_zero": 1, "add_zero": 1, "neg_relu": 1}
     assert outcome(trace(f), rules) == expected
 
@@ -410,8 +393,7 @@ rule neg_add:
     def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return torch.neg(torch.add(b, torch.sub(a, 7)))
 
-    with no_narrowing():
-        expected = outcome(trace(f), rules)
+    expected = outcome(trace(f), rules, scheduler=VisitEverything)
     assert expected[1] == {"sub_to_lit": 1, "add7": 1}
     assert outcome(trace(f), rules) == expected
 
@@ -422,8 +404,7 @@ def test_max_passes_that_sufficed_still_suffice() -> None:
     def f(x: torch.Tensor) -> torch.Tensor:
         return torch.neg(torch.neg(x) * 1).exp()  # not its input: that rewrite would be skipped ('alias')
 
-    with no_narrowing():
-        assert outcome(trace(f), rules, max_passes=2)[1] == {"mul_one": 1, "neg_neg": 1}
+    assert outcome(trace(f), rules, max_passes=2, scheduler=VisitEverything)[1] == {"mul_one": 1, "neg_neg": 1}
     fxrules.apply(trace(f), rules, max_passes=2)
 
 
@@ -434,8 +415,7 @@ def test_overlap_skips_are_still_reported() -> None:
     def f(a: torch.Tensor) -> torch.Tensor:
         return torch.neg(torch.relu(a))
 
-    with no_narrowing():
-        before = fxrules.apply(trace(f), rules)
+    before = fxrules.apply(trace(f), rules, scheduler=VisitEverything)
     after = fxrules.apply(trace(f), rules)
     assert before["neg_sig"].skip_counts == {"overlap": 1}
     assert after["neg_sig"].skip_counts == before["neg_sig"].skip_counts
@@ -444,6 +424,6 @@ def test_overlap_skips_are_still_reported() -> None:
 # ---------------------------------------------------------------- arguments that refuse hash()
 
 def test_a_raw_symfloat_argument_without_narrowing() -> None:
-    with no_narrowing():
-        report = fxrules.apply(symfloat_graph(), fxrules.parse("rule mul_two:\n    torch.mul(x, 2.0) => x\n"))
+    report = fxrules.apply(symfloat_graph(), fxrules.parse("rule mul_two:\n    torch.mul(x, 2.0) => x\n"),
+                           scheduler=VisitEverything)
     assert report.counts() == {"mul_two": 1}

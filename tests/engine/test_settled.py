@@ -19,9 +19,9 @@ from hypothesis import HealthCheck, given, settings
 
 import fxrules
 from fxrules.engine.report import KEEP_EXAMPLES, ReportBuilder
+from fxrules.engine.scheduler import VisitEverything, reach_of
 from fxrules.lang.ir import RuleSet
-from fxrules.match.compiled import compile_ruleset
-from tests.conftest import apply_outcome, slow_examples, trace, visit_everything
+from tests.conftest import apply_outcome, slow_examples, trace
 from tests.match.test_compiled import EXACT
 from tests.strategies import GeneratedGraph, graphs
 
@@ -51,28 +51,25 @@ RULES = (fxrules.parse(CASCADING, filename="cascading.fxr") + RuleSet(tuple(r fo
 COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
 
 
-def apply_both_ways(gm: torch.fx.GraphModule, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, int, int]:
+def apply_both_ways(gm: torch.fx.GraphModule) -> tuple[Any, Any, int, int]:
     """(outcome settling, outcome visiting everything, attempts settling, attempts visiting everything)."""
     settling = copy.deepcopy(gm)
     report = fxrules.apply(settling, RULES)
-    with monkeypatch.context() as patch:
-        visit_everything(patch)
-        report_all = fxrules.apply(gm, RULES)
+    report_all = fxrules.apply(gm, RULES, scheduler=VisitEverything)
     attempts = sum(r.attempts for r in report.rules)
     attempts_all = sum(r.attempts for r in report_all.rules)
     return apply_outcome(settling, report), apply_outcome(gm, report_all), attempts, attempts_all
 
 
 def test_the_rules_settle() -> None:
-    compiled = compile_ruleset(RULES)
-    assert not (compiled.multi_output or compiled.counts_users)
+    reach = reach_of(RULES)
+    assert not (reach.multi_output or reach.counts_users)
 
 
 @settings(max_examples=60, **COMMON)
 @given(graph=graphs(dead_code=False))
 def test_settling_changes_nothing_but_the_work(graph: GeneratedGraph) -> None:
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        settled, everything, attempts, attempts_all = apply_both_ways(graph.gm, monkeypatch)
+    settled, everything, attempts, attempts_all = apply_both_ways(graph.gm)
     assert settled == everything
     assert attempts <= attempts_all
 
@@ -81,12 +78,11 @@ def test_settling_changes_nothing_but_the_work(graph: GeneratedGraph) -> None:
 @settings(max_examples=slow_examples(300), **COMMON)
 @given(graph=graphs(max_steps=16, dead_code=False))
 def test_settling_changes_nothing_but_the_work_many_examples(graph: GeneratedGraph) -> None:
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        settled, everything, _, _ = apply_both_ways(graph.gm, monkeypatch)
+    settled, everything, _, _ = apply_both_ways(graph.gm)
     assert settled == everything
 
 
-def test_a_later_pass_that_fires_visits_its_settled_nodes_after_that(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_later_pass_that_fires_visits_its_settled_nodes_after_that() -> None:
     def f(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
         n = torch.neg(x)
         first = torch.neg(n)  # double_neg waits: n is also used by `later`, until pass 1 rewrites that
@@ -95,15 +91,15 @@ def test_a_later_pass_that_fires_visits_its_settled_nodes_after_that(monkeypatch
         return first, later, torch.relu(torch.relu(later))
 
     gm = trace(f)
-    settled, everything, _, _ = apply_both_ways(gm, monkeypatch)
+    settled, everything, _, _ = apply_both_ways(gm)
     assert settled == everything
     assert settled["passes"] >= 2
 
 
-def test_the_benchmark_block_settles_its_second_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_benchmark_block_settles_its_second_pass() -> None:
     bench = pytest.importorskip("benchmarks.bench_apply")
     gm = trace(bench.Blocks(2))
-    settled, everything, attempts, attempts_all = apply_both_ways(gm, monkeypatch)
+    settled, everything, attempts, attempts_all = apply_both_ways(gm)
     assert settled == everything and settled["passes"] == 2
     assert attempts < attempts_all
 
@@ -121,8 +117,7 @@ def test_skip_counts_count_each_node_once_however_often_it_is_tried() -> None:
     assert len(report["r"].skipped) == KEEP_EXAMPLES
 
 
-def test_a_guard_counting_users_sees_the_users_a_later_rewrite_gives_its_capture(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_guard_counting_users_sees_the_users_a_later_rewrite_gives_its_capture() -> None:
     rules = fxrules.parse("""
 rule shared_relu:
     pattern:
@@ -147,7 +142,5 @@ rule mul_one:
     report = fxrules.apply(gm, rules)
     assert (report.counts(), report.passes) == ({"shared_relu": 1, "mul_one": 1}, 3)
     assert fxrules.apply(gm, rules).counts() == {}  # a fixpoint
-    with monkeypatch.context() as patch:
-        visit_everything(patch)
-        fxrules.apply(everywhere, rules)
+    fxrules.apply(everywhere, rules, scheduler=VisitEverything)
     assert gm.code == everywhere.code

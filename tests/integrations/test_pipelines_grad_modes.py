@@ -7,7 +7,7 @@ fixed (or the documentation changes) the mark must go.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -19,7 +19,7 @@ from torch.utils.checkpoint import checkpoint
 
 import fxrules
 from fxrules.engine.report import KEEP_EXAMPLES, KEEP_MISSES
-from fxrules.match import matcher as matcher_module
+from fxrules.match import safety
 
 nn = torch.nn
 
@@ -242,14 +242,14 @@ def test_explain_writes_the_details_of_the_near_misses_it_keeps_only(monkeypatch
     """With ``explain=True`` every skipped match's detail was written for a near miss the report then
     dropped: quadratic in the users of a shared node (10k users: 8 s instead of 1 s)."""
     written = 0
-    escaping_detail = matcher_module.Matcher._escaping_detail
+    escaping_detail = safety.escaping_detail
 
-    def counted(self: matcher_module.Matcher, node: torch.fx.Node, matched: set[torch.fx.Node]) -> str:
+    def counted(node: torch.fx.Node, matched: set[torch.fx.Node], retired: Mapping[torch.fx.Node, None]) -> str:
         nonlocal written
         written += 1
-        return escaping_detail(self, node, matched)
+        return escaping_detail(node, matched, retired)
 
-    monkeypatch.setattr(matcher_module.Matcher, "_escaping_detail", counted)
+    monkeypatch.setattr(safety, "escaping_detail", counted)
     report = fxrules.apply(_shared_relu(500), "algebra.fxr", explain=True)
     rule = report["relu_idempotent"]
     assert rule.skip_counts == {"escaping user": 500}

@@ -29,9 +29,9 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import fxrules
-from fxrules.engine import driver as engine
+from fxrules.engine.scheduler import narrowing
 from fxrules.lang.ir import RuleSet
-from fxrules.match.compiled import compile_rule
+from fxrules.match.compiled import compile_rule, compile_ruleset
 from fxrules.match.matcher import RuleIndex
 from fxrules.match.narrowing import Candidates
 from tests.conftest import trace
@@ -446,7 +446,7 @@ rule add_attribute:
 
     gm = trace(AddBuffer())
     found = Candidates(gm.graph)
-    narrowed = engine._Run(gm, rules, {}, 10, False)._narrowing(found)  # type: ignore[arg-type]
+    narrowed = narrowing(compile_ruleset(rules).matchers, found)
     assert narrowed(rules["add_seven"]) == set()
     assert {n.name for n in RuleIndex(gm, rules).anchors(found, narrowed)} == {"add"}
     report = fxrules.apply(gm, rules)
@@ -458,9 +458,8 @@ def test_anchors_among_a_region_stay_in_it_and_keep_every_possible_match() -> No
     index = RuleIndex(gm, NARROW_RULES)
     nodes = list(gm.graph.nodes)
     for region in (set(nodes[::3]), set(nodes[1::2]), set(nodes[-10:])):
-        run = engine._Run(gm, NARROW_RULES, {}, 10, False)  # type: ignore[arg-type]
         found = Candidates(gm.graph)
-        anchors = index.anchors(found, run._narrowing(found, region), region)
+        anchors = index.anchors(found, narrowing(compile_ruleset(NARROW_RULES).matchers, found, region), region)
         assert anchors <= region
         for node in region:
             for rule in index.rules_at(node):

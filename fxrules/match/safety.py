@@ -1,0 +1,521 @@
+"""The safety checks of a rewrite, listed once: what makes a complete match unusable, each with its skip reason.
+
+* :data:`SAFETY_CHECKS` lists every check, in the order they run; each has a name, the
+  :class:`~fxrules.match.skips.SkipReason` it skips with, and the :class:`Stage` it runs at (what it
+  needs to know decides when it can run).
+* :func:`run_checks` runs the checks of one stage on a subject: a check returns None when the rewrite
+  is safe, else a detail (a string, or a function writing it: most details are never shown), and the
+  loop raises :class:`~fxrules.match.skips.Skip` with the check's reason.
+* The matcher runs the ``match`` stage on each structural match (after the types and the guard, which
+  are the rule's own conditions, not safety); the driver the ``pass`` stage; the rewriter the
+  ``emit`` and ``splice`` stages.  ``docs/language.md`` §14 shows :func:`checks_table` (a test keeps
+  the two equal).
+
+Example: ``x * 1 => x`` at ``y = x * 1`` with ``y.add_(1)`` later passes every check until
+``in_place_write``, at the ``splice`` stage: the rewrite is skipped with reason ``in-place write``.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import torch
+import torch.fx
+from torch.fx.operator_schemas import normalize_function
+
+from fxrules.graph.metadata import (
+    alias_class,
+    aliased_inputs,
+    changes_an_argument,
+    has_side_effects,
+    in_place_writer,
+    view_base,
+)
+from fxrules.graph.subgraphs import OUTSIDE
+from fxrules.lang.ir import OpKind, OpTemplate, Rule, walk
+from fxrules.match.skips import Skip, SkipReason
+from fxrules.memo import per_object
+
+if TYPE_CHECKING:
+    from fxrules.match.primitives import Match
+
+Node = torch.fx.Node
+
+#: What a check returns when the rewrite is not safe: why, or a function that writes why.
+Detail = str | Callable[[], str]
+
+#: How many of a node's escaping users a skip's detail names.
+ESCAPING_NAMED = 5
+
+
+class Stage(enum.Enum):
+    """When a check runs; the value is the name the docs show."""
+
+    MATCH = "match"  # on each structural match, while matching: a skip makes the matcher try the next way
+    PASS = "pass"  # on the match found, against the rewrites of the pass so far (the driver)
+    EMIT = "emit"  # before the replacement is built (the rewriter)
+    SPLICE = "splice"  # on the built replacement, before it replaces anything: a skip undoes what was built
+
+
+@attrs.define
+class Found:
+    """A structural match, as the ``match`` stage sees it: one per matcher, refilled by :meth:`check` for each
+    match (an object per match would be one more allocation on the hot path, and more garbage collection)."""
+
+    retired: Mapping[Node, None]  # rewritten away: no longer users of anything
+    module_of: Callable[[Node], torch.nn.Module | None]
+    rule: Rule | None = None
+    nodes: Mapping[int, Node] = attrs.Factory(dict)  # id(OpTemplate) -> the node it matched
+    matched: set[Node] = attrs.Factory(set)  # the same nodes
+    outputs: tuple[Node | None, ...] = ()  # the nodes the pattern outputs matched, in order
+    bindings: Mapping[str, Any] = attrs.Factory(dict)
+
+    def check(self, rule: Rule, nodes: Mapping[int, Node], outputs: tuple[Node | None, ...],
+              bindings: Mapping[str, Any]) -> None:
+        """Run the ``match`` stage on one structural match of ``rule``."""
+        self.rule, self.nodes, self.matched, self.outputs, self.bindings = \
+            rule, nodes, set(nodes.values()), outputs, bindings
+        run_checks(MATCH_CHECKS, self)
+
+
+@attrs.define
+class InPass:
+    """The nodes a pass has created so far, and the match found (one per pass, refilled by :meth:`check`),
+    as the ``pass`` stage sees them."""
+
+    claimed: set[Node]
+    match: Match | None = None
+
+    def check(self, match: Match) -> None:
+        """Run the ``pass`` stage on ``match``."""
+        self.match = match
+        run_checks(PASS_CHECKS, self)
+
+
+@attrs.define
+class Splice:
+    """A rewrite about to happen: the match, the node the replacement goes before, and, from the ``splice``
+    stage on, the replacement's values (one per output) and the nodes made for them."""
+
+    match: Match
+    anchor: Node  # the earliest output
+    graph: torch.fx.Graph
+    retired: Mapping[Node, None]
+    alias_free: bool  # a subgraph of an operator that refuses outputs aliasing inputs (torch.cond)
+    #: the operation a node performs by aten name (its in-place and ``out=`` forms one), as the rewriter
+    #: spells operations (:mod:`fxrules.rewrite.aten`, a layer above this one)
+    operation_name: Callable[[Node], str | None]
+    grad_modes: Mapping[Node, bool | str] | None = None  # where the graph has grad-mode regions
+    values: list[Any] | tuple[()] = ()
+    created: list[Node] | tuple[()] = ()
+    _pairs: list[tuple[Node, Node]] | None = attrs.field(default=None, init=False)
+
+    def pairs(self) -> list[tuple[Node, Node]]:
+        """(output, existing node it would share memory with) for each output replaced by a value that
+        exists already or is a view of one: ``x * 1 => x`` makes it ``x``, ``reshape(reshape(x, a), b) =>
+        reshape(x, b)`` a view of ``x``.  Not when it was a view of that value already (``x.t().t() => x``):
+        nothing a write could see changes.  Found once, for the two checks that read them."""
+        if self._pairs is None:
+            new = set(self.created)
+            self._pairs = [(output, existing)
+                           for output, value in zip(self.match.outputs, self.values, strict=True)
+                           if isinstance(value, Node) and value is not output
+                           for existing in _existing_aliases(value, new)
+                           if view_base(existing) is not view_base(output)]
+        return self._pairs
+
+
+@attrs.frozen
+class SafetyCheck:
+    """One safety check: its name, the reason it skips with, when it runs, what it refuses (for the docs)."""
+
+    name: str
+    reason: SkipReason
+    stage: Stage
+    refuses: str
+    test: Callable[[Any], Detail | None]  # the stage's subject -> None (safe) or why not
+
+
+def run_checks(checks: tuple[SafetyCheck, ...], subject: Any) -> None:
+    """Run ``checks`` (one stage's) on ``subject``; raise the first one's :class:`Skip` that fails."""
+    for check in checks:
+        detail = check.test(subject)
+        if detail is not None:
+            raise Skip(check.reason, detail)
+
+
+# ---------------------------------------------------------------- the match stage
+
+
+def _escaping_user(found: Found) -> Detail | None:
+    matched = found.matched
+    if len(matched) < 2:
+        return None
+    outputs, retired = found.outputs, found.retired
+    escaping_from = [node for node in matched if node not in outputs and _escapes(node, matched, retired)]
+    if not escaping_from:
+        return None
+    node = min(escaping_from, key=lambda n: n._sort_key)  # the first in graph order
+    return lambda: escaping_detail(node, matched, retired)
+
+
+def escaping_detail(node: Node, matched: set[Node], retired: Mapping[Node, None]) -> str:
+    """The escaping users by name, the first few only: a node may have thousands (a shared input), and the
+    detail is one line of the report."""
+    escaping = [u.name for u in node.users if u not in matched and u not in retired]
+    named = ", ".join(escaping[:ESCAPING_NAMED])
+    more = len(escaping) - ESCAPING_NAMED
+    return f"'{node.name}' is also used by {named}{f' and {more} more' if more > 0 else ''} outside the match"
+
+
+def _escapes(node: Node, matched: set[Node], retired: Mapping[Node, None]) -> bool:
+    """The node has a live user outside the match."""
+    for user in node.users:  # noqa: SIM110 - a loop: any() would add a generator on a hot path
+        if user not in matched and user not in retired:
+            return True
+    return False
+
+
+def _impure(found: Found) -> Detail | None:
+    assert found.rule is not None
+    for template in _maybe_unnamed(found.rule):
+        node = found.nodes.get(id(template))
+        if node is not None and not _named_exactly(template, node, found.module_of) and node.is_impure():
+            return f"'{node.name}' has side effects and the pattern does not name its target"
+    return None
+
+
+@per_object
+def _maybe_unnamed(rule: Rule) -> tuple[OpTemplate, ...]:
+    """The pattern's operations that may match a node without naming its exact target (modules by base
+    class, attributes): only these need the purity check."""
+    return tuple(template for output in rule.pattern for template in walk(output)
+                 if isinstance(template, OpTemplate) and template.kind in (OpKind.MODULE, OpKind.ATTR))
+
+
+def _named_exactly(template: OpTemplate, node: Node, module_of: Callable[[Node], torch.nn.Module | None]) -> bool:
+    if template.kind is OpKind.MODULE:
+        return type(module_of(node)) is template.target
+    return template.kind in (OpKind.FUNCTION, OpKind.METHOD, OpKind.FAMILY)
+
+
+def _cycle(found: Found) -> Detail | None:
+    matched = found.matched
+    captured = [v for v in found.bindings.values() if isinstance(v, Node) and v not in matched]
+    if _depends_on(captured, matched):
+        return "a capture depends on a node of the match; rewriting would create a cycle"
+    return None
+
+
+def _depends_on(captured: list[Node], matched: set[Node]) -> bool:
+    """True when a captured node is computed from a matched node (searching only after the earliest match)."""
+    if not captured or not matched:
+        return False
+    earliest = min([n._sort_key for n in matched])  # FX keeps a sortable position on every node
+    stack = [c for c in captured if c._sort_key > earliest]
+    if not stack:  # the usual case: every capture comes before the match
+        return False
+    seen: set[Node] = set()
+    while stack:
+        node = stack.pop()
+        if node in matched:
+            return True
+        if node in seen:
+            continue
+        seen.add(node)
+        stack.extend(n for n in node.all_input_nodes if n._sort_key > earliest or n in matched)
+    return False
+
+
+# ---------------------------------------------------------------- the pass stage
+
+
+def _overlap(in_pass: InPass) -> Detail | None:
+    assert in_pass.match is not None
+    if in_pass.claimed.intersection(in_pass.match.nodes):
+        return "part of this match was created by another rewrite in this pass"
+    return None
+
+
+# ---------------------------------------------------------------- the emit stage
+
+
+def _captured_late(splice: Splice) -> Detail | None:
+    """Every capture is an argument of a matched node, and every matched node comes before a single output:
+    only a pattern with several outputs can capture a node defined after its first."""
+    match, anchor = splice.match, splice.anchor
+    if len(match.outputs) == 1:
+        return None
+    late = [v.name for v in match.bindings.values()
+            if isinstance(v, Node) and v not in match.nodes and v._sort_key > anchor._sort_key]
+    if late:
+        return f"captured {', '.join(late)} defined after the first output '{anchor.name}'"
+    return None
+
+
+# ---------------------------------------------------------------- the splice stage
+
+
+def _no_change(splice: Splice) -> Detail | None:
+    """The result is the computation it replaces: each output replaced by itself, or by new nodes of the same
+    ops and targets as the matched ones, with the same arguments (after normalization: ``torch.sum(x, -1)`` is
+    ``torch.sum(x, dim=-1)``), down to the same existing nodes.  Spliced, it would change nothing but node
+    names, and match again in the next pass, forever: ``aten.sin.default(x) => aten.sin(x)`` in an aten-level
+    graph, where the packet is emitted as the overload it matched."""
+    match, values, created = splice.match, splice.values, splice.created
+    if not created and any(value is not output for value, output in zip(values, match.outputs, strict=True)):
+        return None
+    new = set(created)
+    seen: dict[Node, Node] = {}
+    for value, output in zip(values, match.outputs, strict=True):
+        if not _same_value(value, output, new, seen):
+            return None
+    if not created:
+        return "the replacement is the matched node itself"
+    return lambda: (f"the replacement computes '{match.anchor.name}' as the match does: "
+                    f"{', '.join(str(n.target) for n in created)} of the same arguments")
+
+
+def _same_value(value: Any, old: Any, new: set[Node], seen: dict[Node, Node]) -> bool:
+    """Whether ``value`` (an argument of the replacement) computes what ``old`` (one of the match) does."""
+    if value is old:
+        return True
+    if isinstance(value, list | tuple):
+        return type(value) is type(old) and len(value) == len(old) \
+            and all(_same_value(v, o, new, seen) for v, o in zip(value, old, strict=True))
+    if isinstance(value, torch.Tensor):  # a tensor argument written into a graph: the same object or not
+        return False
+    if not isinstance(value, Node):
+        return not isinstance(old, Node | list | tuple) and type(value) is type(old) \
+            and (value == old or (isinstance(value, float) and math.isnan(value) and math.isnan(old)))
+    if value not in new or not isinstance(old, Node):
+        return False
+    if value in seen:
+        return seen[value] is old
+    if value.op != old.op or value.target != old.target:
+        return False
+    seen[value] = old
+    for normalize in (False, True):
+        new_args, old_args = _arguments(value, normalize), _arguments(old, normalize)
+        if new_args is None or old_args is None:
+            break
+        if new_args.keys() == old_args.keys() and all(_same_value(new_args[k], old_args[k], new, seen)
+                                                      for k in new_args):
+            return True
+    del seen[value]  # assumed while comparing its arguments (a DAG shares nodes); not the same after all
+    return False
+
+
+def _arguments(node: Node, normalize: bool) -> dict[Any, Any] | None:
+    """A call's arguments as written (by position and keyword), or ``normalize``d: by parameter name, defaults
+    filled in, where its target's schema binds them unambiguously (else None)."""
+    if not normalize:
+        return {**dict(enumerate(node.args)), **node.kwargs}
+    if node.op != "call_function":
+        return None
+    try:
+        pair = normalize_function(node.target, node.args, node.kwargs,  # type: ignore[arg-type]
+                                  normalize_to_only_use_kwargs=True)
+    except RuntimeError:  # several schemas bind the arguments (torch.neg of a tensor or a number)
+        return None
+    return None if pair is None else dict(pair.kwargs)
+
+
+def _effects_kept(splice: Splice) -> Detail | None:
+    """A node of the match that has an effect beyond its result (an in-place write, ``copy_``, ``out=``, an
+    assertion) would be removed, and the replacement has no node performing the same effect: the same
+    operation (as written or as an aten operator of the same name) writing into the same tensor, or for an
+    effect that writes nothing, the same call.  A write into a tensor the match itself made (``x.clone()
+    .add_(1)``, not a view of anything outside) is seen only through the match's outputs, which the
+    replacement replaces.  Random operations (``torch.rand``, dropout in training) may be removed: a pattern
+    names them on purpose, and the ``impure`` check refuses a match that would remove one it does not name."""
+    match, created = splice.match, splice.created
+    kept = {value for value in splice.values if isinstance(value, Node)}
+    matched = set(match.nodes)
+    for node in match.nodes:
+        if node in kept or not has_side_effects(node, impure_random=False):
+            continue
+        written = _written(node)
+        if isinstance(written, Node) and view_base(written) in matched:
+            continue
+        if not any(_same_effect(node, new, written, splice.operation_name) for new in created):
+            into = f" writes into '{written.name}'" if isinstance(written, Node) else " has side effects"
+            return f"'{node.name}'{into}, and the replacement, which would remove it, does not do the same"
+    return None
+
+
+def _written(node: Node) -> Any:
+    """The tensor a node with side effects writes into (``out=``, else its first argument), or None."""
+    out = node.kwargs.get("out")
+    if isinstance(out, Node):
+        return out
+    if changes_an_argument(node):
+        return node.args[0] if node.args else None
+    return None
+
+
+def _same_effect(node: Node, new: Node, written: Any, operation_name: Callable[[Node], str | None]) -> bool:
+    if new.target != node.target and operation_name(new) != operation_name(node):
+        return False
+    if written is None:
+        return new.args == node.args and new.kwargs == node.kwargs
+    new_written = _written(new)
+    return isinstance(new_written, Node) and view_base(new_written) is view_base(written)
+
+
+def _used_late(splice: Splice) -> Detail | None:
+    """The new nodes go before the earliest output, but an interior node the replacement reuses may come
+    after it (an ancestor of a later output only), and a reused node may replace an output defined before
+    it; spliced anyway, the graph would fail ``lint()`` and the whole ``apply`` with it."""
+    outputs, anchor = splice.match.outputs, splice.anchor
+    if len(outputs) == 1:
+        return None
+    new = set(splice.created)
+    late = {used.name: None for node in splice.created for used in node.all_input_nodes
+            if used not in new and used._sort_key > anchor._sort_key}
+    late.update((value.name, None) for value, output in zip(splice.values, outputs, strict=True)
+                if isinstance(value, Node) and value not in new and value._sort_key > output._sort_key)
+    if late:
+        return (f"the replacement uses {', '.join(late)}, defined after the output it would replace or after "
+                f"the first output '{anchor.name}'")
+    return None
+
+
+def _literal_receiver(splice: Splice) -> Detail | None:
+    """The generated code would not compile (``1.contiguous()``), and it is generated at the commit, whose
+    failure undoes the whole ``apply``; refused now, only this rewrite is skipped."""
+    retired = splice.retired
+    for output, value in zip(splice.match.outputs, splice.values, strict=True):
+        if isinstance(value, Node):
+            continue
+        for user in output.users:
+            if user.op == "call_method" and user.args and user.args[0] is output and user not in retired:
+                return f"'{user.name}' calls .{user.target}() on '{output.name}', which the replacement makes the " \
+                       f"literal {value!r}"
+    return None
+
+
+def _grad_mode(splice: Splice) -> Detail | None:
+    """A rewrite may not move a computation into another grad mode, nor make a value computed without grad
+    one that may require it where it is used outside the region: the values are equal, but gradients
+    would flow where they did not (or stop where they flowed).  Within the region nothing records them.
+    New nodes go before the anchor, in its mode."""
+    modes = splice.grad_modes
+    if modes is None:
+        return None
+    anchor_mode = modes.get(splice.anchor, OUTSIDE)
+    for node in splice.match.nodes:
+        if modes.get(node, OUTSIDE) not in (OUTSIDE, anchor_mode):
+            return f"'{node.name}' is computed with grad {_enabled(modes[node])} and the replacement would be " \
+                   f"computed with grad {_enabled(anchor_mode)}"
+    created = splice.created
+    for output, value in zip(splice.match.outputs, splice.values, strict=True):
+        if isinstance(value, Node) and value not in created and modes.get(output) is False \
+                and modes.get(value, OUTSIDE) is not False \
+                and any(modes.get(user, OUTSIDE) is not False for user in output.users if user not in created):
+            return f"'{output.name}' is computed with grad disabled, and '{value.name}', which would replace it " \
+                   "where grad is not disabled, is not: it may require grad"
+    return None
+
+
+def _enabled(mode: bool | str) -> str:
+    return "enabled" if mode is True else "disabled"
+
+
+def _in_place_write(splice: Splice) -> Detail | None:
+    """The write would reach both the output and the value it would share memory with."""
+    for output, existing in splice.pairs():
+        for node in (output, existing):
+            write = in_place_writer(node)
+            if write is not None:
+                written = write.kwargs.get("out", write.args[0] if write.args else None)
+                where = f"'{node.name}'" if written is node else f"'{written}', a view of '{node.name}',"
+                return f"'{write.name}' writes into {where} in place, and the replacement would make " \
+                       f"'{output.name}' share memory with '{existing.name}'"
+    return None
+
+
+def _alias(splice: Splice) -> Detail | None:
+    """A caller writing into a returned result would write into the graph's input, attribute or other
+    result it now shares memory with; a higher-order operator refuses such a subgraph outright."""
+    returned: set[Node] | None = None
+    for output, existing in splice.pairs():
+        returned = set(splice.graph.output_node().all_input_nodes) if returned is None else returned
+        if returned.isdisjoint(alias_class(output)):
+            continue
+        exposed = next((n for n in alias_class(existing) if n.op in ("placeholder", "get_attr") or n in returned),
+                       None)
+        if exposed is None:
+            continue
+        if splice.alias_free:
+            return f"the subgraph would return '{existing.name}' (or a view of it) in place of '{output.name}', " \
+                   "an alias of its input or of another output, which higher-order operators refuse"
+        kind = {"placeholder": "the graph input", "get_attr": "the attribute"}.get(exposed.op, "the returned value")
+        return f"'{output.name}' is returned, and the replacement would make it share memory with {kind} " \
+               f"'{exposed.name}': a caller writing into the result would change it"
+    return None
+
+
+def _existing_aliases(value: Node, new: set[Node]) -> list[Node]:
+    """The existing nodes a replacement value may share memory with: the value itself when it exists
+    already, else the existing inputs its new views lead to (``reshape(x, b)``: ``x``)."""
+    found: list[Node] = []
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if node not in new:
+            found.append(node)
+        else:
+            stack += aliased_inputs(node)
+    return found
+
+
+#: Every safety check of a rewrite, in the order they run.
+SAFETY_CHECKS = (
+    SafetyCheck("escaping_user", SkipReason.ESCAPING_USER, Stage.MATCH,
+                "a matched node other than an output is used outside the match (the rewrite would delete it)",
+                _escaping_user),
+    SafetyCheck("impure", SkipReason.IMPURE, Stage.MATCH,
+                "the match contains an impure node whose target the pattern does not name exactly", _impure),
+    SafetyCheck("cycle", SkipReason.CYCLE, Stage.MATCH,
+                "a capture is computed from a matched node", _cycle),
+    SafetyCheck("overlap", SkipReason.OVERLAP, Stage.PASS,
+                "the match contains a node another rewrite of the pass created", _overlap),
+    SafetyCheck("captured_late", SkipReason.ORDER, Stage.EMIT,
+                "a pattern with several outputs captures a node defined after its first output", _captured_late),
+    SafetyCheck("no_change", SkipReason.NO_CHANGE, Stage.SPLICE,
+                "the replacement is the matched output itself, or computes it as the match does (the same "
+                "operations of the same arguments)", _no_change),
+    SafetyCheck("effects_kept", SkipReason.IMPURE, Stage.SPLICE,
+                "a matched node with an effect beyond its result (an in-place write, out=, an assertion) would be "
+                "removed, and the replacement does not perform the same effect", _effects_kept),
+    SafetyCheck("used_late", SkipReason.ORDER, Stage.SPLICE,
+                "a replacement of several outputs uses a node defined after the output it replaces, or after "
+                "the first output", _used_late),
+    SafetyCheck("literal_receiver", SkipReason.LITERAL_RECEIVER, Stage.SPLICE,
+                "an output replaced by a literal is the receiver of a method call", _literal_receiver),
+    SafetyCheck("grad_mode", SkipReason.GRAD_MODE, Stage.SPLICE,
+                "the match spans two grad modes, or a value computed without grad would replace one used where "
+                "grad is enabled", _grad_mode),
+    SafetyCheck("in_place_write", SkipReason.IN_PLACE_WRITE, Stage.SPLICE,
+                "an output would share memory with an existing value, and the graph writes into either in place",
+                _in_place_write),
+    SafetyCheck("alias", SkipReason.ALIAS, Stage.SPLICE,
+                "a returned output would share memory with a graph input, an attribute or another returned value",
+                _alias),
+)
+
+#: The checks of each stage, in order.
+MATCH_CHECKS, PASS_CHECKS, EMIT_CHECKS, SPLICE_CHECKS = (
+    tuple(check for check in SAFETY_CHECKS if check.stage is stage) for stage in Stage)
+
+
+def checks_table() -> str:
+    """The Markdown table of every check, in order, as the docs show it."""
+    rows = [f"| `{check.name}` | {check.stage.value} | `{check.reason.value}` | {check.refuses} |"
+            for check in SAFETY_CHECKS]
+    return "\n".join(["| check | stage | reason | refuses |", "| --- | --- | --- | --- |", *rows])
