@@ -15,7 +15,7 @@ import functools
 import inspect
 import operator
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -114,16 +114,29 @@ def tensor_info(node: torch.fx.Node, users: int | None = None) -> TensorInfo:
 
 def mutates_first_argument(node: torch.fx.Node) -> bool:
     """Whether a node changes its first argument in place: ``x.add_(y)``, ``x[i] = y``, a mutating aten op."""
-    if node.op == "call_method":
-        name = str(node.target)
+    return _per_target(_target_mutates_first, node)
+
+
+def _per_target(decide: Callable[[str, Any], bool], node: torch.fx.Node) -> bool:
+    """``decide(op, target)``, cached: the aliasing checks ask it for every node near every match."""
+    try:
+        return decide(node.op, node.target)
+    except TypeError:  # an unhashable target: decided afresh
+        return bool(decide.__wrapped__(node.op, node.target))  # type: ignore[attr-defined]  # functools.cache keeps it
+
+
+@functools.cache
+def _target_mutates_first(op: str, target: Any) -> bool:
+    if op == "call_method":
+        name = str(target)
         return name == "__setitem__" or (name.endswith("_") and not name.endswith("__"))
-    if node.op != "call_function":
+    if op != "call_function":
         return False
-    if node.target is operator.setitem:
+    if target is operator.setitem:
         return True
-    if getattr(node.target, "__name__", "").endswith("_") and getattr(node.target, "__module__", None) != "_operator":
+    if getattr(target, "__name__", "").endswith("_") and getattr(target, "__module__", None) != "_operator":
         return True  # torch.relu_; not operator.and_ or operator.or_, which write nothing
-    schema = getattr(node.target, "_schema", None)
+    schema = getattr(target, "_schema", None)
     return bool(schema is not None and schema.arguments and schema.arguments[0].alias_info is not None
                 and schema.arguments[0].alias_info.is_write)
 
@@ -215,22 +228,22 @@ def is_true_view(name: str) -> bool:
     return _returns_alias(name) and hasattr(torch.ops.aten, f"{name}_copy")
 
 
-def _operator_name(node: torch.fx.Node) -> str | None:
-    """The name under which the call's aliasing is looked up; None for an aten overload that returns no alias
+def _operator_name(op: str, target: Any) -> str | None:
+    """The name under which a call's aliasing is looked up; None for an aten overload that returns no alias
     of its first argument (its own schema decides, not its siblings')."""
-    schema = getattr(node.target, "_schema", None) if node.op == "call_function" else None
+    schema = getattr(target, "_schema", None) if op == "call_function" else None
     if schema is not None and not _schema_returns_first_argument(schema):
         return None
-    return _plain_name(node)
+    return _plain_name(op, target)
 
 
-def _plain_name(node: torch.fx.Node) -> str | None:
-    if node.op == "call_method":
-        return str(node.target)
-    if node.op != "call_function":
+def _plain_name(op: str, target: Any) -> str | None:
+    if op == "call_method":
+        return str(target)
+    if op != "call_function":
         return None
-    schema = getattr(node.target, "_schema", None)
-    return schema.name.split("::")[-1] if schema is not None else getattr(node.target, "__name__", None)
+    schema = getattr(target, "_schema", None)
+    return schema.name.split("::")[-1] if schema is not None else getattr(target, "__name__", None)
 
 
 def aliased_inputs(node: torch.fx.Node) -> tuple[torch.fx.Node, ...]:
@@ -248,9 +261,16 @@ def _may_return_first(node: torch.fx.Node) -> bool:
     if node.op == "call_module":
         module = _submodule(node)
         return isinstance(module, ALIASING_MODULES) or getattr(module, "inplace", False) is True
-    if changes_an_argument(node):
+    return _inplace_argument(node) or _per_target(_target_may_return_first, node)
+
+
+@functools.cache
+def _target_may_return_first(op: str, target: Any) -> bool:
+    """Whether a call of ``target`` may return its first argument, whatever its arguments: it writes into it,
+    or it returns a view of it."""
+    if _target_mutates_first(op, target):
         return True
-    name = _operator_name(node)
+    name = _operator_name(op, target)
     return name is not None and _returns_alias(name)
 
 
@@ -307,7 +327,7 @@ def returns_its_input(node: torch.fx.Node) -> bool:
         module = _submodule(node)
         return isinstance(module, torch.nn.Identity) or (
             isinstance(module, torch.nn.modules.dropout._DropoutNd) and not module.training)
-    name = _plain_name(node)
+    name = _plain_name(node.op, node.target)
     if name == "dropout":
         training = node.kwargs.get("training", node.kwargs.get("train", node.args[2] if len(node.args) > 2 else True))
         return training is False
@@ -322,7 +342,7 @@ def returns_its_input(node: torch.fx.Node) -> bool:
 def _is_true_view_node(node: torch.fx.Node) -> bool:
     if node.op not in ("call_method", "call_function"):
         return False
-    name = _operator_name(node)
+    name = _operator_name(node.op, node.target)
     return name is not None and is_true_view(name)
 
 
