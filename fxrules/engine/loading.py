@@ -42,7 +42,7 @@ def _loop_checked(ruleset: RuleSet) -> RuleSet:
     rules = tuple(attrs.evolve(rule, digest=_rule_digest(ruleset.digest, rule.name)) for rule in ruleset)
     checked = attrs.evolve(ruleset, rules=rules, warnings=ruleset.warnings + loop_warnings(ruleset))
     for warning in checked.warnings:
-        warnings.warn(warning.render(), FxrLoopWarning, stacklevel=5)  # the caller of load/parse
+        warnings.warn(warning.render(), FxrLoopWarning, stacklevel=4)  # the caller of load/parse (past the memo)
     return checked
 
 

@@ -264,3 +264,11 @@ def test_a_family_file_included_twice_through_two_paths_loads(tmp_path: Path) ->
 def test_a_family_declared_twice_in_one_file_is_still_an_error() -> None:
     with pytest.raises(FxrLoadError, match="family 'f' is declared twice in this file"):
         fxrules.parse("family f = torch.relu\nfamily f = torch.neg\n")
+
+
+def test_a_loop_warning_points_at_the_line_that_loaded_the_rules() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fxrules.parse("rule grows: torch.relu(x) => torch.relu(torch.relu(x))\n", filename="grows.fxr")
+    [warning] = [w for w in caught if issubclass(w.category, fxrules.FxrLoopWarning)]
+    assert warning.filename == __file__
