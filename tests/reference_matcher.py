@@ -236,7 +236,7 @@ class ReferenceMatcher(Matcher):
         if bound is MISSING:
             return
         self.budget.step()
-        state = state.map_node(template, node)
+        state = map_node(state, template, node)
         if template.binds is not None:
             state = self._bind_module_or_attr(template, node, state)  # type: ignore[assignment]
             if state is None:
@@ -373,7 +373,7 @@ class ReferenceMatcher(Matcher):
                 self._fail(state, "type", lambda: f"'{name}' must be exactly {declared.cls.__name__}, "
                                                         f"without hooks; found {type(value).__name__}", template.span)
                 return None
-            state = state.bind_module(name, str(node.target))
+            state = bind_module(state, name, str(node.target))
         return state.bind(name, value)
 
     def check_type(self, name: str, declared: CaptureType, value: Any, state: State, span: Span) -> State | None:
@@ -385,7 +385,7 @@ class ReferenceMatcher(Matcher):
                 self._fail(state, "type", fit.detail, span)
                 return None
             if isinstance(fit, Skip):
-                return state.lacking_metadata(fit)
+                return lacking_metadata(state, fit)
             for symbol, size in fit.items():
                 state = state.bind(symbol, size)
             return state
@@ -440,3 +440,20 @@ def predict_pass(gm: torch.fx.GraphModule, ruleset: RuleSet, matches: Matches | 
                 fired.add((rule.name, node.name))
                 break
     return fired
+
+
+# State steps only the interpreter takes (the compiled matcher keeps these facts in its closures).
+def map_node(state: State, template: OpTemplate, node: torch.fx.Node) -> State:
+    bindings = {**state.bindings, template.name: node} if template.name else state.bindings
+    return State(bindings, {**state.nodes, id(template): node}, state.modules, state.missing_metadata)
+
+
+def bind_module(state: State, name: str, qualified_name: str) -> State:
+    return State(state.bindings, state.nodes, {**state.modules, name: qualified_name}, state.missing_metadata)
+
+
+def lacking_metadata(state: State, skip: Skip) -> State:
+    """The state with a typed capture accepted without metadata: the first such skip is kept."""
+    if state.missing_metadata is not None:
+        return state
+    return State(state.bindings, state.nodes, state.modules, skip)

@@ -31,7 +31,6 @@ from fxrules.lang.ir import (
     DimSymbol,
     ModuleType,
     NodeType,
-    OpTemplate,
     Rule,
     ScalarType,
     SequenceType,
@@ -115,18 +114,6 @@ class State:
     def bind(self, name: str, value: Any) -> State:
         return State({**self.bindings, name: value}, self.nodes, self.modules, self.missing_metadata)
 
-    def map_node(self, template: OpTemplate, node: torch.fx.Node) -> State:
-        bindings = {**self.bindings, template.name: node} if template.name else self.bindings
-        return State(bindings, {**self.nodes, id(template): node}, self.modules, self.missing_metadata)
-
-    def bind_module(self, name: str, qualified_name: str) -> State:
-        return State(self.bindings, self.nodes, {**self.modules, name: qualified_name}, self.missing_metadata)
-
-    def lacking_metadata(self, skip: Skip) -> State:
-        """The state with a typed capture accepted without metadata: the first such skip is kept."""
-        if self.missing_metadata is not None:
-            return self
-        return State(self.bindings, self.nodes, self.modules, skip)
 
 
 @attrs.frozen
