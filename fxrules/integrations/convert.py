@@ -274,6 +274,8 @@ class _Converter:
             return str(value)
         if isinstance(value, int) or (isinstance(value, float) and math.isfinite(value)):
             return repr(value)
+        if isinstance(value, float):  # the language predefines `nan` and `inf`
+            return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
         if isinstance(value, str) and value.isprintable() and "\\" not in value:
             return repr(value)
         if isinstance(value, torch.dtype):

@@ -585,10 +585,43 @@ class WithAttribute(torch.nn.Module):
         return x - self.c
 
 
+class ClampUnbounded(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nan_to_num(x.clamp(min=float("-inf"), max=float("inf")), nan=float("nan"))
+
+
+def _clamp_unbounded(x: torch.Tensor) -> torch.Tensor:
+    return x.clamp(min=float("-inf"), max=float("inf"))
+
+
+def _nan_to_nan(x: torch.Tensor) -> torch.Tensor:
+    return torch.nan_to_num(x, nan=float("nan"))
+
+
+def test_infinite_arguments_convert_to_the_predefined_names() -> None:
+    """``inf`` and ``-inf`` arguments are written as the language's names and match as torch's do."""
+    text = fxrules.integrations.convert.rule_text(_clamp_unbounded, _identity, "r")
+    assert text == "rule r: x.clamp(min=-inf, max=inf) => x\n"
+    theirs, ours = torch.fx.symbolic_trace(ClampUnbounded()), torch.fx.symbolic_trace(ClampUnbounded())
+    assert len(subgraph_rewriter.replace_pattern(theirs, _clamp_unbounded, _identity)) == 1
+    assert len(fxrules.replace_pattern(ours, _clamp_unbounded, _identity)) == 1
+    assert structure(ours) == structure(theirs)
+
+
+def test_a_nan_argument_converts_to_nan_and_matches_nan() -> None:
+    """A ``nan`` argument is written ``nan``, which matches a NaN (torch's replace_pattern compares with
+    ``==``, so its NaN never matches)."""
+    assert fxrules.integrations.convert.rule_text(_nan_to_nan, _identity, "r") == \
+        "rule r: torch.nan_to_num(x, nan=nan) => x\n"
+    gm = torch.fx.symbolic_trace(ClampUnbounded())
+    assert len(fxrules.replace_pattern(gm, _nan_to_nan, _identity)) == 1
+    assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == []
+
+
 @pytest.mark.parametrize(("pattern", "replacement", "message"), [
     (_relu, WithAttribute(), "node 'c' is a get_attr: only function and method calls convert"),
     (_neg, _add, "the pattern takes 1 inputs and the replacement 2"),
-    (lambda x: x.clamp(min=float("inf")), _identity, "the argument inf (float) cannot be written in a rule file"),
+    (lambda x: x.mul(1j), _identity, "the argument 1j (complex) cannot be written in a rule file"),
 ])
 def test_what_cannot_convert_is_a_usage_error(pattern: Any, replacement: Any, message: str) -> None:
     with pytest.raises(fxrules.FxrUsageError, match=re.escape(message)):
