@@ -32,11 +32,13 @@ from fxrules.cli import main
 from tests.conftest import slow_examples
 from tests.integrations.test_replace_pattern_compat import (
     CatSumModule,
+    LinearMul,
     MmModule,
     NegReluModule,
     ReshapeAliasModule,
     _exp,
     _identity,
+    _linear_mul,
     _mm,
     _neg,
     _neg_plus_relu,
@@ -45,10 +47,10 @@ from tests.integrations.test_replace_pattern_compat import (
     _reshape_alias_swapped,
     _sigmoid,
     _sigmoid_sigmoid,
+    _wrapped_linear_mul,
     op_sequence,
     placeholders,
     structure,
-    wrapped_gemm_bias_mul,
 )
 from tests.lang.test_formatting import meaning
 
@@ -186,29 +188,6 @@ class MethodChain(torch.nn.Module):
 
 def _method_chain(x: torch.Tensor) -> torch.Tensor:
     return x.dequantize().sigmoid().to(torch.float16)
-
-
-class LinearMul(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.w0 = torch.nn.Parameter(torch.randn([16, 16]))
-        self.b0 = torch.nn.Parameter(torch.randn([16]))
-
-    def forward(self, in0: torch.Tensor) -> torch.Tensor:
-        lin_res = torch.nn.functional.linear(in0, self.w0, bias=self.b0)
-        mul_res = in0 * lin_res
-        return mul_res + in0
-
-
-def _linear_mul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    lin_res = torch.nn.functional.linear(a, b, bias=bias)
-    mul_res = a * lin_res
-    return lin_res, mul_res
-
-
-def _wrapped_linear_mul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    lin_res, mul_res = wrapped_gemm_bias_mul(a, b, bias)
-    return lin_res, mul_res
 
 
 def _as_strided(x: torch.Tensor, arg0: list[int], arg1: list[int]) -> torch.Tensor:

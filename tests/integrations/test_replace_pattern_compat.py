@@ -44,6 +44,29 @@ def wrapped_gemm_bias_mul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) 
     return lin_res, mul_res
 
 
+class LinearMul(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w0 = torch.nn.Parameter(torch.randn([16, 16]))
+        self.b0 = torch.nn.Parameter(torch.randn([16]))
+
+    def forward(self, in0: torch.Tensor) -> torch.Tensor:
+        lin_res = torch.nn.functional.linear(in0, self.w0, bias=self.b0)
+        mul_res = in0 * lin_res
+        return mul_res + in0
+
+
+def _linear_mul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    lin_res = torch.nn.functional.linear(a, b, bias=bias)
+    mul_res = a * lin_res
+    return lin_res, mul_res
+
+
+def _wrapped_linear_mul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    lin_res, mul_res = wrapped_gemm_bias_mul(a, b, bias)
+    return lin_res, mul_res
+
+
 @torch.fx.wrap
 def wrapped_gemm_bias_mul_with_c(
     a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch.Tensor
@@ -710,26 +733,6 @@ def test_nodes_with_kwargs_and_wrapped_replacement() -> None:
     passed in ``allow=``) and unpacks its tuple result with ``[0]``/``[1]``, as replace_pattern's tracing does.
     """
 
-    class M(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.w0 = torch.nn.Parameter(torch.randn([16, 16]))
-            self.b0 = torch.nn.Parameter(torch.randn([16]))
-
-        def forward(self, in0: torch.Tensor) -> torch.Tensor:
-            lin_res = torch.nn.functional.linear(in0, self.w0, bias=self.b0)
-            mul_res = in0 * lin_res
-            return mul_res + in0
-
-    def pattern(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        lin_res = torch.nn.functional.linear(a, b, bias=bias)
-        mul_res = a * lin_res
-        return lin_res, mul_res
-
-    def replacement(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        lin_res, mul_res = wrapped_gemm_bias_mul(a, b, bias)
-        return lin_res, mul_res
-
     rules = f"""
 use {__name__} as compat
 rule gemm_bias_mul:
@@ -740,7 +743,8 @@ rule gemm_bias_mul:
         both = compat.wrapped_gemm_bias_mul(a, b, bias)
         return both[0], both[1]
 """
-    _, fx, _ = check_agreement(M(), pattern, replacement, rules, [_randn(4, 16)], replacements=1, allow=[__name__])
+    _, fx, _ = check_agreement(LinearMul(), _linear_mul, _wrapped_linear_mul, rules, [_randn(4, 16)],
+                               replacements=1, allow=[__name__])
     assert [n.target for n in fx.graph.nodes].count(wrapped_gemm_bias_mul) == 1
 
 
