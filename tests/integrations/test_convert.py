@@ -3,7 +3,7 @@
 
 The cases are the examples of torch's ``replace_pattern`` docstring and the
 cases of torch's ``test/fx/test_subgraph_rewriter.py`` (the models and
-functions of ``tests/integrations/test_replace_pattern_compat.py``).  Each module is
+functions of ``tests/integrations/subgraph_rewriter_cases.py``).  Each module is
 traced twice; torch's ``replace_pattern`` rewrites one copy and
 ``fxrules.replace_pattern`` the other, and the two must return the same
 matches (the same anchor and node map, by node name) and leave the same
@@ -28,218 +28,13 @@ from hypothesis import strategies as st
 from torch.fx import subgraph_rewriter
 
 import fxrules
+import tests.integrations.subgraph_rewriter_cases as cases
 from fxrules.cli import main
 from tests.conftest import slow_examples
-from tests.integrations.test_replace_pattern_compat import (
-    CatSumModule,
-    LinearMul,
-    MmModule,
-    NegReluModule,
-    ReshapeAliasModule,
-    _exp,
-    _identity,
-    _linear_mul,
-    _mm,
-    _neg,
-    _neg_plus_relu,
-    _relu,
-    _reshape_alias,
-    _reshape_alias_swapped,
-    _sigmoid,
-    _sigmoid_sigmoid,
-    _wrapped_linear_mul,
-    op_sequence,
-    placeholders,
-    structure,
-)
+from tests.integrations.test_replace_pattern_compat import op_sequence, placeholders, structure
 from tests.lang.test_formatting import meaning
 
 # ---------------------------------------------------------------- the cases
-
-
-def _cat(w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-    return torch.cat([w1, w2])
-
-
-def _stack(w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-    return torch.stack([w1, w2])
-
-
-def _cat_sum(w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-    return torch.cat([w1, w2]).sum()
-
-
-def _neg_plus_relu_of_two(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return torch.neg(x) + torch.relu(y)
-
-
-def _relu_of_first(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return torch.relu(x)
-
-
-class NegReluTwoInputs(torch.nn.Module):
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        val = torch.neg(x) + torch.relu(y)
-        return torch.add(val, val)
-
-
-class NegOnce(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        val = torch.neg(x)
-        return torch.add(val, val)
-
-
-class NegAddItself(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        a = torch.neg(x)
-        return torch.add(a, a)
-
-
-def _neg_add_itself(x: torch.Tensor) -> torch.Tensor:
-    a = torch.neg(x)
-    return torch.add(a, a)
-
-
-def _sigmoid_cat_itself(x: torch.Tensor) -> torch.Tensor:
-    a = torch.sigmoid(x)
-    return torch.cat([a, a])
-
-
-class ReluEscapes(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = torch.relu(x)
-        return torch.neg(y) - y
-
-
-class AddmmOfCats(torch.nn.Module):
-    def forward(self, x, w1, w2, b1, b2):
-        m0 = torch.cat([w1, w2])  # noqa: F841
-        m1 = torch.cat([w1, w2])
-        m2 = torch.cat([x, b2])
-        t0 = torch.addmm(b1, m1, m2.t())  # noqa: F841
-        t1 = torch.sum(w1, 1)
-        t2 = torch.addmm(b1, m1, m2.t())
-        return torch.sum(t1), torch.sum(t2)
-
-
-def _addmm_of_cats(x, w1, w2, b1, b2):
-    m1 = torch.cat([w1, w2])
-    m2 = torch.cat([x, b2])
-    return torch.addmm(b1, m1, m2.t())
-
-
-def _cat_three(x, w1, w2, b1, b2):
-    return torch.cat([x, w1, w2])
-
-
-def _sigmoids(count: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    def chain(x: torch.Tensor) -> torch.Tensor:
-        for _ in range(count):
-            x = torch.sigmoid(x)
-        return x
-
-    return chain
-
-
-def _sigmoid_and_relu(x: torch.Tensor) -> torch.Tensor:
-    return torch.sigmoid(x) + torch.relu(x)
-
-
-def _sigmoid_relu_pair(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.sigmoid(a), torch.relu(a)
-
-
-def _exp_abs_pair(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.exp(x), torch.abs(x)
-
-
-def _difference_outputs(x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
-    x = x1 - x2
-    return torch.sigmoid(x) + torch.relu(x)
-
-
-def _three_outputs(a1: torch.Tensor, a2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    a = a1 - a2
-    return torch.sigmoid(a), torch.relu(a), a
-
-
-def _three_replaced(x1: torch.Tensor, x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    y2 = torch.abs(x2)
-    return y2, y2, torch.exp(x1)
-
-
-class AddUnusedZ(torch.nn.Module):
-    def forward(self, x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-        return x + y
-
-
-def _add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return x + y
-
-
-def _sub(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return x - y
-
-
-class MethodChain(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.dequantize().sigmoid().to(torch.float16) * 2
-
-
-def _method_chain(x: torch.Tensor) -> torch.Tensor:
-    return x.dequantize().sigmoid().to(torch.float16)
-
-
-def _as_strided(x: torch.Tensor, arg0: list[int], arg1: list[int]) -> torch.Tensor:
-    return torch.ops.aten.as_strided.default(x, arg0, arg1)
-
-
-class AddThenMethodChain(torch.nn.Module):
-    """test_subgraph_rewriter_placeholder_matching: the capture matches the ``add``; the dtype is an attribute."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.dtype = torch.float16
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x += 3
-        return torch.sigmoid(x.dequantize()).to(self.dtype)
-
-
-def _dequantize_sigmoid_to(x: torch.Tensor) -> torch.Tensor:
-    return torch.sigmoid(x.dequantize()).to(torch.float16)
-
-
-class ThreeAnchors(torch.nn.Module):
-    """test_subgraph_rewriter_local_revert: three candidate anchors, two matches (the second's operands are
-    the other way round)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        for i in range(5):
-            self.register_parameter(f"w{i}", torch.nn.Parameter(torch.randn([16, 16]) / 4))
-            self.register_parameter(f"b{i}", torch.nn.Parameter(torch.randn([16])))
-
-    def forward(self, in0: torch.Tensor, in1: torch.Tensor) -> torch.Tensor:
-        linear = torch.nn.functional.linear
-        lin_res_2 = linear(linear(in1, self.w0, bias=self.b0), self.w1, bias=self.b1)
-        sum_res_1 = in1 * lin_res_2 + in1
-        lin_res_3 = linear(sum_res_1, self.w2, bias=self.b2)
-        mul_res_2 = lin_res_3 * torch.sigmoid(lin_res_3)
-        lin_res_5 = linear(linear(in0, self.w3, bias=self.b3), self.w4, bias=self.b4)
-        return torch.cat([mul_res_2, in0 * lin_res_5 + in0], dim=1)
-
-
-def _linear_times_c(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor,
-                    c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    lin_res = torch.nn.functional.linear(a, b, bias=bias)
-    return lin_res, c * lin_res
-
-
-def _fused_times_c(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor,
-                   c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    lin_res, _ = fused_linear_mul(a, b, bias)
-    return lin_res, lin_res * c
 
 
 def _randn(*shape: int) -> Callable[[], torch.Tensor]:
@@ -248,30 +43,36 @@ def _randn(*shape: int) -> Callable[[], torch.Tensor]:
 
 #: (id, module, pattern, replacement, input makers, matches, whether replacements may sit elsewhere in graph order)
 CASES: list[tuple[str, Any, Any, Any, list[Callable[[], torch.Tensor]], int, bool]] = [
-    ("docstring_cat_to_stack", CatSumModule(), _cat, _stack, [_randn(1, 3)] * 3, 2, False),
+    ("docstring_cat_to_stack", cases.CatSumModule(), cases.cat, cases.stack, [_randn(1, 3)] * 3, 2, False),
     # torch puts each replacement before the first user of what it replaces, fxrules where that was
-    ("multiple_pattern_match", CatSumModule(), _cat_sum, _stack, [_randn(1, 3)] * 3, 2, True),
-    ("docstring_unused_replacement_input", NegReluTwoInputs(), _neg_plus_relu_of_two, _relu_of_first,
+    ("multiple_pattern_match", cases.CatSumModule(), cases.cat_sum, cases.stack, [_randn(1, 3)] * 3, 2, True),
+    ("docstring_unused_replacement_input", cases.NegReluTwoInputs(), cases.neg_plus_relu_of_two, cases.relu_of_first,
      [_randn(4, 4)] * 2, 1, False),
-    ("oneliner_pattern", NegOnce(), _neg, _relu, [_randn(1, 3)], 1, False),
-    ("single_pattern_match", NegReluModule(), _neg_plus_relu, _relu, [_randn(1, 3)], 1, False),
-    ("correct_output_replacement", NegReluTwoInputs(), _relu, _neg, [_randn(4, 4)] * 2, 1, False),
-    ("pattern_is_entire_graph", NegAddItself(), _neg_add_itself, _sigmoid_cat_itself, [_randn(3, 4)], 1, False),
-    ("pattern_output_has_other_users", ReluEscapes(), _relu, _sigmoid, [_randn(3, 4)], 1, False),
-    ("internal_nodes_with_other_users", AddmmOfCats(), _addmm_of_cats, _cat_three,
+    ("oneliner_pattern", cases.NegOnce(), cases.neg, cases.relu, [_randn(1, 3)], 1, False),
+    ("single_pattern_match", cases.NegReluModule(), cases.neg_plus_relu, cases.relu, [_randn(1, 3)], 1, False),
+    ("correct_output_replacement", cases.NegReluTwoInputs(), cases.relu, cases.neg, [_randn(4, 4)] * 2, 1, False),
+    ("pattern_is_entire_graph", cases.NegAddItself(), cases.neg_add_itself, cases.sigmoid_cat_itself,
+     [_randn(3, 4)], 1, False),
+    ("pattern_output_has_other_users", cases.ReluEscapes(), cases.relu, cases.sigmoid, [_randn(3, 4)], 1, False),
+    ("internal_nodes_with_other_users", cases.AddmmOfCats(), cases.addmm_of_cats, cases.cat_three,
      [_randn(2, 3), _randn(2, 3), _randn(2, 3), _randn(4), _randn(2, 3)], 0, False),
-    ("consecutive_matches", _sigmoids(3), _sigmoid, _exp, [_randn(3, 4)], 3, False),
-    ("overlapping_matches", _sigmoids(4), _sigmoid_sigmoid, _neg, [_randn(3, 4)], 2, False),
-    ("multiple_outputs", _sigmoid_and_relu, _sigmoid_relu_pair, _exp_abs_pair, [_randn(3, 4)], 1, False),
-    ("duplicated_outputs", _difference_outputs, _three_outputs, _three_replaced, [_randn(3, 4)] * 2, 1, False),
-    ("unused_args", AddUnusedZ(), _add, _sub, [_randn(3, 4)] * 3, 1, False),
-    ("call_method", MethodChain(), _method_chain, _identity, [_randn(3, 4)], 1, False),
-    ("kwargs_and_wrapped_replacement", LinearMul(), _linear_mul, _wrapped_linear_mul, [_randn(4, 16)], 1, False),
-    ("local_revert", ThreeAnchors(), _linear_times_c, _fused_times_c, [_randn(4, 16)] * 2, 2, False),
-    ("placeholder_matching", AddThenMethodChain(), _dequantize_sigmoid_to, _identity, [_randn(3, 4)], 1, False),
-    ("list_type_arg", ReshapeAliasModule(), _reshape_alias, _as_strided, [_randn(16)], 1, False),
+    ("consecutive_matches", cases.sigmoids(3), cases.sigmoid, cases.exp, [_randn(3, 4)], 3, False),
+    ("overlapping_matches", cases.sigmoids(4), cases.sigmoid_sigmoid, cases.neg, [_randn(3, 4)], 2, False),
+    ("multiple_outputs", cases.sigmoid_and_relu, cases.sigmoid_relu_pair, cases.exp_abs_pair, [_randn(3, 4)], 1, False),
+    ("duplicated_outputs", cases.difference_outputs, cases.three_outputs, cases.three_replaced,
+     [_randn(3, 4)] * 2, 1, False),
+    ("unused_args", cases.AddUnusedZ(), cases.add, cases.sub, [_randn(3, 4)] * 3, 1, False),
+    ("call_method", cases.MethodChain(), cases.method_chain, cases.identity, [_randn(3, 4)], 1, False),
+    ("kwargs_and_wrapped_replacement", cases.LinearMul(), cases.linear_mul, cases.wrapped_linear_mul,
+     [_randn(4, 16)], 1, False),
+    ("local_revert", cases.ThreeAnchors(), cases.linear_times_c, cases.wrapped_linear_times_c,
+     [_randn(4, 16)] * 2, 2, False),
+    ("placeholder_matching", cases.AddThenMethodChain(), cases.dequantize_sigmoid_to, cases.identity,
+     [_randn(3, 4)], 1, False),
+    ("list_type_arg", cases.ReshapeAliasModule(), cases.reshape_alias, cases.as_strided, [_randn(16)], 1, False),
     # one pass, as torch's: a pattern its replacement matches again is rewritten once, not forever
-    ("list_type_arg_swap", ReshapeAliasModule(), _reshape_alias, _reshape_alias_swapped, [_randn(16)], 1, False),
+    ("list_type_arg_swap", cases.ReshapeAliasModule(), cases.reshape_alias, cases.reshape_alias_swapped,
+     [_randn(16)], 1, False),
 ]
 
 
@@ -308,8 +109,8 @@ def test_replace_pattern_agrees_with_torch(model: Any, pattern: Any, replacement
 
 
 @pytest.mark.parametrize(("model", "pattern", "inputs"), [
-    pytest.param(NegReluModule(), _neg_plus_relu, [_randn(1, 3)], id="pattern_is_its_own_replacement"),
-    pytest.param(MmModule(), _mm, [_randn(3, 4), _randn(4, 5)], id="graph_argument_order"),
+    pytest.param(cases.NegReluModule(), cases.neg_plus_relu, [_randn(1, 3)], id="pattern_is_its_own_replacement"),
+    pytest.param(cases.MmModule(), cases.mm, [_randn(3, 4), _randn(4, 5)], id="graph_argument_order"),
 ])
 def test_a_replacement_that_is_its_pattern_is_no_match(model: Any, pattern: Any,
                                                         inputs: list[Callable[[], torch.Tensor]]) -> None:
@@ -326,8 +127,8 @@ def test_a_replacement_that_is_its_pattern_is_no_match(model: Any, pattern: Any,
 def test_traced_pattern_maps_its_own_nodes() -> None:
     """Given traced modules (test_subgraph_rewriter_traced_as_callable), the node map's keys are the nodes of
     the pattern graph passed in, as with torch."""
-    pattern, replacement = torch.fx.symbolic_trace(_neg_plus_relu), torch.fx.symbolic_trace(_sigmoid)
-    theirs, ours = torch.fx.symbolic_trace(NegReluModule()), torch.fx.symbolic_trace(NegReluModule())
+    pattern, replacement = torch.fx.symbolic_trace(cases.neg_plus_relu), torch.fx.symbolic_trace(cases.sigmoid)
+    theirs, ours = torch.fx.symbolic_trace(cases.NegReluModule()), torch.fx.symbolic_trace(cases.NegReluModule())
     expected = subgraph_rewriter.replace_pattern(theirs, pattern, replacement)
     found = fxrules.replace_pattern(ours, pattern, replacement)
     assert [set(m.nodes_map) for m in found] == [set(m.nodes_map) for m in expected]
@@ -337,14 +138,9 @@ def test_traced_pattern_maps_its_own_nodes() -> None:
 
 def test_operands_match_in_their_written_order_only() -> None:
     """As torch's matcher, the drop-in does not try ``b + a`` for a pattern ``a + b`` (a rule would)."""
-
-    class Swapped(torch.nn.Module):
-        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            return torch.relu(y) + torch.neg(x)
-
-    gm = torch.fx.symbolic_trace(Swapped())
-    assert fxrules.replace_pattern(gm, _neg_plus_relu_of_two, _relu_of_first) == []
-    rule = fxrules.rule_from_functions(_neg_plus_relu_of_two, _relu_of_first, name="r")
+    gm = torch.fx.symbolic_trace(cases.NegReluSwapped())
+    assert fxrules.replace_pattern(gm, cases.neg_plus_relu_of_two, cases.relu_of_first) == []
+    rule = fxrules.rule_from_functions(cases.neg_plus_relu_of_two, cases.relu_of_first, name="r")
     assert fxrules.apply(gm, fxrules.RuleSet((rule,))).total_fired == 1
 
 
@@ -377,8 +173,8 @@ def test_an_output_that_would_become_an_input_is_left() -> None:
             return torch.neg(torch.neg(x))
 
     theirs, ours = torch.fx.symbolic_trace(Negs()), torch.fx.symbolic_trace(Negs())
-    assert len(subgraph_rewriter.replace_pattern(theirs, _neg, _identity)) == 2
-    assert len(fxrules.replace_pattern(ours, _neg, _identity)) == 1
+    assert len(subgraph_rewriter.replace_pattern(theirs, cases.neg, cases.identity)) == 2
+    assert len(fxrules.replace_pattern(ours, cases.neg, cases.identity)) == 1
     assert [n.op for n in ours.graph.nodes] == ["placeholder", "call_function", "output"]
 
 
@@ -463,8 +259,8 @@ def _sub_swapped(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.sub(b, a)
 
 
-RANDOM_PAIRS = [(_neg_then_relu, _relu_neg_pair), (_add_neg, _sub_swapped), (_add, _sub), (_neg, _relu),
-                (_neg_and_relu, _relu_and_neg)]
+RANDOM_PAIRS = [(_neg_then_relu, _relu_neg_pair), (_add_neg, _sub_swapped), (cases.add, cases.sub),
+                (cases.neg, cases.relu), (_neg_and_relu, _relu_and_neg)]
 
 
 @settings(max_examples=slow_examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -487,12 +283,12 @@ def test_random_graphs_rewrite_as_torch_does(gm: torch.fx.GraphModule, pair: tup
 
 
 @pytest.mark.parametrize(("pattern", "replacement", "text"), [
-    pytest.param(_cat, _stack, "rule r: torch.cat([w1, w2]) => torch.stack([w1, w2])\n", id="docstring"),
-    pytest.param(_neg_plus_relu_of_two, _relu_of_first, "rule r: torch.neg(x) + torch.relu(y) => torch.relu(x)\n",
-                 id="unused_input"),
-    pytest.param(_method_chain, _identity, "rule r: x.dequantize().sigmoid().to(torch.float16) => x\n",
+    pytest.param(cases.cat, cases.stack, "rule r: torch.cat([w1, w2]) => torch.stack([w1, w2])\n", id="docstring"),
+    pytest.param(cases.neg_plus_relu_of_two, cases.relu_of_first,
+                 "rule r: torch.neg(x) + torch.relu(y) => torch.relu(x)\n", id="unused_input"),
+    pytest.param(cases.method_chain, cases.identity, "rule r: x.dequantize().sigmoid().to(torch.float16) => x\n",
                  id="methods_and_dtype"),
-    pytest.param(_neg_add_itself, _sigmoid_cat_itself, textwrap.dedent("""\
+    pytest.param(cases.neg_add_itself, cases.sigmoid_cat_itself, textwrap.dedent("""\
         rule r:
             pattern:
                 neg_ = torch.neg(x)
@@ -501,7 +297,7 @@ def test_random_graphs_rewrite_as_torch_does(gm: torch.fx.GraphModule, pair: tup
                 sigmoid_ = torch.sigmoid(x)
                 return torch.cat([sigmoid_, sigmoid_])
         """), id="shared_node"),
-    pytest.param(_three_outputs, _three_replaced, textwrap.dedent("""\
+    pytest.param(cases.three_outputs, cases.three_replaced, textwrap.dedent("""\
         rule r:
             pattern:
                 sub_ = a1 - a2
@@ -512,7 +308,7 @@ def test_random_graphs_rewrite_as_torch_does(gm: torch.fx.GraphModule, pair: tup
         """), id="outputs"),
     pytest.param(lambda x: x[:, 0].sum(dim=1, keepdim=True), lambda x: x[1:],
                  "rule r: x[:, 0].sum(dim=1, keepdim=True) => x[1:]\n", id="index_and_keywords"),
-    pytest.param(_reshape_alias, _as_strided,
+    pytest.param(cases.reshape_alias, cases.as_strided,
                  "rule r: aten._reshape_alias_copy.default(x, arg0, arg1) => aten.as_strided.default(x, arg0, arg1)\n",
                  id="aten"),
 ])
@@ -523,36 +319,25 @@ def test_rule_text_and_rule(pattern: Any, replacement: Any, text: str) -> None:
     assert meaning(fxrules.rule_from_functions(pattern, replacement, name="r")) == meaning(fxrules.parse(text)["r"])
 
 
-@torch.fx.wrap
-def fused_linear_mul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    lin_res = torch.nn.functional.linear(a, b, bias=bias)
-    return lin_res, a * lin_res
-
-
-def _fused(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    lin_res, mul_res = fused_linear_mul(a, b, bias)
-    return lin_res, mul_res
-
-
 def test_functions_of_other_modules_are_named_through_use() -> None:
     """A function the tracer leaves opaque is named through ``use`` of its module, allowed for the rule."""
-    text = fxrules.integrations.convert.rule_text(_linear_mul, _fused, "gemm")
+    text = fxrules.integrations.convert.rule_text(cases.linear_mul, cases.wrapped_linear_mul, "gemm")
     assert text == textwrap.dedent("""\
-        use tests.integrations.test_convert as test_convert
+        use tests.integrations.subgraph_rewriter_cases as subgraph_rewriter_cases
 
         rule gemm:
             pattern:
                 linear_ = F.linear(a, b, bias=bias)
                 return linear_, a * linear_
             replace:
-                fused_linear_mul = test_convert.fused_linear_mul(a, b, bias)
-                return fused_linear_mul[0], fused_linear_mul[1]
+                wrapped_gemm_bias_mul = subgraph_rewriter_cases.wrapped_gemm_bias_mul(a, b, bias)
+                return wrapped_gemm_bias_mul[0], wrapped_gemm_bias_mul[1]
         """)
-    theirs, ours = torch.fx.symbolic_trace(LinearMul()), torch.fx.symbolic_trace(LinearMul())
-    assert len(subgraph_rewriter.replace_pattern(theirs, _linear_mul, _fused)) == 1
-    assert len(fxrules.replace_pattern(ours, _linear_mul, _fused)) == 1
+    theirs, ours = torch.fx.symbolic_trace(cases.LinearMul()), torch.fx.symbolic_trace(cases.LinearMul())
+    assert len(subgraph_rewriter.replace_pattern(theirs, cases.linear_mul, cases.wrapped_linear_mul)) == 1
+    assert len(fxrules.replace_pattern(ours, cases.linear_mul, cases.wrapped_linear_mul)) == 1
     assert structure(ours) == structure(theirs)
-    assert [n.target for n in ours.graph.nodes].count(fused_linear_mul) == 1
+    assert [n.target for n in ours.graph.nodes].count(cases.wrapped_gemm_bias_mul) == 1
 
 
 class WithAttribute(torch.nn.Module):
@@ -579,34 +364,34 @@ def _nan_to_nan(x: torch.Tensor) -> torch.Tensor:
 
 def test_infinite_arguments_convert_to_the_predefined_names() -> None:
     """``inf`` and ``-inf`` arguments are written as the language's names and match as torch's do."""
-    text = fxrules.integrations.convert.rule_text(_clamp_unbounded, _identity, "r")
+    text = fxrules.integrations.convert.rule_text(_clamp_unbounded, cases.identity, "r")
     assert text == "rule r: x.clamp(min=-inf, max=inf) => x\n"
     theirs, ours = torch.fx.symbolic_trace(ClampUnbounded()), torch.fx.symbolic_trace(ClampUnbounded())
-    assert len(subgraph_rewriter.replace_pattern(theirs, _clamp_unbounded, _identity)) == 1
-    assert len(fxrules.replace_pattern(ours, _clamp_unbounded, _identity)) == 1
+    assert len(subgraph_rewriter.replace_pattern(theirs, _clamp_unbounded, cases.identity)) == 1
+    assert len(fxrules.replace_pattern(ours, _clamp_unbounded, cases.identity)) == 1
     assert structure(ours) == structure(theirs)
 
 
 def test_a_nan_argument_converts_to_nan_and_matches_nan() -> None:
     """A ``nan`` argument is written ``nan``, which matches a NaN (torch's replace_pattern compares with
     ``==``, so its NaN never matches)."""
-    assert fxrules.integrations.convert.rule_text(_nan_to_nan, _identity, "r") == \
+    assert fxrules.integrations.convert.rule_text(_nan_to_nan, cases.identity, "r") == \
         "rule r: torch.nan_to_num(x, nan=nan) => x\n"
     gm = torch.fx.symbolic_trace(ClampUnbounded())
-    assert len(fxrules.replace_pattern(gm, _nan_to_nan, _identity)) == 1
+    assert len(fxrules.replace_pattern(gm, _nan_to_nan, cases.identity)) == 1
     assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == []
 
 
 @pytest.mark.parametrize(("pattern", "replacement", "message"), [
-    (_relu, WithAttribute(), "node 'c' is a get_attr: only function and method calls convert"),
-    (_neg, _add, "the pattern takes 1 inputs and the replacement 2"),
-    (lambda x: x.mul(1j), _identity, "the argument 1j (complex) cannot be written in a rule file"),
+    (cases.relu, WithAttribute(), "node 'c' is a get_attr: only function and method calls convert"),
+    (cases.neg, cases.add, "the pattern takes 1 inputs and the replacement 2"),
+    (lambda x: x.mul(1j), cases.identity, "the argument 1j (complex) cannot be written in a rule file"),
 ])
 def test_what_cannot_convert_is_a_usage_error(pattern: Any, replacement: Any, message: str) -> None:
     with pytest.raises(fxrules.FxrUsageError, match=re.escape(message)):
         fxrules.rule_from_functions(pattern, replacement)
     with pytest.raises(fxrules.FxrUsageError, match=re.escape(message)):
-        fxrules.replace_pattern(torch.fx.symbolic_trace(NegOnce()), pattern, replacement)
+        fxrules.replace_pattern(torch.fx.symbolic_trace(cases.NegOnce()), pattern, replacement)
 
 
 # ---------------------------------------------------------------- the command

@@ -32,104 +32,7 @@ import torch.fx
 from torch.fx import subgraph_rewriter
 
 import fxrules
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Functions that stay opaque to tracing (torch's test file wraps the same two).
-
-
-@torch.fx.wrap
-def wrapped_gemm_bias_mul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    lin_res = torch.nn.functional.linear(a, b, bias=bias)
-    mul_res = lin_res * a
-    return lin_res, mul_res
-
-
-class LinearMul(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.w0 = torch.nn.Parameter(torch.randn([16, 16]))
-        self.b0 = torch.nn.Parameter(torch.randn([16]))
-
-    def forward(self, in0: torch.Tensor) -> torch.Tensor:
-        lin_res = torch.nn.functional.linear(in0, self.w0, bias=self.b0)
-        mul_res = in0 * lin_res
-        return mul_res + in0
-
-
-def _linear_mul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    lin_res = torch.nn.functional.linear(a, b, bias=bias)
-    mul_res = a * lin_res
-    return lin_res, mul_res
-
-
-def _wrapped_linear_mul(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    lin_res, mul_res = wrapped_gemm_bias_mul(a, b, bias)
-    return lin_res, mul_res
-
-
-@torch.fx.wrap
-def wrapped_gemm_bias_mul_with_c(
-    a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor, c: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    lin_res = torch.nn.functional.linear(a, b, bias=bias)
-    mul_res = lin_res * c
-    return lin_res, mul_res
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# Patterns and replacements used by several cases (functions, not lambdas: replace_pattern traces them).
-
-
-def _identity(x: torch.Tensor) -> torch.Tensor:
-    return x
-
-
-def _neg(x: torch.Tensor) -> torch.Tensor:
-    return torch.neg(x)
-
-
-def _relu(x: torch.Tensor) -> torch.Tensor:
-    return torch.relu(x)
-
-
-def _sigmoid(x: torch.Tensor) -> torch.Tensor:
-    return torch.sigmoid(x)
-
-
-def _exp(x: torch.Tensor) -> torch.Tensor:
-    return torch.exp(x)
-
-
-def _neg_plus_relu(x: torch.Tensor) -> torch.Tensor:
-    return torch.neg(x) + torch.relu(x)
-
-
-def _sigmoid_sigmoid(x: torch.Tensor) -> torch.Tensor:
-    return torch.sigmoid(torch.sigmoid(x))
-
-
-def _mm(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return torch.mm(x, y)
-
-
-def _reshape_alias(x: torch.Tensor, arg0: list[int], arg1: list[int]) -> torch.Tensor:
-    return torch.ops.aten._reshape_alias_copy.default(x, arg0, arg1)
-
-
-def _reshape_alias_swapped(x: torch.Tensor, arg0: list[int], arg1: list[int]) -> torch.Tensor:
-    return torch.ops.aten._reshape_alias_copy.default(x, arg1, arg0)
-
-
-class MmModule(torch.nn.Module):
-    def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return torch.mm(x, y)
-
-
-class ReshapeAliasModule(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # doubled: returning a view of the input (the replacement's as_strided) would be skipped (reason 'alias')
-        return torch.ops.aten._reshape_alias_copy.default(x, [1, 2], [3, 4]) * 2
-
+import tests.integrations.subgraph_rewriter_cases as cases
 
 # ---------------------------------------------------------------------------------------------------------------------
 # Comparing two rewritten graph modules.
@@ -263,36 +166,94 @@ def _randn(*shape: int) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# replace_pattern's docstring.
+# replace_pattern's docstring and torch/test/fx/test_subgraph_rewriter.py: cases where both must agree.
+
+#: (module, pattern, replacement, rules, input shapes, replacements), one row per case of torch's
+AGREEING = [
+    # replace_pattern's docstring: cat -> stack, matched twice, a list argument
+    pytest.param(cases.CatSumModule(), cases.cat, cases.stack,
+                 "rule cat_to_stack:\n    torch.cat([w1, w2]) => torch.stack([w1, w2])\n",
+                 [(1, 3)] * 3, 2, id="docstring_cat_to_stack_list_argument_two_matches"),
+    # replace_pattern's docstring: ``neg(x) + relu(y)`` -> ``relu(x)``, the replacement ignores ``y``
+    pytest.param(cases.NegReluTwoInputs(), cases.neg_plus_relu_of_two, cases.relu_of_first,
+                 "rule neg_plus_relu:\n    torch.neg(x) + torch.relu(y) => torch.relu(x)\n",
+                 [(4, 4)] * 2, 1, id="docstring_neg_relu_with_unused_replacement_input"),
+    # test_subgraph_rewriter_with_oneliner_pattern: a single op, ``neg`` -> ``relu``
+    pytest.param(cases.NegOnce(), cases.neg, cases.relu, "rule neg_to_relu: torch.neg(x) => torch.relu(x)\n",
+                 [(1, 3)], 1, id="oneliner_pattern"),
+    # test_subgraph_rewriter_single_pattern_match: three nodes, one capture used twice
+    pytest.param(cases.NegReluModule(), cases.neg_plus_relu, cases.relu,
+                 "rule r:\n    torch.neg(x) + torch.relu(x) => torch.relu(x)\n",
+                 [(1, 3)], 1, id="single_pattern_match_multi_node"),
+    # test_subgraph_rewriter_correct_output_replacement: only the ``relu`` of ``neg(y) + relu(x)`` is replaced
+    pytest.param(cases.NegYPlusReluX(), cases.relu, cases.neg, "rule relu_to_neg: torch.relu(x) => torch.neg(x)\n",
+                 [(4, 4)] * 2, 1, id="correct_output_replacement"),
+    # test_subgraph_rewriter_traced_as_callable: pattern and replacement given as traced modules
+    pytest.param(cases.NegReluModule(),
+                 torch.fx.symbolic_trace(cases.neg_plus_relu), torch.fx.symbolic_trace(cases.sigmoid),
+                 "rule r:\n    torch.neg(x) + torch.relu(x) => torch.sigmoid(x)\n",
+                 [(3, 4)], 1, id="traced_as_callable"),
+    # test_subgraph_rewriter_pattern_is_entire_graph: an interior node used twice; a block-form rule
+    pytest.param(cases.NegAddItself(), cases.neg_add_itself, cases.sigmoid_cat_itself, """
+rule r:
+    pattern:
+        a = torch.neg(x)
+        return torch.add(a, a)
+    replace:
+        a = torch.sigmoid(x)
+        return torch.cat([a, a])
+""", [(3, 4)], 1, id="pattern_is_entire_graph_block_form"),
+    # test_..._pattern_output_pattern_node_can_have_users_that_are_not_matched: the OUTPUT may escape
+    pytest.param(cases.ReluEscapes(), cases.relu, cases.sigmoid, "rule r: torch.relu(x) => torch.sigmoid(x)\n",
+                 [(3, 4)], 1, id="pattern_output_may_have_unmatched_users"),
+    # test_subgraph_rewriter_replace_consecutive_submodules: three matches in a chain
+    pytest.param(cases.sigmoids(3), cases.sigmoid, cases.exp, "rule r: torch.sigmoid(x) => torch.exp(x)\n",
+                 [(3, 4)], 3, id="replace_consecutive_nodes_several_matches"),
+    # test_subgraph_rewriter_with_overlapping_matches: four sigmoids, a two-sigmoid pattern, two matches
+    pytest.param(cases.sigmoids(4), cases.sigmoid_sigmoid, cases.neg,
+                 "rule r: torch.sigmoid(torch.sigmoid(x)) => torch.neg(x)\n",
+                 [(3, 4)], 2, id="overlapping_matches"),
+    # test_subgraph_rewriter_replace_with_multiple_outputs: a two-output pattern
+    pytest.param(cases.sigmoid_and_relu, cases.sigmoid_relu_pair, cases.exp_abs_pair, """
+rule r:
+    pattern:
+        return torch.sigmoid(a), torch.relu(a)
+    replace:
+        return torch.exp(a), torch.abs(a)
+""", [(3, 4)], 1, id="replace_with_multiple_outputs"),
+    # test_subgraph_rewriter_call_method: a chain of three method calls, replaced by its input.  ``Tensor.to`` and
+    # ``Tensor.dequantize`` have several overloads whose parameter names disagree; the design card (section 3) says
+    # such calls are compared as written, not rejected.
+    pytest.param(cases.MethodChain(), cases.method_chain, cases.identity,
+                 "rule drop_dequant_sigmoid_to: x.dequantize().sigmoid().to(torch.float16) => x\n",
+                 [(3, 4)], 1, id="call_method_pattern"),
+    # test_subgraph_rewriter_placeholder_matching: a capture matches a node (the ``add``) with inputs of its own;
+    # the dtype comes from a module attribute, so it is a literal ``torch.float16`` in the graph
+    pytest.param(cases.AddThenMethodChain(), cases.dequantize_sigmoid_to, cases.identity,
+                 "rule r: torch.sigmoid(x.dequantize()).to(torch.float16) => x\n",
+                 [(3, 4)], 1, id="placeholder_matching"),
+]
 
 
-class CatSumModule(torch.nn.Module):
-    """The module of replace_pattern's docstring (and of test_subgraph_rewriter_multiple_pattern_match)."""
-
-    def forward(self, x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-        m1 = torch.cat([w1, w2]).sum()
-        m2 = torch.cat([w1, w2]).sum()
-        return x + torch.max(m1) + torch.max(m2)
-
-
-def test_docstring_cat_to_stack_list_argument_two_matches() -> None:
-    """Docstring: ``torch.cat([w1, w2])`` -> ``torch.stack([w1, w2])``, matched twice, a list argument."""
-    check_agreement(
-        CatSumModule(),
-        lambda w1, w2: torch.cat([w1, w2]),
-        lambda w1, w2: torch.stack([w1, w2]),
-        "rule cat_to_stack:\n    torch.cat([w1, w2]) => torch.stack([w1, w2])\n",
-        [_randn(1, 3), _randn(1, 3), _randn(1, 3)],
-        replacements=2,
-    )
+@pytest.mark.parametrize(("model", "pattern", "replacement", "rules", "shapes", "replacements"), AGREEING)
+def test_rule_makes_the_rewrite_replace_pattern_makes(
+    model: torch.nn.Module | Callable[..., Any],
+    pattern: Callable[..., Any],
+    replacement: Callable[..., Any],
+    rules: str,
+    shapes: list[tuple[int, ...]],
+    replacements: int,
+) -> None:
+    """The rule fires as often as replace_pattern replaces, leaving the same graph computing the same outputs."""
+    check_agreement(model, pattern, replacement, rules, [_randn(*shape) for shape in shapes], replacements)
 
 
 def test_multiple_pattern_match_cat_sum_method_call() -> None:
     """test_subgraph_rewriter_multiple_pattern_match: ``torch.cat([w1, w2]).sum()`` (a method call) -> stack."""
     _, fx, report = check_agreement(
-        CatSumModule(),
-        lambda w1, w2: torch.cat([w1, w2]).sum(),
-        lambda w1, w2: torch.stack([w1, w2]),
+        cases.CatSumModule(),
+        cases.cat_sum,
+        cases.stack,
         "rule cat_sum_to_stack:\n    torch.cat([w1, w2]).sum() => torch.stack([w1, w2])\n",
         [_randn(1, 3), _randn(1, 3), _randn(1, 3)],
         replacements=2,
@@ -306,163 +267,12 @@ def test_multiple_pattern_match_cat_sum_method_call() -> None:
     assert op_sequence(fx)[:2] == [("call_function", "torch.stack")] * 2
 
 
-def test_docstring_neg_relu_with_unused_replacement_input() -> None:
-    """Docstring: ``torch.neg(x) + torch.relu(y)`` -> ``torch.relu(x)`` (the replacement ignores ``y``)."""
-
-    class M(torch.nn.Module):
-        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            val = torch.neg(x) + torch.relu(y)
-            return torch.add(val, val)
-
-    def pattern(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return torch.neg(x) + torch.relu(y)
-
-    def replacement(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return torch.relu(x)
-
-    check_agreement(
-        M(), pattern, replacement,
-        "rule neg_plus_relu:\n    torch.neg(x) + torch.relu(y) => torch.relu(x)\n",
-        [_randn(4, 4), _randn(4, 4)],
-        replacements=1,
-    )
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# torch/test/fx/test_subgraph_rewriter.py: cases where both must agree.
-
-
-class NegReluModule(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        val = torch.neg(x) + torch.relu(x)
-        return torch.add(val, val)
-
-
-def test_oneliner_pattern() -> None:
-    """test_subgraph_rewriter_with_oneliner_pattern: a single op, ``neg`` -> ``relu``."""
-
-    class M(torch.nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            val = torch.neg(x)
-            return torch.add(val, val)
-
-    check_agreement(
-        M(), _neg, _relu,
-        "rule neg_to_relu: torch.neg(x) => torch.relu(x)\n",
-        [_randn(1, 3)], replacements=1,
-    )
-
-
-def test_single_pattern_match_multi_node() -> None:
-    """test_subgraph_rewriter_single_pattern_match: three nodes, one capture used twice."""
-    check_agreement(
-        NegReluModule(), _neg_plus_relu, _relu,
-        "rule r:\n    torch.neg(x) + torch.relu(x) => torch.relu(x)\n",
-        [_randn(1, 3)], replacements=1,
-    )
-
-
-def test_correct_output_replacement() -> None:
-    """test_subgraph_rewriter_correct_output_replacement: only the ``relu`` of ``neg(y) + relu(x)`` is replaced."""
-
-    class M(torch.nn.Module):
-        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            val = torch.neg(y) + torch.relu(x)
-            return torch.add(val, val)
-
-    check_agreement(
-        M(), _relu, _neg,
-        "rule relu_to_neg: torch.relu(x) => torch.neg(x)\n",
-        [_randn(4, 4), _randn(4, 4)], replacements=1,
-    )
-
-
-def test_traced_as_callable() -> None:
-    """test_subgraph_rewriter_traced_as_callable: pattern and replacement given as traced modules."""
-
-    class Pattern(torch.nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return torch.neg(x) + torch.relu(x)
-
-    class Replacement(torch.nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return torch.sigmoid(x)
-
-    check_agreement(
-        NegReluModule(), torch.fx.symbolic_trace(Pattern()), torch.fx.symbolic_trace(Replacement()),
-        "rule r:\n    torch.neg(x) + torch.relu(x) => torch.sigmoid(x)\n",
-        [_randn(3, 4)], replacements=1,
-    )
-
-
-def test_pattern_is_entire_graph_block_form() -> None:
-    """test_subgraph_rewriter_pattern_is_entire_graph: an interior node used twice; a block-form rule."""
-
-    class M(torch.nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            a = torch.neg(x)
-            return torch.add(a, a)
-
-    def pattern(x: torch.Tensor) -> torch.Tensor:
-        a = torch.neg(x)
-        return torch.add(a, a)
-
-    def replacement(x: torch.Tensor) -> torch.Tensor:
-        a = torch.sigmoid(x)
-        return torch.cat([a, a])
-
-    rules = """
-rule r:
-    pattern:
-        a = torch.neg(x)
-        return torch.add(a, a)
-    replace:
-        a = torch.sigmoid(x)
-        return torch.cat([a, a])
-"""
-    check_agreement(M(), pattern, replacement, rules, [_randn(3, 4)], replacements=1)
-
-
-def test_pattern_output_may_have_unmatched_users() -> None:
-    """test_..._pattern_output_pattern_node_can_have_users_that_are_not_matched: the OUTPUT may escape."""
-
-    class M(torch.nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            y = torch.relu(x)
-            return torch.neg(y) - y
-
-    check_agreement(
-        M(), _relu, _sigmoid,
-        "rule r: torch.relu(x) => torch.sigmoid(x)\n",
-        [_randn(3, 4)], replacements=1,
-    )
-
-
 def test_interior_nodes_with_unmatched_users_reject_the_match() -> None:
     """test_..._internal_pattern_nodes_cannot_have_users_that_are_not_matched: no match, graph untouched.
 
     ``m1`` (a ``cat``) is also used by the other ``addmm`` (and by the dead ``t0``), ``m2`` by the other ``.t()``;
     both tools reject the match.  fxrules must also say why in its report.
     """
-
-    class M(torch.nn.Module):
-        def forward(self, x, w1, w2, b1, b2):
-            m0 = torch.cat([w1, w2])  # noqa: F841
-            m1 = torch.cat([w1, w2])
-            m2 = torch.cat([x, b2])
-            t0 = torch.addmm(b1, m1, m2.t())  # noqa: F841
-            t1 = torch.sum(w1, 1)
-            t2 = torch.addmm(b1, m1, m2.t())
-            return torch.sum(t1), torch.sum(t2)
-
-    def pattern(x, w1, w2, b1, b2):
-        m1 = torch.cat([w1, w2])
-        m2 = torch.cat([x, b2])
-        return torch.addmm(b1, m1, m2.t())
-
-    def replacement(x, w1, w2, b1, b2):
-        return torch.cat([x, w1, w2])
-
     rules = """
 rule addmm_of_cats:
     pattern:
@@ -472,9 +282,9 @@ rule addmm_of_cats:
     replace:
         return torch.cat([x, w1, w2])
 """
-    untouched = torch.fx.symbolic_trace(M()).code
+    untouched = torch.fx.symbolic_trace(cases.AddmmOfCats()).code
     inputs = [_randn(2, 3), _randn(2, 3), _randn(2, 3), _randn(4), _randn(2, 3)]
-    rp, matches, fx, report = rewrite_both(M(), pattern, replacement, rules)
+    rp, matches, fx, report = rewrite_both(cases.AddmmOfCats(), cases.addmm_of_cats, cases.cat_three, rules)
     assert matches == []
     assert report.total_fired == 0
     assert rp.code == untouched
@@ -537,84 +347,12 @@ rule sigmoid_module_to_tanh_module:
     assert type(fx.get_submodule("submod")) is torch.nn.ReLU
 
 
-def test_replace_consecutive_nodes_several_matches() -> None:
-    """test_subgraph_rewriter_replace_consecutive_submodules: three matches in a chain."""
-
-    def f(x: torch.Tensor) -> torch.Tensor:
-        x = torch.sigmoid(x)
-        x = torch.sigmoid(x)
-        return torch.sigmoid(x)
-
-    check_agreement(
-        f, _sigmoid, _exp,
-        "rule r: torch.sigmoid(x) => torch.exp(x)\n",
-        [_randn(3, 4)], replacements=3,
-    )
-
-
-def test_overlapping_matches() -> None:
-    """test_subgraph_rewriter_with_overlapping_matches: four sigmoids, a two-sigmoid pattern, two matches."""
-
-    def f(x: torch.Tensor) -> torch.Tensor:
-        x = torch.sigmoid(x)
-        x = torch.sigmoid(x)
-        x = torch.sigmoid(x)
-        return torch.sigmoid(x)
-
-    check_agreement(
-        f, _sigmoid_sigmoid, _neg,
-        "rule r: torch.sigmoid(torch.sigmoid(x)) => torch.neg(x)\n",
-        [_randn(3, 4)], replacements=2,
-    )
-
-
-def test_replace_with_multiple_outputs() -> None:
-    """test_subgraph_rewriter_replace_with_multiple_outputs: a two-output pattern."""
-
-    def f(x: torch.Tensor) -> torch.Tensor:
-        y = torch.sigmoid(x)
-        z = torch.relu(x)
-        return y + z
-
-    def pattern(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.sigmoid(a), torch.relu(a)
-
-    def replacement(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.exp(x), torch.abs(x)
-
-    rules = """
-rule r:
-    pattern:
-        return torch.sigmoid(a), torch.relu(a)
-    replace:
-        return torch.exp(a), torch.abs(a)
-"""
-    check_agreement(f, pattern, replacement, rules, [_randn(3, 4)], replacements=1)
-
-
 def test_replace_with_duplicated_outputs() -> None:
     """test_subgraph_rewriter_replace_with_duplicated_outputs: the interior ``a`` is also the third output.
 
     Documented difference: replace_pattern leaves the replacement of the unused output ``a`` (``torch.exp``) in
     the graph as dead code; fxrules removes dead code after a rewrite (design card section 7).
     """
-
-    def f(x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
-        x = x1 - x2
-        y = torch.sigmoid(x)
-        z = torch.relu(x)
-        return y + z
-
-    def pattern(a1: torch.Tensor, a2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        a = a1 - a2
-        b = torch.sigmoid(a)
-        c = torch.relu(a)
-        return b, c, a
-
-    def replacement(x1: torch.Tensor, x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        y1 = torch.exp(x1)
-        y2 = torch.abs(x2)
-        return y2, y2, y1
 
     rules = """
 rule r:
@@ -625,17 +363,16 @@ rule r:
         y2 = torch.abs(a2)
         return y2, y2, torch.exp(a1)
 """
-    rp, fx, _ = check_agreement(f, pattern, replacement, rules, [_randn(3, 4), _randn(3, 4)], replacements=1)
+    rp, fx, _ = check_agreement(
+        cases.difference_outputs, cases.three_outputs, cases.three_replaced, rules, [_randn(3, 4), _randn(3, 4)],
+        replacements=1,
+    )
     assert dead_ops(rp) == [("call_function", "torch.exp")]
     assert dead_ops(fx) == []
 
 
 def test_duplicated_outputs_in_any_order() -> None:
     """The same rule with the outputs listed interior-first matches the same way (output order is not semantic)."""
-
-    def f(x1: torch.Tensor, x2: torch.Tensor) -> torch.Tensor:
-        x = x1 - x2
-        return torch.sigmoid(x) + torch.relu(x)
 
     def rules(order: str) -> str:
         outputs = {"last": "torch.sigmoid(a), torch.relu(a), a", "first": "a, torch.sigmoid(a), torch.relu(a)"}
@@ -645,7 +382,7 @@ def test_duplicated_outputs_in_any_order() -> None:
 
     results = {}
     for order in ("first", "last"):
-        gm = torch.fx.symbolic_trace(f)
+        gm = torch.fx.symbolic_trace(cases.difference_outputs)
         report = fxrules.apply(gm, fxrules.parse(rules(order)))
         results[order] = (report.total_fired, structure(gm))
     assert results["last"] == results["first"]
@@ -654,76 +391,12 @@ def test_duplicated_outputs_in_any_order() -> None:
 
 def test_unused_args_keep_their_placeholders() -> None:
     """test_subgraph_rewriter_with_unused_args: ``x + y`` -> ``x - y``; the unused input ``z`` stays."""
-
-    class M(torch.nn.Module):
-        def forward(self, x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
-            return x + y
-
     _, fx, _ = check_agreement(
-        M(), lambda x, y: x + y, lambda x, y: x - y,
+        cases.AddUnusedZ(), cases.add, cases.sub,
         "rule add_to_sub: x + y => x - y\n",
         [_randn(3, 4), _randn(3, 4), _randn(3, 4)], replacements=1,
     )
     assert placeholders(fx) == ["x", "y", "z"]
-
-
-def test_call_method_pattern() -> None:
-    """test_subgraph_rewriter_call_method: a chain of three method calls, replaced by its input.
-
-    ``Tensor.to`` and ``Tensor.dequantize`` have several overloads whose parameter names disagree; the design card
-    (section 3) says such calls are compared as written, not rejected.
-    """
-
-    class M(torch.nn.Module):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            x = x.dequantize()
-            x = x.sigmoid()
-            x = x.to(torch.float16)
-            return x * 2  # returning the input itself would be skipped (reason 'alias')
-
-    def pattern(x: torch.Tensor) -> torch.Tensor:
-        x = x.dequantize()
-        x = x.sigmoid()
-        x = x.to(torch.float16)
-        return x
-
-    check_agreement(
-        M(), pattern, _identity,
-        "rule drop_dequant_sigmoid_to: x.dequantize().sigmoid().to(torch.float16) => x\n",
-        [_randn(3, 4)], replacements=1,
-    )
-
-
-def test_placeholder_matching() -> None:
-    """test_subgraph_rewriter_placeholder_matching: a capture matches a node (the ``add``) with inputs of its own.
-
-    The dtype comes from a module attribute, so it is a literal ``torch.float16`` in the graph.
-    """
-
-    class M(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.dtype = torch.float16
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            x += 3
-            x = x.dequantize()
-            x = torch.sigmoid(x)
-            dtype = self.dtype
-            x = x.to(dtype)
-            return x
-
-    def pattern(x: torch.Tensor) -> torch.Tensor:
-        x = x.dequantize()
-        x = torch.sigmoid(x)
-        x = x.to(torch.float16)
-        return x
-
-    check_agreement(
-        M(), pattern, _identity,
-        "rule r: torch.sigmoid(x.dequantize()).to(torch.float16) => x\n",
-        [_randn(3, 4)], replacements=1,
-    )
 
 
 def test_nodes_with_kwargs_and_wrapped_replacement() -> None:
@@ -734,18 +407,18 @@ def test_nodes_with_kwargs_and_wrapped_replacement() -> None:
     """
 
     rules = f"""
-use {__name__} as compat
+use {cases.__name__} as cases
 rule gemm_bias_mul:
     pattern:
         lin = F.linear(a, b, bias=bias)
         return lin, a * lin
     replace:
-        both = compat.wrapped_gemm_bias_mul(a, b, bias)
+        both = cases.wrapped_gemm_bias_mul(a, b, bias)
         return both[0], both[1]
 """
-    _, fx, _ = check_agreement(LinearMul(), _linear_mul, _wrapped_linear_mul, rules, [_randn(4, 16)],
-                               replacements=1, allow=[__name__])
-    assert [n.target for n in fx.graph.nodes].count(wrapped_gemm_bias_mul) == 1
+    _, fx, _ = check_agreement(cases.LinearMul(), cases.linear_mul, cases.wrapped_linear_mul, rules, [_randn(4, 16)],
+                               replacements=1, allow=[cases.__name__])
+    assert [n.target for n in fx.graph.nodes].count(cases.wrapped_gemm_bias_mul) == 1
 
 
 def test_local_revert_cycle_rejected() -> None:
@@ -757,50 +430,21 @@ def test_local_revert_cycle_rejected() -> None:
     (section 7) rejects as a cycle.  The count agrees, and the report names the cycle.
     """
 
-    class M(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            for i in range(5):
-                self.register_parameter(f"w{i}", torch.nn.Parameter(torch.randn([16, 16]) / 4))
-                self.register_parameter(f"b{i}", torch.nn.Parameter(torch.randn([16])))
-
-        def forward(self, in0: torch.Tensor, in1: torch.Tensor) -> torch.Tensor:
-            lin_res_1 = torch.nn.functional.linear(in1, self.w0, bias=self.b0)
-            lin_res_2 = torch.nn.functional.linear(lin_res_1, self.w1, bias=self.b1)
-            mul_res_1 = in1 * lin_res_2  # anchor 1
-            sum_res_1 = mul_res_1 + in1
-            lin_res_3 = torch.nn.functional.linear(sum_res_1, self.w2, bias=self.b2)
-            sigmoid_res_1 = torch.sigmoid(lin_res_3)
-            mul_res_2 = lin_res_3 * sigmoid_res_1  # anchor 2: not a match
-            lin_res_4 = torch.nn.functional.linear(in0, self.w3, bias=self.b3)
-            lin_res_5 = torch.nn.functional.linear(lin_res_4, self.w4, bias=self.b4)
-            mul_res_3 = in0 * lin_res_5  # anchor 3
-            sum_res_2 = mul_res_3 + in0
-            return torch.cat([mul_res_2, sum_res_2], dim=1)
-
-    def pattern(a, b, bias, c):
-        lin_res = torch.nn.functional.linear(a, b, bias=bias)
-        mul_res = c * lin_res
-        return lin_res, mul_res
-
-    def replacement(a, b, bias, c):
-        lin_res, mul_res = wrapped_gemm_bias_mul_with_c(a, b, bias, c)
-        return lin_res, mul_res
-
     rules = f"""
-use {__name__} as compat
+use {cases.__name__} as cases
 rule gemm_bias_mul_with_c:
     pattern:
         lin = F.linear(a, b, bias=bias)
         return lin, c * lin
     replace:
-        both = compat.wrapped_gemm_bias_mul_with_c(a, b, bias, c)
+        both = cases.wrapped_gemm_bias_mul_with_c(a, b, bias, c)
         return both[0], both[1]
 """
     _, fx, report = check_agreement(
-        M(), pattern, replacement, rules, [_randn(4, 16), _randn(4, 16)], replacements=2, allow=[__name__],
+        cases.ThreeAnchors(), cases.linear_times_c, cases.wrapped_linear_times_c, rules, [_randn(4, 16), _randn(4, 16)],
+        replacements=2, allow=[cases.__name__],
     )
-    assert [n.target for n in fx.graph.nodes].count(wrapped_gemm_bias_mul_with_c) == 2
+    assert [n.target for n in fx.graph.nodes].count(cases.wrapped_gemm_bias_mul_with_c) == 2
     assert report["gemm_bias_mul_with_c"].skip_counts == {"cycle": 1}, str(report)
 
 
@@ -870,13 +514,10 @@ def test_list_captures_bind_whole_list_arguments() -> None:
     (torch's own version swaps the two lists in place; that rule is its own inverse: see the fixpoint test below.)
     """
 
-    def replacement(x, arg0, arg1):
-        return torch.ops.aten.as_strided.default(x, arg0, arg1)
-
     # In a graph of aten operators fxrules spells a replacement's torch.as_strided as aten.as_strided.default
     # (see docs/pipelines.md); both tools are given the aten spelling so the outputs compare as written.
     _, fx, _ = check_agreement(
-        ReshapeAliasModule(), _reshape_alias, replacement,
+        cases.ReshapeAliasModule(), cases.reshape_alias, cases.as_strided,
         "rule r: aten._reshape_alias_copy.default(x, size, stride) => aten.as_strided.default(x, size, stride)\n",
         [_randn(16)], replacements=1,
     )
@@ -943,13 +584,13 @@ rule add_a_to_sub_c:
     ("model", "pattern", "rules", "inputs"),
     [
         pytest.param(
-            NegReluModule(), _neg_plus_relu,
+            cases.NegReluModule(), cases.neg_plus_relu,
             "rule same:\n    torch.neg(x) + torch.relu(x) => torch.neg(x) + torch.relu(x)\n",
             lambda: [_randn(1, 3)],
             id="preserves_logic",
         ),
         pytest.param(
-            MmModule(), _mm,
+            cases.MmModule(), cases.mm,
             "rule same: torch.mm(x, y) => torch.mm(x, y)\n",
             lambda: [_randn(3, 4), _randn(4, 5)],
             id="graph_argument_order",
@@ -985,9 +626,9 @@ def test_a_rule_matched_by_its_own_different_replacement_does_not_converge() -> 
     matches fires forever.  It gets a load-time warning, then a convergence error naming the rule, with the
     module left exactly as it was (all or nothing).
     """
-    model = ReshapeAliasModule()
+    model = cases.ReshapeAliasModule()
     rp = torch.fx.symbolic_trace(model)
-    assert len(subgraph_rewriter.replace_pattern(rp, _reshape_alias, _reshape_alias_swapped)) == 1
+    assert len(subgraph_rewriter.replace_pattern(rp, cases.reshape_alias, cases.reshape_alias_swapped)) == 1
     fx = torch.fx.symbolic_trace(model)
     before = fx.code
     ruleset = fxrules.parse("rule same:\n    aten._reshape_alias_copy.default(x, a0, a1) => "
@@ -1006,24 +647,18 @@ def test_commutative_operands_match_in_either_order() -> None:
     Design card section 3: ``operator.add`` is commutative, the written order tried first.
     """
 
-    class M(torch.nn.Module):
-        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-            return torch.relu(y) + torch.neg(x)
-
-    def pattern(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        return torch.neg(x) + torch.relu(y)
-
     def replacement(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return torch.sub(torch.relu(y), x)
 
     _, matches, fx, report = rewrite_both(
-        M(), pattern, replacement, "rule r:\n    torch.neg(x) + torch.relu(y) => torch.sub(torch.relu(y), x)\n"
+        cases.NegReluSwapped(), cases.neg_plus_relu_of_two, replacement,
+        "rule r:\n    torch.neg(x) + torch.relu(y) => torch.sub(torch.relu(y), x)\n",
     )
     assert matches == []
     assert report.total_fired == 1
     assert op_sequence(fx) == [("call_function", "torch.relu"), ("call_function", "torch.sub")]
     inputs = [_randn(3, 4), _randn(3, 4)]
-    torch.testing.assert_close(fx(*inputs), M()(*inputs))
+    torch.testing.assert_close(fx(*inputs), cases.NegReluSwapped()(*inputs))
 
 
 def test_families_match_every_spelling() -> None:
@@ -1037,7 +672,7 @@ def test_families_match_every_spelling() -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return torch.relu(x) + x.relu()
 
-    rp, matches, fx, report = rewrite_both(M(), _relu, _sigmoid, "rule r: relu(x) => torch.sigmoid(x)\n")
+    rp, matches, fx, report = rewrite_both(M(), cases.relu, cases.sigmoid, "rule r: relu(x) => torch.sigmoid(x)\n")
     assert len(matches) == 1
     assert report.total_fired == 2
     add = ("call_function", f"{operator.add.__module__}.add")
