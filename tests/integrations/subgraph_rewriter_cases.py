@@ -325,3 +325,14 @@ class NegYPlusReluX(torch.nn.Module):
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         val = torch.neg(y) + torch.relu(x)
         return torch.add(val, val)
+
+
+class MinusAttributeC(torch.nn.Module):
+    """test_replacement_with_attrs' replacement: ``x - self.c``, the tensor ``c`` an attribute of its own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = torch.tensor([3])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x - self.c

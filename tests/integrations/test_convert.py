@@ -340,15 +340,6 @@ def test_functions_of_other_modules_are_named_through_use() -> None:
     assert [n.target for n in ours.graph.nodes].count(cases.wrapped_gemm_bias_mul) == 1
 
 
-class WithAttribute(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.c = torch.tensor([3])
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x - self.c
-
-
 class ClampUnbounded(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.nan_to_num(x.clamp(min=float("-inf"), max=float("inf")), nan=float("nan"))
@@ -383,7 +374,7 @@ def test_a_nan_argument_converts_to_nan_and_matches_nan() -> None:
 
 
 @pytest.mark.parametrize(("pattern", "replacement", "message"), [
-    (cases.relu, WithAttribute(), "node 'c' is a get_attr: only function and method calls convert"),
+    (cases.relu, cases.MinusAttributeC(), "node 'c' is a get_attr: only function and method calls convert"),
     (cases.neg, cases.add, "the pattern takes 1 inputs and the replacement 2"),
     (lambda x: x.mul(1j), cases.identity, "the argument 1j (complex) cannot be written in a rule file"),
 ])

@@ -301,16 +301,6 @@ def test_replaces_referenced_submodules() -> None:
     helper (design card section 6).  Both leave ``sigmoid`` unreferenced and delete it.
     """
 
-    class M(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.sigmoid = torch.nn.Sigmoid()
-            self.submod = torch.nn.ReLU()
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            x = x + 1
-            return self.submod(self.sigmoid(x))
-
     class Pattern(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -319,6 +309,12 @@ def test_replaces_referenced_submodules() -> None:
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.submod(self.sigmoid(x))
+
+    class M(Pattern):
+        """The pattern's submodules, applied to ``x + 1``."""
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return super().forward(x + 1)
 
     class Replacement(torch.nn.Module):
         def __init__(self) -> None:
@@ -531,15 +527,6 @@ def test_replacement_with_attrs() -> None:
     ``get_attr`` (guarded by its name) and a helper returning a tensor adds the new constant (card sections 5, 6).
     """
 
-    class M(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.a = torch.tensor([1])
-            self.b = torch.tensor([2])
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return x + self.a - self.b
-
     class Pattern(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
@@ -548,13 +535,15 @@ def test_replacement_with_attrs() -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return x + self.a
 
-    class Replacement(torch.nn.Module):
+    class M(Pattern):
+        """The pattern, then ``- self.b``."""
+
         def __init__(self) -> None:
             super().__init__()
-            self.c = torch.tensor([3])
+            self.b = torch.tensor([2])
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return x - self.c
+            return super().forward(x) - self.b
 
     rules = """
 rule add_a_to_sub_c:
@@ -568,7 +557,7 @@ rule add_a_to_sub_c:
         return x - @three()
 """
     check_agreement(
-        M(), Pattern(), Replacement(), rules, [torch.randint(-5, 5, (3,))], replacements=1,
+        M(), Pattern(), cases.MinusAttributeC(), rules, [torch.randint(-5, 5, (3,))], replacements=1,
         helpers={"three": lambda: torch.tensor([3])},
         # Placement of get_attr nodes: replace_pattern hoists the untouched `b = self.b` above the replacement's
         # `c = self.c`; fxrules leaves `b` where it was.  Same DAG (the structure comparison checks that).
