@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from torch.export.graph_signature import InputKind
 
 import fxrules
 from fxrules.integrations.pipelines import FxrCompileError
+from tests.integrations.pipeline_helpers import WithLinear, round_trip
 from tests.models import MODELS, cnn, run
 from tests.test_docs import extract_blocks
 
@@ -26,19 +26,11 @@ DOUBLE_RELU = "rule relu_twice:\n    relu(relu(x)) => relu(x)\n"
 DOUBLE_NEG = "rule double_neg:\n    neg(neg(x)) => x\n"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo() -> Any:
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
-class Breaking(nn.Module):
+class Breaking(WithLinear):
     """Two rewrite sites on either side of a graph break."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = nn.Linear(8, 8)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.relu(torch.relu(self.linear(x))) * 1
@@ -206,13 +198,6 @@ def _conv_bn() -> tuple[nn.Module, tuple[torch.Tensor]]:
     return model.eval(), (torch.randn(2, 3, 8, 8),)
 
 
-def _round_trip(program: torch.export.ExportedProgram) -> torch.export.ExportedProgram:
-    buffer = io.BytesIO()
-    torch.export.save(program, buffer)
-    buffer.seek(0)
-    return torch.export.load(buffer)
-
-
 def test_exported_program_in_exported_program_out() -> None:
     model, inputs = _conv_bn()
     program = torch.export.export(model, inputs)
@@ -232,7 +217,7 @@ def test_exported_program_in_exported_program_out() -> None:
     assert sorted(rewritten.state_dict) == sorted(kinds)
     expected = run(model, inputs)
     torch.testing.assert_close(run(rewritten.module(), inputs), expected, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(run(_round_trip(rewritten).module(), inputs), expected, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(run(round_trip(rewritten).module(), inputs), expected, atol=1e-5, rtol=1e-4)
 
 
 def test_apply_returns_a_program_for_a_program() -> None:
@@ -298,12 +283,8 @@ def test_pipelines_doc_snippet(snippet: Any) -> None:
 # ---------------------------------------------------------------- higher-order operators
 
 
-class Regions(nn.Module):
+class Regions(WithLinear):
     """A rewrite site in the graph, one in an autocast region and one in a no_grad region."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = nn.Linear(8, 8)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = torch.relu(torch.relu(self.linear(x)))
@@ -326,7 +307,7 @@ def test_rules_apply_inside_higher_order_subgraphs() -> None:
     assert [str(n.target) for n in result.program.graph_module.submod_1.graph.nodes if n.op == "call_function"] \
         == ["aten.linear.default", "aten.relu.default"]
     torch.testing.assert_close(result.program.module()(x), model(x))
-    torch.testing.assert_close(_round_trip(result.program).module()(x), model(x))
+    torch.testing.assert_close(round_trip(result.program).module()(x), model(x))
 
 
 def test_a_failure_in_the_graph_restores_the_subgraphs_already_rewritten() -> None:
@@ -372,7 +353,7 @@ def test_bundled_rulesets_on_exported_real_models(name: str) -> None:
     if name == "llama":
         assert result.report["mul_one"].anchors == ("submod_1.mul",)
     expected = run(case.eager, (), kwargs)["last_hidden_state"]
-    for rewritten in (result.program, _round_trip(result.program)):
+    for rewritten in (result.program, round_trip(result.program)):
         out = run(rewritten.module(), (), kwargs)["last_hidden_state"]
         torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-4)
 
@@ -401,4 +382,4 @@ def test_conv_bn_folds_after_run_decompositions() -> None:
     assert "aten._native_batch_norm_legit_no_training.default" in targets  # the Linear's BatchNorm1d stays
     expected = run(case.eager, case.inputs)
     torch.testing.assert_close(run(result.program.module(), case.inputs), expected, atol=1e-5, rtol=1e-4)
-    torch.testing.assert_close(run(_round_trip(result.program).module(), case.inputs), expected, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(run(round_trip(result.program).module(), case.inputs), expected, atol=1e-5, rtol=1e-4)

@@ -20,15 +20,12 @@ from torch.utils.checkpoint import checkpoint
 import fxrules
 from fxrules.engine.report import KEEP_EXAMPLES, KEEP_MISSES
 from fxrules.match import safety
+from tests.integrations.pipeline_helpers import WithLinear
 
 nn = torch.nn
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo() -> Any:
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _gradients(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
@@ -36,6 +33,13 @@ def _gradients(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor,
     """The output, and the gradients of its sum with respect to ``x`` and ``params``."""
     out = fn(x)
     return [out.detach(), *torch.autograd.grad(out.sum(), [x, *params])]
+
+
+def _assert_same_gradients(compiled: Callable[[torch.Tensor], torch.Tensor], fn: Callable[[torch.Tensor], torch.Tensor],
+                           x: torch.Tensor, params: list[nn.Parameter]) -> None:
+    """``compiled`` (run first) gives ``fn``'s output and gradients with respect to ``x`` and ``params``."""
+    for got, expected in zip(_gradients(compiled, x, params), _gradients(fn, x, params), strict=True):
+        torch.testing.assert_close(got, expected)
 
 
 def _skips(report: fxrules.Report) -> dict[str, list[str]]:
@@ -73,9 +77,7 @@ def test_backend_gradients_do_not_flow_through_a_rewritten_no_grad_region(fn: An
     which tensors require grad, so the compiled model's gradients were doubled."""
     backend = fxrules.backend("algebra.fxr", then=then)
     x = torch.randn(5, requires_grad=True)
-    compiled = _gradients(torch.compile(fn, backend=backend), x, [])
-    for got, expected in zip(compiled, _gradients(fn, x, []), strict=True):
-        torch.testing.assert_close(got, expected)
+    _assert_same_gradients(torch.compile(fn, backend=backend), fn, x, [])
     (report,) = backend.reports
     assert report.counts() == {}
     assert _skips(report) == {"double_neg": ["grad mode"]}
@@ -89,9 +91,7 @@ def test_rewrites_within_one_grad_mode_still_fire() -> None:
 
     backend = fxrules.backend("algebra.fxr", then="eager")
     x = torch.randn(5, requires_grad=True)
-    compiled = _gradients(torch.compile(fn, backend=backend), x, [])
-    for got, expected in zip(compiled, _gradients(fn, x, []), strict=True):
-        torch.testing.assert_close(got, expected)
+    _assert_same_gradients(torch.compile(fn, backend=backend), fn, x, [])
     assert backend.reports[0].counts() == {"relu_idempotent": 1, "double_neg": 1}
 
 
@@ -117,11 +117,7 @@ def test_an_exported_no_grad_subgraph_does_not_come_to_return_its_input() -> Non
 # ---------------------------------------------------------------- training through the pipelines
 
 
-class _Checkpointed(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = nn.Linear(8, 8)
-
+class _Checkpointed(WithLinear):
     def block(self, y: torch.Tensor) -> torch.Tensor:
         return torch.neg(torch.neg(torch.relu(torch.relu(y)))) * 1
 
@@ -135,9 +131,7 @@ def test_backend_rewrites_inside_a_checkpointed_region_and_gradients_match() -> 
     backend = fxrules.backend("algebra.fxr", then="aot_eager")
     x = torch.randn(4, 8, requires_grad=True)
     params = list(model.parameters())
-    compiled = _gradients(torch.compile(model, backend=backend), x, params)
-    for got, expected in zip(compiled, _gradients(model, x, params), strict=True):
-        torch.testing.assert_close(got, expected)
+    _assert_same_gradients(torch.compile(model, backend=backend), model, x, params)
     assert backend.reports[0].counts() == {"double_neg": 1, "relu_idempotent": 1, "mul_one": 1}
 
 
@@ -152,9 +146,7 @@ def test_post_grad_pass_in_training_rewrites_forward_and_backward_graphs() -> No
     x = torch.randn(4, 8, requires_grad=True)
     params = list(model.parameters())
     with torch._inductor.config.patch(post_grad_custom_post_pass=graph_pass, fx_graph_cache=False):
-        compiled = _gradients(torch.compile(forward), x, params)
-    for got, expected in zip(compiled, _gradients(forward, x, params), strict=True):
-        torch.testing.assert_close(got, expected)
+        _assert_same_gradients(torch.compile(forward), forward, x, params)
     assert len(graph_pass.reports) == 2  # the forward graph and the backward graph
     assert graph_pass.reports[0].counts() == {"double_neg": 1, "mul_one": 1}
 
@@ -332,7 +324,5 @@ def test_an_identity_used_only_inside_its_no_grad_region_still_fires() -> None:
 
     backend = fxrules.backend("algebra.fxr", then="eager")
     x = torch.randn(5, requires_grad=True)
-    compiled = _gradients(torch.compile(fn, backend=backend), x, [])
-    for got, expected in zip(compiled, _gradients(fn, x, []), strict=True):
-        torch.testing.assert_close(got, expected)
+    _assert_same_gradients(torch.compile(fn, backend=backend), fn, x, [])
     assert backend.reports[0].counts() == {"double_neg": 1}

@@ -7,7 +7,6 @@ expect and fails today for the reason given; when the bug is fixed the mark must
 from __future__ import annotations
 
 import copy
-import io
 import json
 import os
 import subprocess
@@ -17,7 +16,6 @@ from typing import Any
 
 import pytest
 import torch
-import torch._dynamo
 import torch._inductor.config
 import torch.fx
 from torch._inductor.exc import InductorError
@@ -27,24 +25,14 @@ from torch.export.graph_signature import OutputKind
 import fxrules
 from fxrules.graph.subgraphs import NO_NEW_TENSORS
 from fxrules.integrations.pipelines import FxrCompileError
+from tests.integrations.pipeline_helpers import WithLinear, round_trip
 
 nn = torch.nn
 
 TOLERANCE: dict[str, float] = {"atol": 1e-5, "rtol": 1e-4}
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dynamo() -> Any:
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
-def _round_trip(program: ExportedProgram) -> ExportedProgram:
-    buffer = io.BytesIO()
-    torch.export.save(program, buffer)
-    buffer.seek(0)
-    return torch.export.load(buffer)
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 
 def _inputs(program: ExportedProgram) -> list[tuple[str, str | None, bool | None]]:
@@ -85,7 +73,7 @@ def _conv_bn(bias: bool = False, affine: bool = True) -> ConvBN:
 # ---------------------------------------------------------------- ExportedProgram: signatures and state
 
 
-def test_dynamic_batch_dim_survives_a_fold_and_a_round_trip() -> None:
+def test_dynamic_batch_dim_survives_a_fold_and_around_trip() -> None:
     model, x = _conv_bn(), torch.randn(2, 3, 8, 8)
     batch = torch.export.Dim("batch", min=1, max=16)
     program = torch.export.export(model, (x,), dynamic_shapes=({0: batch},))
@@ -94,7 +82,7 @@ def test_dynamic_batch_dim_survives_a_fold_and_a_round_trip() -> None:
     rewritten = result.program
     assert [str(r) for r in rewritten.range_constraints.values()] == ["VR[1, 16]"]
     bigger = torch.randn(5, 3, 8, 8)
-    for candidate in (rewritten, _round_trip(rewritten)):
+    for candidate in (rewritten, round_trip(rewritten)):
         torch.testing.assert_close(candidate.module()(bigger), model(bigger), **TOLERANCE)
     with pytest.raises(AssertionError):  # the range is still checked
         rewritten.module()(torch.randn(17, 3, 8, 8))
@@ -118,7 +106,7 @@ def test_non_persistent_buffers_and_lifted_constants_keep_their_kinds() -> None:
         ("BUFFER", "scale", False), ("CONSTANT_TENSOR", "lifted_tensor_0", None), ("USER_INPUT", None, None)]
     assert list(rewritten.state_dict) == []
     assert sorted(rewritten.constants) == ["lifted_tensor_0", "scale"]
-    for candidate in (rewritten, _round_trip(rewritten)):
+    for candidate in (rewritten, round_trip(rewritten)):
         torch.testing.assert_close(candidate.module()(x), model(x))
 
 
@@ -145,7 +133,7 @@ def test_buffers_mutated_in_forward_stay_mutated(decomposed: bool) -> None:
     result = fxrules.apply_program(program, "algebra.fxr")
     assert result.report.counts() == {"double_neg": 1, "mul_one": 1}
     assert _outputs(result.program) == _outputs(program)
-    loaded = _round_trip(result.program)  # before anything runs: modules share the program's buffers
+    loaded = round_trip(result.program)  # before anything runs: modules share the program's buffers
     for candidate in (result.program, loaded):
         module, reference = candidate.module(), Counter()
         for _ in range(3):
@@ -163,7 +151,7 @@ def test_batch_norm_in_train_mode_still_updates_its_running_stats(decomposed: bo
     result = fxrules.apply_program(program, ["algebra.fxr", "fusions.fxr"])
     assert result.report.counts() == {"relu_idempotent": 1}  # no fold in train mode
     assert _outputs(result.program) == _outputs(program)
-    loaded = _round_trip(result.program)
+    loaded = round_trip(result.program)
     for candidate in (result.program, loaded):
         module, reference = candidate.module(), copy.deepcopy(model)
         for _ in range(2):
@@ -186,7 +174,7 @@ def test_pytree_outputs_and_keyword_inputs() -> None:
         "double_neg": {"alias": 1}, "mul_one": {"alias": 1}}
     assert _outputs(result.program) == [("USER_OUTPUT", None)] * 4
     expected = Tree()(x, y=y)
-    for candidate in (result.program, _round_trip(result.program)):
+    for candidate in (result.program, round_trip(result.program)):
         assert candidate.call_spec.out_spec == program.call_spec.out_spec
         torch.testing.assert_close(candidate.module()(x, y=y), expected)
 
@@ -210,7 +198,7 @@ def test_outputs_that_become_lifted_inputs() -> None:
     assert {rule: dict(result.report[rule].skip_counts) for rule in ("double_neg", "mul_one")} == {
         "double_neg": {"in-place write": 1}, "mul_one": {"alias": 1}}
     assert _inputs(result.program) == _inputs(program)
-    for candidate in (result.program, _round_trip(result.program)):
+    for candidate in (result.program, round_trip(result.program)):
         torch.testing.assert_close(candidate.module()(x), model(x))
 
 
@@ -238,7 +226,7 @@ def test_a_helper_tensor_bound_once_and_read_twice_is_one_buffer_per_site() -> N
     buffers = [n for n in result.program.graph.find_nodes(op="placeholder") if n.name.startswith("b_twos")]
     assert [len(n.users) for n in buffers] == [2, 2]
     expected = (x * 2 + 2) + (x * 3 * 2 + 2)
-    for candidate in (result.program, _round_trip(result.program)):
+    for candidate in (result.program, round_trip(result.program)):
         torch.testing.assert_close(candidate.module()(x), expected)
 
 
@@ -248,7 +236,7 @@ def test_conv_with_a_bias_folds_into_its_batch_norm() -> None:
     assert result.report.counts() == {"fold_conv2d_bn_functional": 1}
     assert sorted(result.program.state_dict) == ["bn.num_batches_tracked", "fold_conv_bn_bias", "fold_conv_bn_weight"]
     assert "aten.batch_norm.default" not in _calls(result.program)
-    for candidate in (result.program, _round_trip(result.program)):
+    for candidate in (result.program, round_trip(result.program)):
         torch.testing.assert_close(candidate.module()(x), model(x), **TOLERANCE)
 
 
@@ -270,7 +258,7 @@ def test_module_then_apply_then_export_again() -> None:
     again = torch.export.export(gm, (x,))
     assert "aten.batch_norm.default" not in _calls(again)
     assert {"fold_conv_bn_weight", "fold_conv_bn_bias"} <= set(again.state_dict)
-    for candidate in (gm, again.module(), _round_trip(again).module()):
+    for candidate in (gm, again.module(), round_trip(again).module()):
         torch.testing.assert_close(candidate(x), model(x), **TOLERANCE)
 
 
@@ -280,7 +268,7 @@ def test_run_decompositions_after_rewriting() -> None:
     decomposed = rewritten.run_decompositions()
     assert sorted(_inputs(decomposed), key=str) == sorted(_inputs(rewritten), key=str)  # reordered, same set
     assert "aten.convolution.default" in _calls(decomposed)
-    for candidate in (decomposed, _round_trip(decomposed)):
+    for candidate in (decomposed, round_trip(decomposed)):
         torch.testing.assert_close(candidate.module()(x), model(x), **TOLERANCE)
 
 
@@ -312,7 +300,7 @@ def test_fold_inside_a_no_grad_region_is_skipped_with_a_reason() -> None:
     result = fxrules.apply_program(torch.export.export(model, (x,)), ["fusions.fxr", "algebra.fxr"])
     assert result.report.counts() == {"double_neg": 1}
     assert result.report["fold_conv2d_bn_functional"].skip_counts == {"value unknown": 1}
-    for candidate in (result.program, _round_trip(result.program)):
+    for candidate in (result.program, round_trip(result.program)):
         torch.testing.assert_close(candidate.module()(x), model(x))
 
 
@@ -331,7 +319,7 @@ def test_two_rule_files_applied_one_after_the_other_with_the_same_helper() -> No
     first = fxrules.apply(program, fxrules.parse("rule a:\n    relu(x) => x * @scale(x)\n", "a.fxr"), helpers=helpers)
     second = fxrules.apply(first, fxrules.parse("rule b:\n    neg(x) => x * @scale(x)\n", "b.fxr"), helpers=helpers)
     assert len(second.state_dict) == 2
-    torch.testing.assert_close(_round_trip(second).module()(x), x * 4)
+    torch.testing.assert_close(round_trip(second).module()(x), x * 4)
 
 
 def test_a_helper_named_like_an_existing_buffer() -> None:
@@ -348,7 +336,7 @@ def test_a_helper_named_like_an_existing_buffer() -> None:
     rewritten = fxrules.apply(program, fxrules.parse("rule a:\n    relu(x) => x * @scale(x)\n", "a.fxr"),
                               helpers={"scale": lambda x: torch.full((4,), 2.0)})
     torch.testing.assert_close(rewritten.state_dict["scale"], torch.full((4,), 5.0))
-    torch.testing.assert_close(_round_trip(rewritten).module()(x), x * 2 + 5)
+    torch.testing.assert_close(round_trip(rewritten).module()(x), x * 2 + 5)
 
 
 class Named(nn.Module):
@@ -411,11 +399,7 @@ def test_a_helper_tensor_inside_a_no_grad_region_is_skipped_with_a_reason() -> N
 # ---------------------------------------------------------------- torch.compile backend
 
 
-class Block(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = nn.Linear(8, 8)
-
+class Block(WithLinear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.relu(torch.relu(self.linear(x))) * 1
 
@@ -596,7 +580,7 @@ def test_a_program_without_user_inputs_gets_its_new_buffer_after_its_other_input
         "rule r:\n    relu(x) => torch.add(x, @zeros())\n", "z.fxr"), helpers={"zeros": lambda: torch.zeros(3)})
     assert result.report.counts() == {"r": 1}
     assert [spec.target for spec in result.program.graph_signature.input_specs] == ["w", "zeros"]
-    torch.testing.assert_close(_round_trip(result.program).module()(), model.w.detach() * 2)
+    torch.testing.assert_close(round_trip(result.program).module()(), model.w.detach() * 2)
 
 
 def test_the_subgraph_restriction_of_a_program_does_not_outlive_its_rewrite() -> None:
