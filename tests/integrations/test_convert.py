@@ -205,10 +205,6 @@ def _neg_of_first(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.neg(a)
 
 
-def _relu_of_first_input(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return torch.relu(a)
-
-
 def _neg_plus_second(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.neg(x) + y
 
@@ -218,9 +214,9 @@ def test_a_pattern_input_the_pattern_does_not_use_matches_nothing() -> None:
     ``KeyError``; the drop-in rewrites, and the unused input is not in the node map."""
     with pytest.raises(KeyError):
         subgraph_rewriter.replace_pattern(torch.fx.symbolic_trace(_neg_plus_second), _neg_of_first,
-                                          _relu_of_first_input)
+                                          cases.relu_of_first)
     gm = torch.fx.symbolic_trace(_neg_plus_second)
-    found = fxrules.replace_pattern(gm, _neg_of_first, _relu_of_first_input)
+    found = fxrules.replace_pattern(gm, _neg_of_first, cases.relu_of_first)
     assert _matches(found) == [("neg", {"a": "x", "neg": "neg"})]
     assert op_sequence(gm) == [("call_function", "torch.relu"), ("call_function", "_operator.add")]
 
@@ -247,10 +243,6 @@ def _neg_then_relu(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return b, torch.relu(b)
 
 
-def _relu_neg_pair(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    return torch.relu(a), torch.neg(a)
-
-
 def _add_neg(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.add(torch.neg(a), b)
 
@@ -259,7 +251,7 @@ def _sub_swapped(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.sub(b, a)
 
 
-RANDOM_PAIRS = [(_neg_then_relu, _relu_neg_pair), (_add_neg, _sub_swapped), (cases.add, cases.sub),
+RANDOM_PAIRS = [(_neg_then_relu, _relu_and_neg), (_add_neg, _sub_swapped), (cases.add, cases.sub),
                 (cases.neg, cases.relu), (_neg_and_relu, _relu_and_neg)]
 
 

@@ -9,13 +9,12 @@ import attrs
 import pytest
 import torch
 import torch._dynamo
-import torch._inductor.config
 import torch.fx
 from torch.export.graph_signature import InputKind
 
 import fxrules
 from fxrules.integrations.pipelines import FxrCompileError
-from tests.integrations.pipeline_helpers import WithLinear, round_trip
+from tests.integrations.pipeline_helpers import WithLinear, assert_inductor_computes_as_eager, round_trip
 from tests.models import MODELS, cnn, run
 from tests.test_docs import extract_blocks
 
@@ -126,11 +125,7 @@ def test_backend_arguments_are_checked_when_it_is_built() -> None:
 
 def test_inductor_pass_runs_inside_torch_compile() -> None:
     graph_pass = fxrules.inductor_pass("algebra.fxr")
-    model = Breaking().eval()
-    x = torch.randn(4, 8)
-    with torch.no_grad(), torch._inductor.config.patch(post_grad_custom_post_pass=graph_pass, fx_graph_cache=False):
-        out = torch.compile(model)(x)
-    torch.testing.assert_close(out, model(x))
+    assert_inductor_computes_as_eager(Breaking().eval(), torch.randn(4, 8), post_grad_custom_post_pass=graph_pass)
     fired = [report.counts() for report in graph_pass.reports]
     assert fired == [{"relu_idempotent": 1, "mul_one": 1}, {"double_neg": 1, "add_negative_zero": 1}]
 
@@ -138,10 +133,7 @@ def test_inductor_pass_runs_inside_torch_compile() -> None:
 def test_inductor_pass_as_a_pre_grad_pass_sees_torch_level_graphs() -> None:
     graph_pass = fxrules.inductor_pass("algebra.fxr")
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.ReLU()).eval()
-    x = torch.randn(2, 4)
-    with torch.no_grad(), torch._inductor.config.patch(pre_grad_custom_pass=graph_pass, fx_graph_cache=False):
-        out = torch.compile(model)(x)
-    torch.testing.assert_close(out, model(x))
+    assert_inductor_computes_as_eager(model, torch.randn(2, 4), pre_grad_custom_pass=graph_pass)
     assert [report.counts() for report in graph_pass.reports] == [{"relu_idempotent": 1}]
 
 
@@ -364,9 +356,7 @@ def test_post_grad_replacements_may_not_bring_back_decomposed_operators() -> Non
             return torch.neg(torch.neg(y * torch.sigmoid(y)))
 
     graph_pass = fxrules.inductor_pass(["fusions.fxr", "algebra.fxr"])
-    x = torch.randn(4)
-    with torch.no_grad(), torch._inductor.config.patch(post_grad_custom_post_pass=graph_pass, fx_graph_cache=False):
-        torch.testing.assert_close(torch.compile(SwishTwice())(x), SwishTwice()(x))
+    assert_inductor_computes_as_eager(SwishTwice(), torch.randn(4), post_grad_custom_post_pass=graph_pass)
     (report,) = graph_pass.reports
     assert report.counts() == {"double_neg": 1}
     assert report["silu"].skip_counts == {"decomposed operator": 1}

@@ -25,7 +25,7 @@ from torch.export.graph_signature import OutputKind
 import fxrules
 from fxrules.graph.subgraphs import NO_NEW_TENSORS
 from fxrules.integrations.pipelines import FxrCompileError
-from tests.integrations.pipeline_helpers import WithLinear, round_trip
+from tests.integrations.pipeline_helpers import WithLinear, assert_inductor_computes_as_eager, round_trip
 
 nn = torch.nn
 
@@ -602,9 +602,7 @@ def test_the_subgraph_restriction_of_a_program_does_not_outlive_its_rewrite() ->
 def test_post_grad_passes_may_emit_operators_inductor_lowers() -> None:
     rules = fxrules.parse("rule double:\n    aten.mul.Tensor(x, 2) => torch.add(x, x)\n", "double.fxr")
     graph_pass = fxrules.inductor_pass(rules)
-    x = torch.randn(4)
-    with torch.no_grad(), torch._inductor.config.patch(post_grad_custom_post_pass=graph_pass, fx_graph_cache=False):
-        torch.testing.assert_close(torch.compile(lambda x: torch.sin(x) * 2)(x), torch.sin(x) * 2)
+    assert_inductor_computes_as_eager(lambda x: torch.sin(x) * 2, torch.randn(4), post_grad_custom_post_pass=graph_pass)
     assert [report.counts() for report in graph_pass.reports] == [{"double": 1}]
 
 
