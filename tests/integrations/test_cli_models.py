@@ -90,6 +90,13 @@ def _model(models: str, name: str) -> torch.nn.Module:
     return getattr(importlib.import_module(models), name)().eval()
 
 
+def _assert_computes_as_tokens(loaded: torch.nn.Module, models: str, size: tuple[int, int]) -> None:
+    """``loaded`` computes what the ``Tokens`` model does, on random token ids of ``size``."""
+    ids = torch.randint(0, 1000, size)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids), _model(models, "Tokens")(ids))
+
+
 @pytest.mark.parametrize("trace", ["symbolic", "export", "dynamo"])
 def test_apply_saves_a_program_that_loads_back_and_computes_the_same(
         models: str, tmp_path: Path, trace: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -101,9 +108,7 @@ def test_apply_saves_a_program_that_loads_back_and_computes_the_same(
     assert f"saved the exported program to {output}\n" in out
     assert "double_neg" in out and "relu_idempotent" in out
     loaded = torch.export.load(output).module()
-    ids = torch.randint(0, 1000, (2, 16))
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(ids), _model(models, "Tokens")(ids))
+    _assert_computes_as_tokens(loaded, models, (2, 16))
     assert "neg" not in {node.target.__name__ for node in loaded.graph.nodes if node.op == "call_function"
                          and hasattr(node.target, "__name__")}
 
@@ -114,9 +119,7 @@ def test_apply_saves_a_symbolic_trace_as_a_folder_that_imports(
                  "--output", str(tmp_path / "rewritten")]) == 0
     assert f"saved the graph module to {tmp_path / 'rewritten'}\n" in capsys.readouterr().out
     loaded = importlib.import_module("rewritten").Rewritten()
-    ids = torch.randint(0, 1000, (3, 5))
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(ids), _model(models, "Tokens")(ids))
+    _assert_computes_as_tokens(loaded, models, (3, 5))
     assert "torch.neg" not in (tmp_path / "rewritten" / "module.py").read_text(encoding="utf-8")
 
 
