@@ -85,15 +85,25 @@ def _matches(matches: list[Any]) -> list[tuple[str, dict[str, Any]]]:
     return [(m.anchor.name, {key.name: _shown(value) for key, value in m.nodes_map.items()}) for m in matches]
 
 
+Matches = list[subgraph_rewriter.Match]
+
+
+def _rewrite_both(model: Any, pattern: Any,
+                  replacement: Any) -> tuple[torch.fx.GraphModule, Matches, torch.fx.GraphModule, Matches]:
+    """Two traces of ``model``: torch's ``replace_pattern`` rewrites the first (``theirs``, with its matches),
+    then ``fxrules.replace_pattern`` the second (``ours``)."""
+    theirs, ours = torch.fx.symbolic_trace(model), torch.fx.symbolic_trace(model)
+    expected = subgraph_rewriter.replace_pattern(theirs, pattern, replacement)
+    return theirs, expected, ours, fxrules.replace_pattern(ours, pattern, replacement)
+
+
 @pytest.mark.parametrize(("model", "pattern", "replacement", "inputs", "count", "order_may_differ"),
                          [pytest.param(*case[1:], id=case[0]) for case in CASES])
 def test_replace_pattern_agrees_with_torch(model: Any, pattern: Any, replacement: Any,
                                            inputs: list[Callable[[], torch.Tensor]], count: int,
                                            order_may_differ: bool) -> None:
     """The same matches (anchor and node map), the same live graph, the same outputs as torch's function."""
-    theirs, ours = torch.fx.symbolic_trace(model), torch.fx.symbolic_trace(model)
-    expected = subgraph_rewriter.replace_pattern(theirs, pattern, replacement)
-    found = fxrules.replace_pattern(ours, pattern, replacement)
+    theirs, expected, ours, found = _rewrite_both(model, pattern, replacement)
     assert len(found) == count
     assert _matches(found) == _matches(expected)
     assert all(type(match) is subgraph_rewriter.Match for match in found)
@@ -116,9 +126,9 @@ def test_a_replacement_that_is_its_pattern_is_no_match(model: Any, pattern: Any,
                                                         inputs: list[Callable[[], torch.Tensor]]) -> None:
     """A replacement that computes what its pattern matched changes nothing: torch rebuilds the same nodes and
     returns the match, fxrules skips it as `no change` and returns no match; the graphs are the same."""
-    theirs, ours = torch.fx.symbolic_trace(model), torch.fx.symbolic_trace(model)
-    assert len(subgraph_rewriter.replace_pattern(theirs, pattern, pattern)) == 1
-    assert fxrules.replace_pattern(ours, pattern, pattern) == []
+    theirs, expected, ours, found = _rewrite_both(model, pattern, pattern)
+    assert len(expected) == 1
+    assert found == []
     assert structure(ours) == structure(theirs) and op_sequence(ours) == op_sequence(theirs)
     arguments = [make() for make in inputs]
     torch.testing.assert_close(ours(*arguments), theirs(*arguments))
@@ -128,9 +138,7 @@ def test_traced_pattern_maps_its_own_nodes() -> None:
     """Given traced modules (test_subgraph_rewriter_traced_as_callable), the node map's keys are the nodes of
     the pattern graph passed in, as with torch."""
     pattern, replacement = torch.fx.symbolic_trace(cases.neg_plus_relu), torch.fx.symbolic_trace(cases.sigmoid)
-    theirs, ours = torch.fx.symbolic_trace(cases.NegReluModule()), torch.fx.symbolic_trace(cases.NegReluModule())
-    expected = subgraph_rewriter.replace_pattern(theirs, pattern, replacement)
-    found = fxrules.replace_pattern(ours, pattern, replacement)
+    theirs, expected, ours, found = _rewrite_both(cases.NegReluModule(), pattern, replacement)
     assert [set(m.nodes_map) for m in found] == [set(m.nodes_map) for m in expected]
     assert found[0].anchor is expected[0].anchor is next(n for n in pattern.graph.nodes if n.name == "add")
     assert structure(ours) == structure(theirs)
@@ -157,9 +165,7 @@ def test_two_pattern_inputs_never_match_one_node() -> None:
     def replacement(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return torch.sub(a, b)
 
-    theirs, ours = torch.fx.symbolic_trace(f), torch.fx.symbolic_trace(f)
-    expected = subgraph_rewriter.replace_pattern(theirs, pattern, replacement)
-    found = fxrules.replace_pattern(ours, pattern, replacement)
+    theirs, expected, ours, found = _rewrite_both(f, pattern, replacement)
     assert _matches(found) == _matches(expected) == [("add", {"a": "x", "b": "z", "add": "add_1"})]
     assert structure(ours) == structure(theirs)
 
@@ -172,9 +178,9 @@ def test_an_output_that_would_become_an_input_is_left() -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return torch.neg(torch.neg(x))
 
-    theirs, ours = torch.fx.symbolic_trace(Negs()), torch.fx.symbolic_trace(Negs())
-    assert len(subgraph_rewriter.replace_pattern(theirs, cases.neg, cases.identity)) == 2
-    assert len(fxrules.replace_pattern(ours, cases.neg, cases.identity)) == 1
+    _, expected, ours, found = _rewrite_both(Negs(), cases.neg, cases.identity)
+    assert len(expected) == 2
+    assert len(found) == 1
     assert [n.op for n in ours.graph.nodes] == ["placeholder", "call_function", "output"]
 
 
@@ -325,9 +331,8 @@ def test_functions_of_other_modules_are_named_through_use() -> None:
                 wrapped_gemm_bias_mul = subgraph_rewriter_cases.wrapped_gemm_bias_mul(a, b, bias)
                 return wrapped_gemm_bias_mul[0], wrapped_gemm_bias_mul[1]
         """)
-    theirs, ours = torch.fx.symbolic_trace(cases.LinearMul()), torch.fx.symbolic_trace(cases.LinearMul())
-    assert len(subgraph_rewriter.replace_pattern(theirs, cases.linear_mul, cases.wrapped_linear_mul)) == 1
-    assert len(fxrules.replace_pattern(ours, cases.linear_mul, cases.wrapped_linear_mul)) == 1
+    theirs, expected, ours, found = _rewrite_both(cases.LinearMul(), cases.linear_mul, cases.wrapped_linear_mul)
+    assert len(expected) == len(found) == 1
     assert structure(ours) == structure(theirs)
     assert [n.target for n in ours.graph.nodes].count(cases.wrapped_gemm_bias_mul) == 1
 
@@ -349,9 +354,8 @@ def test_infinite_arguments_convert_to_the_predefined_names() -> None:
     """``inf`` and ``-inf`` arguments are written as the language's names and match as torch's do."""
     text = fxrules.integrations.convert.rule_text(_clamp_unbounded, cases.identity, "r")
     assert text == "rule r: x.clamp(min=-inf, max=inf) => x\n"
-    theirs, ours = torch.fx.symbolic_trace(ClampUnbounded()), torch.fx.symbolic_trace(ClampUnbounded())
-    assert len(subgraph_rewriter.replace_pattern(theirs, _clamp_unbounded, cases.identity)) == 1
-    assert len(fxrules.replace_pattern(ours, _clamp_unbounded, cases.identity)) == 1
+    theirs, expected, ours, found = _rewrite_both(ClampUnbounded(), _clamp_unbounded, cases.identity)
+    assert len(expected) == len(found) == 1
     assert structure(ours) == structure(theirs)
 
 
