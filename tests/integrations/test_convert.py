@@ -31,7 +31,7 @@ import fxrules
 import tests.integrations.subgraph_rewriter_cases as cases
 from fxrules.cli import main
 from tests.conftest import slow_examples
-from tests.integrations.test_replace_pattern_compat import op_sequence, placeholders, structure
+from tests.integrations.test_replace_pattern_compat import assert_same_rewrite, op_sequence, structure
 from tests.lang.test_formatting import meaning
 
 # ---------------------------------------------------------------- the cases
@@ -107,15 +107,7 @@ def test_replace_pattern_agrees_with_torch(model: Any, pattern: Any, replacement
     assert len(found) == count
     assert _matches(found) == _matches(expected)
     assert all(type(match) is subgraph_rewriter.Match for match in found)
-    ours.graph.lint()
-    assert placeholders(ours) == placeholders(theirs)
-    assert structure(ours) == structure(theirs), f"torch:\n{theirs.code}\nfxrules:\n{ours.code}"
-    if order_may_differ:
-        assert sorted(op_sequence(ours)) == sorted(op_sequence(theirs))
-    else:
-        assert op_sequence(ours) == op_sequence(theirs)
-    arguments = [make() for make in inputs]
-    torch.testing.assert_close(ours(*arguments), theirs(*arguments))
+    assert_same_rewrite(theirs, ours, [make() for make in inputs], order_may_differ=order_may_differ)
 
 
 @pytest.mark.parametrize(("model", "pattern", "inputs"), [
