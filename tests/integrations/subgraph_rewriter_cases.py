@@ -182,7 +182,8 @@ class ReluEscapes(torch.nn.Module):
 
 
 class AddmmOfCats(torch.nn.Module):
-    def forward(self, x, w1, w2, b1, b2):
+    def forward(self, x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, b1: torch.Tensor,
+                b2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         m0 = torch.cat([w1, w2])  # noqa: F841
         m1 = torch.cat([w1, w2])
         m2 = torch.cat([x, b2])
@@ -192,13 +193,14 @@ class AddmmOfCats(torch.nn.Module):
         return torch.sum(t1), torch.sum(t2)
 
 
-def addmm_of_cats(x, w1, w2, b1, b2):
+def addmm_of_cats(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, b1: torch.Tensor,
+                  b2: torch.Tensor) -> torch.Tensor:
     m1 = torch.cat([w1, w2])
     m2 = torch.cat([x, b2])
     return torch.addmm(b1, m1, m2.t())
 
 
-def cat_three(x, w1, w2, b1, b2):
+def cat_three(x: torch.Tensor, w1: torch.Tensor, w2: torch.Tensor, b1: torch.Tensor, b2: torch.Tensor) -> torch.Tensor:
     return torch.cat([x, w1, w2])
 
 

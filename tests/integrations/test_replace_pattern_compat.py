@@ -2,7 +2,8 @@
 
 The cases are the examples of ``replace_pattern``'s docstring and the cases of
 torch's ``test/fx/test_subgraph_rewriter.py``, each written once as a pair of
-Python callables (for ``replace_pattern``) and once as an ``.fxr`` rule.  The
+Python callables (for ``replace_pattern``; shared with the conversion tests in
+``subgraph_rewriter_cases.py``) and once as an ``.fxr`` rule.  The
 module under test is traced twice; one copy is rewritten by
 ``replace_pattern``, the other by ``fxrules.apply``, and the two must agree on
 
@@ -168,7 +169,7 @@ def _randn(*shape: int) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------------------------------
 # replace_pattern's docstring and torch/test/fx/test_subgraph_rewriter.py: cases where both must agree.
 
-#: (module, pattern, replacement, rules, input shapes, replacements), one row per case of torch's
+#: (module, pattern, replacement, rules, input shapes, replacements): the cases checked by check_agreement alone
 AGREEING = [
     # replace_pattern's docstring: cat -> stack, matched twice, a list argument
     pytest.param(cases.CatSumModule(), cases.cat, cases.stack,
