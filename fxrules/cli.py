@@ -147,9 +147,10 @@ def _apply(args: argparse.Namespace, explain: bool) -> int:
     ruleset = _rules(args, args.rules)
     helpers, predicates = driving.user_functions(args.helpers)
     inputs = _inputs(args)
+    output = driving.output_path(args.output, args.trace, inputs)
     traced = driving.trace(driving.build_model(args.model), args.trace, inputs)
     driving.check_input_count(traced, inputs)
-    before = driving.graph_of(traced).code
+    before = driving.code_of(traced)
     options: dict[str, Any] = {"helpers": helpers, "predicates": predicates, "explain": explain,
                                "static_shapes": args.static_shapes}
     result: driving.Traced
@@ -159,16 +160,16 @@ def _apply(args: argparse.Namespace, explain: bool) -> int:
     else:
         result, report = traced, apply(traced, ruleset, example_inputs=inputs or None, **options)
     print(report if args.verbose else _without_bundled_notes(report))
-    after = driving.graph_of(result).code
+    after = driving.code_of(result)
     print("\n".join(difflib.unified_diff(before.splitlines(), after.splitlines(), "before", "after", lineterm="")))
-    if args.output:
-        _save(result, Path(args.output), inputs)
+    if output is not None:
+        _save(result, output, inputs)
     return 0
 
 
 def _save(result: driving.Traced, path: Path, inputs: Sequence[torch.Tensor]) -> None:
     if path.suffix == ".py":  # the code to read (not loadable without the module's weights: see .pt2)
-        path.write_text(driving.graph_of(result).code, encoding="utf-8")
+        path.write_text(driving.code_of(result), encoding="utf-8")
         return
     driving.save(result, path, inputs)
     print(f"saved {'the exported program' if path.suffix == '.pt2' else 'the graph module'} to {path}")
@@ -262,7 +263,7 @@ def _apply_parser(command: argparse.ArgumentParser) -> None:
                               "(aten level) or Dynamo (torch level, as torch.compile sees it)")
     command.add_argument("--output", metavar="PATH",
                          help="save the result: a .pt2 ExportedProgram (torch.export.load reads it), a folder "
-                              "(GraphModule.to_folder), or the code alone (.py)")
+                              "that imports (GraphModule.to_folder), or the code alone (.py); any --trace")
     command.add_argument("--static-shapes", action="store_true",
                          help="let rules specialize the graph to the --input sizes (static_shapes=True)")
     command.add_argument("--verbose", action="store_true", help="also print the notes on bundled rules")

@@ -8,9 +8,10 @@ floats from the standard normal distribution.
 
 A model is traced with ``torch.fx.symbolic_trace`` (``symbolic``), ``torch.export.export`` (``export``:
 an aten-level program) or ``torch._dynamo.export`` (``dynamo``: the torch-level graph a ``torch.compile``
-backend sees).  The rewritten result is saved as ``torch.export.save`` of an ``ExportedProgram`` (a
-``.pt2`` file, loaded back with ``torch.export.load``), or as ``GraphModule.to_folder`` (any other path:
-a folder holding ``module.py`` and the weights).
+backend sees).  Whatever the trace, the rewritten result is saved as ``torch.export.save`` of an
+``ExportedProgram`` (a ``.pt2`` file, loaded back with ``torch.export.load``; a graph module is exported on
+the inputs first), or as ``GraphModule.to_folder`` (any other path: a folder holding ``module.py`` and the
+weights; a graph with pytree-flattened inputs is traced again into a plain signature first).
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from __future__ import annotations
 import importlib
 import re
 import sys
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.fx
@@ -28,6 +30,7 @@ from torch.export import ExportedProgram
 
 from fxrules.diagnostics import FxrError, FxrUsageError, did_you_mean
 from fxrules.engine.report import counted
+from fxrules.rewrite.spelling import respell, spell_publicly
 from fxrules.verification.options import DTYPES
 
 #: ``--trace``: how a model becomes a graph.
@@ -41,6 +44,7 @@ SEED = 0
 _SPEC = re.compile(r"(?P<dtype>\w+)\[(?P<sizes>[^\]]*)\](?::(?P<low>[^.]+)\.\.(?P<high>.+))?")
 _NUMBER = re.compile(r"-?\d+(\.\d*)?")
 Traced = torch.fx.GraphModule | ExportedProgram
+_T = TypeVar("_T")
 
 
 class FxrModelError(FxrError):
@@ -194,6 +198,12 @@ def graph_of(traced: Traced) -> torch.fx.GraphModule:
     return traced.graph_module if isinstance(traced, ExportedProgram) else traced
 
 
+def code_of(traced: Traced) -> str:
+    """The graph's code with public names, as ``apply`` writes it (:mod:`fxrules.rewrite.spelling`): the
+    diff of before and after then shows what the rules changed, not how FX spells a function."""
+    return respell(graph_of(traced).code)
+
+
 def check_input_count(traced: Traced, inputs: Sequence[torch.Tensor]) -> None:
     """A wrong number of ``--input`` is a usage error that names the model's inputs."""
     if isinstance(traced, ExportedProgram) or not inputs:
@@ -204,28 +214,68 @@ def check_input_count(traced: Traced, inputs: Sequence[torch.Tensor]) -> None:
                             f"{len(inputs)} --input were given")
 
 
+def output_path(text: str | None, how: str, inputs: Sequence[torch.Tensor]) -> Path | None:
+    """``--output`` checked before any work: its folder exists, and a ``.pt2`` of a symbolic trace has the
+    inputs to export it on.  A ``.py`` path gets the code alone, a ``.pt2`` path a program, any other a folder."""
+    if text is None:
+        return None
+    path = Path(text)
+    if not path.parent.is_dir():
+        raise FxrUsageError(f"--output {path}: the folder {path.parent} does not exist")
+    if path.suffix == ".pt2" and how == "symbolic" and not inputs:
+        raise FxrUsageError(f"--output {path}: a .pt2 program is the graph exported on example inputs: give "
+                            "--input, or save a folder (--output DIR)")
+    if path.suffix not in (".pt2", ".py") and path.exists() and not path.is_dir():
+        raise FxrUsageError(f"--output {path}: a file of that name exists; a graph module is saved as a folder "
+                            "(or give a .pt2 or .py path)")
+    return path
+
+
 def save(result: Traced, path: Path, inputs: Sequence[torch.Tensor]) -> None:
-    """``result`` as a ``.pt2`` program (a graph module is exported on ``inputs`` first) or a folder."""
+    """``result`` as a ``.pt2`` program (a graph module is exported on ``inputs`` first) or a folder that
+    ``import`` loads (``module.py``, whose class ``Rewritten`` takes the model's inputs, and the weights)."""
+    if path.suffix == ".pt2":
+        program = result if isinstance(result, ExportedProgram) else _attempt(
+            lambda: torch.export.export(result, tuple(inputs)), f"cannot export the rewritten graph for --output "
+            f"{path}", "save a folder (--output DIR) instead")
+        _attempt(lambda: torch.export.save(program, path), f"cannot save the result to {path}")
+        return
+    module = result.module() if isinstance(result, ExportedProgram) else result
+    if type(module.graph._codegen) is not torch.fx.graph.CodeGen:
+        module = _attempt(lambda: _with_plain_signature(module), f"cannot write the graph module to the folder "
+                          f"{path}", "save a .pt2 program instead")
+    _attempt(lambda: _to_folder(module, path), f"cannot save the result to {path}")
+
+
+def _to_folder(module: torch.fx.GraphModule, path: Path) -> None:
+    with warnings.catch_warnings():
+        # that a submodule is pickled whole rather than written as code: nothing the user can act on
+        warnings.filterwarnings("ignore", "Was not able to save the following children modules as reprs")
+        # absolute: to_folder writes the path it is given into module.py, to load the weights from any directory
+        module.to_folder(path.resolve(), "Rewritten")
+
+
+def _with_plain_signature(module: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """``module`` traced again into a graph that takes the model's inputs and returns its outputs as they are.
+
+    Dynamo's and export's graphs flatten their inputs and outputs with pytree specs kept on the module,
+    which ``to_folder`` does not write; tracing such a module runs that flattening on proxies, so the new
+    graph does the same work with a plain signature."""
+    traced = torch.fx.symbolic_trace(module)
+    spell_publicly(traced.graph)
+    traced.recompile()
+    return traced
+
+
+def _attempt(action: Callable[[], _T], failure: str, instead: str = "") -> _T:
+    """``action()``; what it raises becomes an :class:`FxrModelError` saying ``failure`` and what to do
+    ``instead``."""
     try:
-        if path.suffix == ".pt2":
-            if isinstance(result, ExportedProgram):
-                program = result
-            elif inputs:
-                program = torch.export.export(result, tuple(inputs))
-            else:
-                raise FxrUsageError(f"--output {path}: saving a .pt2 program exports the graph: give --input")
-            torch.export.save(program, path)
-            return
-        module = result.module() if isinstance(result, ExportedProgram) else result
-        if type(module.graph._codegen) is not torch.fx.graph.CodeGen:
-            # Dynamo's and export's modules flatten their arguments with a pytree spec, which to_folder drops
-            raise FxrUsageError(f"--output {path}: this graph module flattens its inputs with a pytree spec, which "
-                                "a folder cannot hold; save it as a .pt2 program")
-        module.to_folder(path, "Rewritten")
+        return action()
     except FxrError:
         raise
     except Exception as error:
-        raise FxrModelError(f"cannot save the result to {path}: {_one_line(error)}") from None
+        raise FxrModelError(f"{failure}: {_one_line(error)}" + (f"; {instead}" if instead else "")) from None
 
 
 def _one_line(error: BaseException) -> str:

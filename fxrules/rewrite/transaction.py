@@ -24,6 +24,8 @@ import attrs
 import torch
 import torch.fx
 
+from fxrules.rewrite.spelling import spell_publicly
+
 #: Attributes ``GraphModule.recompile`` sets on the module and on its own class (each GraphModule has one).
 _CODE_ATTRIBUTES = ("_code", "_lineno_map", "_prologue_start", "_in_spec", "_out_spec")
 _CODE_CLASS_ATTRIBUTES = ("forward", "__call__", "_wrapped_call")
@@ -90,6 +92,7 @@ class Transaction:
     code: list[tuple[torch.fx.GraphModule, dict[str, Any], dict[str, Any]]] | None = None
     reprs: list[tuple[torch.fx.Node, Any]] = attrs.Factory(list)  # each node's _repr_fn, which code generation sets
     deleted: list[_Deleted] = attrs.Factory(list)
+    transformers: list[tuple[Any, Any]] = attrs.Factory(list)  # (code generator, its transformer before)
 
     # ------------------------------------------------------------------ the rewrite's changes
 
@@ -182,7 +185,8 @@ class Transaction:
     def recompile(self, gm: torch.fx.GraphModule) -> None:
         """``gm.recompile()``, which recompiles every GraphModule under ``gm``; their generated code is kept
         first (the first time), and so is what code generation sets on each node of their graphs (its repr
-        function, through ``Node.__setattr__``, which moves the node in its ``find_nodes`` bucket)."""
+        function, through ``Node.__setattr__``, which moves the node in its ``find_nodes`` bucket).  Their code
+        is generated with public names from then on (:func:`spell_publicly`)."""
         if self.code is not None:
             gm.recompile()
             return
@@ -193,6 +197,9 @@ class Transaction:
         for module in modules:
             self._keep_buckets(module.graph)
             self.reprs += [(node, node._repr_fn) for node in module.graph.nodes]
+        self.transformers = [(m.graph._codegen, m.graph._codegen._body_transformer) for m in modules]
+        for module in modules:
+            spell_publicly(module.graph)
         gm.recompile()
 
     def delete_submodule(self, gm: torch.fx.GraphModule, target: str) -> None:
@@ -277,8 +284,11 @@ class Transaction:
         for node, repr_function in self.reprs:
             if node._repr_fn is not repr_function:
                 node._repr_fn = repr_function
+        for codegen, transformer in self.transformers:
+            codegen._body_transformer = transformer
         self.code = None
         self.reprs.clear()
+        self.transformers.clear()
 
     def _restore_erased(self, graph: torch.fx.Graph) -> None:
         """Put the erased nodes back, last erased first, from wherever their erasure stopped."""

@@ -48,6 +48,7 @@ def _graph_state(module: torch.fx.GraphModule) -> dict[str, Any]:
               {key: id(value) for key, value in node.meta.items()}) for node in graph.nodes]
     lookups = {(node.op, node.target if node.op == "call_function" else None) for node in graph.nodes}
     return {"nodes": nodes, "len": len(graph.nodes), "code": module.code, "forward": type(module).forward,
+            "code transformer": graph._codegen._body_transformer,  # what later recompiles write (the spelling)
             "find_nodes": {key: graph.find_nodes(op=key[0], target=key[1], sort=False) for key in lookups}}
 
 

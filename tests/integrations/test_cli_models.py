@@ -43,6 +43,36 @@ class TwoInputs(torch.nn.Module):
         return torch.neg(torch.neg(x)) * mask
 
 
+class FloatPair(torch.nn.Module):
+    \"\"\"Two float inputs, a tuple holding a dict out: a folder keeps that structure whatever the trace.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = torch.nn.Linear(3, 3)
+
+    def forward(self, x, y):
+        s = torch.neg(torch.neg(self.linear(x))) + y
+        return s, {"gelu": torch.nn.functional.gelu(s)}
+
+
+class Labelled:
+    def __init__(self, value):
+        self.value = value
+
+
+@torch.fx.wrap
+def labelled(x):
+    return Labelled(x)
+
+
+class LabelledOutput(torch.nn.Module):
+    \"\"\"Symbolic tracing keeps the wrapped call; torch.export cannot return a Labelled.\"\"\"
+
+    def forward(self, x):
+        return labelled(torch.neg(torch.neg(x)))
+
+
 def raising():
     raise RuntimeError("no weights here")
 """
@@ -82,7 +112,7 @@ def models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     yield name
-    for module in (name, f"{name}_helpers", "rewritten"):
+    for module in (name, f"{name}_helpers", "rewritten", "rewritten.module"):  # the saved folder's package
         sys.modules.pop(module, None)
 
 
@@ -90,45 +120,78 @@ def _model(models: str, name: str) -> torch.nn.Module:
     return getattr(importlib.import_module(models), name)().eval()
 
 
-def _assert_computes_as_tokens(loaded: torch.nn.Module, models: str, size: tuple[int, int]) -> None:
-    """``loaded`` computes what the ``Tokens`` model does, on random token ids of ``size``."""
-    ids = torch.randint(0, 1000, size)
-    with torch.no_grad():
-        torch.testing.assert_close(loaded(ids), _model(models, "Tokens")(ids))
+def _saved_folder() -> torch.nn.Module:
+    """The module of the folder ``--output rewritten`` wrote (found afresh: importlib caches directory
+    listings, which may predate the folder)."""
+    importlib.invalidate_caches()
+    return importlib.import_module("rewritten").Rewritten()
 
 
+#: Each model's inputs: token ids, and two floats
+INPUTS = {"Tokens": ["int64[2,16]:0..1000"], "FloatPair": ["float32[4,3]", "float32[4,3]:-1..1"]}
+FORWARD = {"Tokens": "def forward(self, ids):", "FloatPair": "def forward(self, x, y):"}
+
+
+@pytest.mark.filterwarnings("error:Was not able to save the following children")  # to_folder's, kept quiet
+@pytest.mark.parametrize("kind", ["pt2", "folder"])
 @pytest.mark.parametrize("trace", ["symbolic", "export", "dynamo"])
-def test_apply_saves_a_program_that_loads_back_and_computes_the_same(
-        models: str, tmp_path: Path, trace: str, capsys: pytest.CaptureFixture[str]) -> None:
-    output = tmp_path / "tokens.pt2"
-    assert main(["apply", "algebra.fxr", "cleanup.fxr", "--model", f"{models}:Tokens",
-                 "--input", "int64[2,16]:0..1000", "--trace", trace, "--output", str(output)]) == 0
+@pytest.mark.parametrize("model", list(INPUTS))
+def test_every_trace_saves_a_program_and_a_folder_that_load_back_and_compute_the_same(
+        models: str, tmp_path: Path, model: str, trace: str, kind: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``--output x.pt2`` (the graph exported when it is not a program already) loads with torch.export.load;
+    ``--output DIR`` (Dynamo's and export's graphs traced again into a plain signature) imports from any
+    working directory, as a module taking the model's inputs; both compute what the model does on other
+    values of the same sizes (an exported program is specialized to them), without the rewritten negations."""
+    output = tmp_path / ("rewritten.pt2" if kind == "pt2" else "rewritten")
+    inputs = [argument for spec in INPUTS[model] for argument in ("--input", spec)]
+    assert main(["apply", "algebra.fxr", "cleanup.fxr", "--model", f"{models}:{model}", *inputs, "--trace", trace,
+                 "--output", str(output)]) == 0
     out, err = capsys.readouterr()
     assert err == ""
-    assert f"saved the exported program to {output}\n" in out
-    assert "double_neg" in out and "relu_idempotent" in out
-    loaded = torch.export.load(output).module()
-    _assert_computes_as_tokens(loaded, models, (2, 16))
-    assert "neg" not in {node.target.__name__ for node in loaded.graph.nodes if node.op == "call_function"
-                         and hasattr(node.target, "__name__")}
+    assert out.endswith(f"saved the {'exported program' if kind == 'pt2' else 'graph module'} to {output}\n")
+    assert re.search(r"^double_neg +1 ", out, re.MULTILINE)
+    monkeypatch.chdir(tmp_path.parent)
+    if kind == "pt2":
+        loaded = torch.export.load(output).module()
+        code = loaded.code
+    else:
+        loaded = _saved_folder()
+        code = (output / "module.py").read_text(encoding="utf-8")
+        assert FORWARD[model] in code
+    assert not re.search(r"\bneg\b", code)
+    values = example_inputs(INPUTS[model], seed=1)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(*values), _model(models, model)(*values))
 
 
-def test_apply_saves_a_symbolic_trace_as_a_folder_that_imports(
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--output", "tokens.pt2"], "--output tokens.pt2: a .pt2 program is the graph exported on example inputs: give "
+                                 "--input, or save a folder (--output DIR)"),
+    (["--input", "int64[2]", "--output", "missing/tokens.pt2"], "--output missing/tokens.pt2: the folder missing "
+                                                                "does not exist"),
+    (["--input", "int64[2]", "--trace", "dynamo", "--output", "missing/rewritten"],
+     "--output missing/rewritten: the folder missing does not exist"),
+    (["--input", "int64[2]", "--trace", "export", "--output", "a_file"],
+     "--output a_file: a file of that name exists; a graph module is saved as a folder (or give a .pt2 or .py path)"),
+])
+def test_an_output_that_cannot_be_written_is_refused_before_the_model_is_built(
+        models: str, tmp_path: Path, arguments: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "a_file").write_text("", encoding="utf-8")
+    assert main(["apply", "algebra.fxr", "--model", f"{models}:raising", *arguments]) == 2
+    assert capsys.readouterr().err == f"fxrules apply: error: {message}\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted([f"{models}.py", f"{models}_helpers.py",
+                                                                       "a_file"])
+
+
+def test_a_graph_torch_export_cannot_export_is_one_line_that_says_to_save_a_folder(
         models: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["apply", "algebra.fxr", "--model", f"{models}:Tokens", "--input", "int64[2,16]:0..1000",
-                 "--output", str(tmp_path / "rewritten")]) == 0
-    assert f"saved the graph module to {tmp_path / 'rewritten'}\n" in capsys.readouterr().out
-    loaded = importlib.import_module("rewritten").Rewritten()
-    _assert_computes_as_tokens(loaded, models, (3, 5))
-    assert "torch.neg" not in (tmp_path / "rewritten" / "module.py").read_text(encoding="utf-8")
-
-
-def test_a_dynamo_graph_cannot_be_a_folder(models: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["apply", "algebra.fxr", "--model", f"{models}:Tokens", "--input", "int64[2,16]", "--trace",
-                 "dynamo", "--output", str(tmp_path / "folder")]) == 2
-    assert capsys.readouterr().err == (
-        f"fxrules apply: error: --output {tmp_path / 'folder'}: this graph module flattens its inputs with a pytree "
-        "spec, which a folder cannot hold; save it as a .pt2 program\n")
+    arguments = ["apply", "algebra.fxr", "--model", f"{models}:LabelledOutput", "--input", "float32[3]"]
+    assert main([*arguments, "--output", "labelled.pt2"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"cannot export the rewritten graph for --output labelled.pt2: RuntimeError: Found <class "
+                          f"'{models}.Labelled'> in output, which is not a known type.")
+    assert err.endswith("; save a folder (--output DIR) instead\n") and err.count("\n") == 1
 
 
 def test_input_specs_draw_tensors_of_their_dtype_sizes_and_range() -> None:
