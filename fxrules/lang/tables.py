@@ -54,7 +54,9 @@ def load_parser(grammar: str, **runtime: Any) -> Lark | None:
         return None
     if not isinstance(shipped, dict) or any(shipped.get(key) != value for key, value in _stamp(grammar).items()):
         return None
-    parser = Lark._load_from_dict(_decoded(shipped["data"]), _decoded(shipped["memo"]), **runtime)
+    # Lark's own reader of serialized tables (its standalone parsers use it too), given a dict: no pickle
+    parser: Lark = Lark._load_from_dict(  # type: ignore[no-untyped-call]
+        _decoded(shipped["data"]), _decoded(shipped["memo"]), **runtime)
     for terminal in parser.terminals:  # JSON has no sets: the terminals equal the built parser's again
         terminal.pattern.flags = frozenset(terminal.pattern.flags)
     return parser
