@@ -40,32 +40,22 @@ import sys
 import warnings
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import attrs
-import torch
-from torch.export import ExportedProgram
 
-from fxrules.demo import run_demo
 from fxrules.diagnostics import FxrError, FxrLoadError, FxrLoopWarning, FxrUsageError
-from fxrules.engine.driver import apply, apply_program, load_rules
-from fxrules.engine.loading import load
-from fxrules.engine.report import Report, counted
-from fxrules.integrations import driving
-from fxrules.integrations.convert import rule_text
 from fxrules.lang import bundled
-from fxrules.lang.formatting import LINE_LENGTH, format_files
-from fxrules.lang.ir import RuleSet
-from fxrules.verification.options import (
-    DEFAULT_EXAMPLES,
-    DEFAULT_MAX_SIDE,
-    DEFAULT_SEED,
-    MAX_SIDE_LIMIT,
-    parse_dtypes,
-    whole_number_problem,
-)
-from fxrules.verification.prove import DEFAULT_TIMEOUT, prove
-from fxrules.verification.soundness import verify
+
+# Each command imports what it runs, and adds its arguments only when it is the one run (their defaults
+# live with the code that uses them): `check`, `list` and `fmt` do not pay for the rewriter's driver,
+# verification (hypothesis), Dynamo or the model tools.
+if TYPE_CHECKING:
+    import torch
+
+    from fxrules.engine.report import Report
+    from fxrules.integrations import driving
+    from fxrules.lang.ir import RuleSet
 
 
 class _Parser(argparse.ArgumentParser):
@@ -86,6 +76,9 @@ def _print_warnings(rulesets: Iterable[RuleSet], printed: set[str]) -> None:
 
 
 def _check(files: Sequence[str], allow: Sequence[str]) -> int:
+    from fxrules.engine.loading import load
+    from fxrules.engine.report import counted
+
     failed = False
     printed: set[str] = set()
     for name in files:
@@ -116,6 +109,8 @@ def first_sentence(docstring: str | None) -> str:
 
 
 def _list() -> int:
+    from fxrules.engine.loading import load
+
     for name in bundled.ruleset_names():
         ruleset = load(name)
         print(f"{name}: {len(ruleset)} rules")
@@ -125,6 +120,9 @@ def _list() -> int:
 
 
 def _convert(args: argparse.Namespace) -> int:
+    from fxrules.integrations import driving
+    from fxrules.integrations.convert import rule_text
+
     pattern = driving.import_object(args.pattern, "the pattern")
     replacement = driving.import_object(args.replacement, "the replacement")
     print(rule_text(pattern, replacement, args.name), end="")
@@ -133,17 +131,26 @@ def _convert(args: argparse.Namespace) -> int:
 
 def _rules(args: argparse.Namespace, files: Sequence[str]) -> RuleSet:
     """The rules of ``files``, those ``--rule``/``--exclude`` choose, each file's warnings printed once."""
+    from fxrules.engine.driver import load_rules
+
     loaded = [load_rules(name, args.allow) for name in files]
     _print_warnings(loaded, set())
     return load_rules(loaded).select(args.rule or None, args.exclude or None, labels=("--rule", "--exclude"))
 
 
 def _inputs(args: argparse.Namespace) -> list[torch.Tensor]:
+    from fxrules.integrations import driving
+
     specs = [*(driving.input_shape_spec(shape) for shape in args.input_shape), *args.input]
     return driving.example_inputs(specs)
 
 
 def _apply(args: argparse.Namespace, explain: bool) -> int:
+    from torch.export import ExportedProgram
+
+    from fxrules.engine.driver import apply, apply_program
+    from fxrules.integrations import driving
+
     ruleset = _rules(args, args.rules)
     helpers, predicates = driving.user_functions(args.helpers)
     inputs = _inputs(args)
@@ -168,6 +175,8 @@ def _apply(args: argparse.Namespace, explain: bool) -> int:
 
 
 def _save(result: driving.Traced, path: Path, inputs: Sequence[torch.Tensor]) -> None:
+    from fxrules.integrations import driving
+
     if path.suffix == ".py":  # the code to read (not loadable without the module's weights: see .pt2)
         path.write_text(driving.code_of(result), encoding="utf-8")
         return
@@ -185,6 +194,9 @@ def _without_bundled_notes(report: Report) -> Report:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    from fxrules.integrations import driving
+    from fxrules.verification.soundness import verify
+
     ruleset = _rules(args, args.files)
     helpers, predicates = driving.user_functions(args.helpers)
     report = verify(ruleset, max_examples=args.examples, seed=args.seed, max_side=args.max_side, dtypes=args.dtypes,
@@ -194,6 +206,8 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _prove(args: argparse.Namespace) -> int:
+    from fxrules.verification.prove import prove
+
     try:
         report = prove(list(args.files), timeout=args.timeout, names=args.rule or None, allow=args.allow)
     except FxrUsageError as error:  # no z3, or --rule names no rule of the files
@@ -220,6 +234,8 @@ def _seconds(text: str) -> float:
 def _whole_number(low: int | None = None, high: int | None = None) -> Callable[[str], int]:
     """An argparse type: a whole number from ``low`` to ``high``, refused with the text the Python API gives."""
     def parse(text: str) -> int:
+        from fxrules.verification.options import whole_number_problem
+
         problem = whole_number_problem(text, low, high)
         if problem is not None:
             raise argparse.ArgumentTypeError(problem)
@@ -229,6 +245,8 @@ def _whole_number(low: int | None = None, high: int | None = None) -> Callable[[
 
 
 def _dtypes(text: str) -> tuple[Any, ...]:
+    from fxrules.verification.options import parse_dtypes
+
     try:
         return parse_dtypes(text)
     except FxrUsageError as error:
@@ -236,6 +254,8 @@ def _dtypes(text: str) -> tuple[Any, ...]:
 
 
 def _verify_parser(check_rules: argparse.ArgumentParser) -> None:
+    from fxrules.verification.options import DEFAULT_EXAMPLES, DEFAULT_MAX_SIDE, DEFAULT_SEED, MAX_SIDE_LIMIT
+
     check_rules.add_argument("files", nargs="+", help=".fxr files or bundled ruleset names")
     check_rules.add_argument("--examples", type=_whole_number(1), default=DEFAULT_EXAMPLES, metavar="N",
                              help=f"hypothesis examples per rule (default {DEFAULT_EXAMPLES})")
@@ -252,6 +272,8 @@ def _verify_parser(check_rules: argparse.ArgumentParser) -> None:
 
 
 def _apply_parser(command: argparse.ArgumentParser) -> None:
+    from fxrules.integrations import driving
+
     command.add_argument("rules", nargs="+", help=".fxr files or bundled ruleset names")
     command.add_argument("--model", required=True, help="package.module:factory returning an nn.Module")
     command.add_argument("--input", action="append", default=[], metavar="SPEC",
@@ -278,41 +300,91 @@ def _choosing(command: argparse.ArgumentParser) -> None:
                          help="a module with HELPERS and/or PREDICATES mappings for the rules (repeatable)")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _files(command: argparse.ArgumentParser) -> None:
+    command.add_argument("files", nargs="+", help=".fxr files or bundled ruleset names")
+
+
+def _allowing(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--allow", action="append", default=[], metavar="MODULE",
+                         help="a module the rules may name besides torch, operator and math (repeatable)")
+
+
+def _check_parser(command: argparse.ArgumentParser) -> None:
+    _files(command)
+    _allowing(command)
+
+
+def _applying_parser(command: argparse.ArgumentParser) -> None:
+    _apply_parser(command)
+    _allowing(command)
+    _choosing(command)
+
+
+def _verifying_parser(command: argparse.ArgumentParser) -> None:
+    _verify_parser(command)
+    _allowing(command)
+    _choosing(command)
+
+
+def _prove_parser(command: argparse.ArgumentParser) -> None:
+    from fxrules.verification.prove import DEFAULT_TIMEOUT
+
+    _files(command)
+    command.add_argument("--rule", action="append", default=[], metavar="NAME",
+                         help="prove only this rule (repeatable)")
+    command.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT, metavar="S",
+                         help=f"solver seconds per rule (default {DEFAULT_TIMEOUT:g})")
+    command.add_argument("--json", action="store_true", help="print the results as JSON")
+    _allowing(command)
+
+
+def _convert_parser(command: argparse.ArgumentParser) -> None:
+    command.add_argument("pattern", help="package.module:function (or nn.Module, GraphModule) of the pattern")
+    command.add_argument("replacement", help="package.module:function of the replacement")
+    command.add_argument("--name", default="converted", help="the rule's name (default converted)")
+
+
+def _fmt_parser(command: argparse.ArgumentParser) -> None:
+    from fxrules.lang.formatting import LINE_LENGTH
+
+    command.add_argument("files", nargs="+", help=".fxr files, rewritten in place ('-': standard input to output)")
+    command.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file would change")
+    command.add_argument("--diff", action="store_true", help="write nothing; print how each file would change")
+    command.add_argument("--line-length", type=_whole_number(20), default=LINE_LENGTH, metavar="N",
+                         help=f"the longest line aimed for (default {LINE_LENGTH})")
+
+
+#: Each command: its help line, and what adds its arguments.
+_COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None] | None]] = {
+    "check": ("parse and check rule files", _check_parser),
+    "list": ("list the bundled rulesets and their rules", None),
+    "apply": ("apply rules on a traced model", _applying_parser),
+    "explain": ("explain rules on a traced model", _applying_parser),
+    "verify": ("check that rules are sound on generated inputs", _verifying_parser),
+    "prove": ("prove rules for every input with the z3 solver", _prove_parser),
+    "demo": ("apply the bundled rulesets to three small models and measure", None),
+    "convert": ("print the .fxr rule of a replace_pattern(pattern, replacement)", _convert_parser),
+    "fmt": ("lay out rule files in the canonical layout", _fmt_parser),
+}
+
+
+def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
+    """The command line's parser; only the command ``argv`` names gets its arguments (the others' defaults
+    would import what that command does not run).  The top level has no option but ``-h``, so the command
+    is the first argument that is not an option."""
+    chosen = next((argument for argument in argv if not argument.startswith("-")), None)
     parser = _Parser(prog="fxrules", description="Declarative rewrite rules for torch.fx graphs.")
     commands = parser.add_subparsers(dest="command", required=True)
-    check = commands.add_parser("check", help="parse and check rule files")
-    check.add_argument("files", nargs="+", help=".fxr files or bundled ruleset names")
-    commands.add_parser("list", help="list the bundled rulesets and their rules")
-    applying = [commands.add_parser(name, help=f"{name} rules on a traced model") for name in ("apply", "explain")]
-    for command in applying:
-        _apply_parser(command)
-    check_rules = commands.add_parser("verify", help="check that rules are sound on generated inputs")
-    _verify_parser(check_rules)
-    proving = commands.add_parser("prove", help="prove rules for every input with the z3 solver")
-    proving.add_argument("files", nargs="+", help=".fxr files or bundled ruleset names")
-    proving.add_argument("--rule", action="append", default=[], metavar="NAME",
-                         help="prove only this rule (repeatable)")
-    proving.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT, metavar="S",
-                         help=f"solver seconds per rule (default {DEFAULT_TIMEOUT:g})")
-    proving.add_argument("--json", action="store_true", help="print the results as JSON")
-    commands.add_parser("demo", help="apply the bundled rulesets to three small models and measure")
-    convert = commands.add_parser("convert", help="print the .fxr rule of a replace_pattern(pattern, replacement)")
-    convert.add_argument("pattern", help="package.module:function (or nn.Module, GraphModule) of the pattern")
-    convert.add_argument("replacement", help="package.module:function of the replacement")
-    convert.add_argument("--name", default="converted", help="the rule's name (default converted)")
-    fmt = commands.add_parser("fmt", help="lay out rule files in the canonical layout")
-    fmt.add_argument("files", nargs="+", help=".fxr files, rewritten in place ('-': standard input to output)")
-    fmt.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file would change")
-    fmt.add_argument("--diff", action="store_true", help="write nothing; print how each file would change")
-    fmt.add_argument("--line-length", type=_whole_number(20), default=LINE_LENGTH, metavar="N",
-                     help=f"the longest line aimed for (default {LINE_LENGTH})")
-    for command in (check, *applying, check_rules, proving):
-        command.add_argument("--allow", action="append", default=[], metavar="MODULE",
-                             help="a module the rules may name besides torch, operator and math (repeatable)")
-    for command in (*applying, check_rules):
-        _choosing(command)
-    args = parser.parse_args(argv)
+    for name, (help_line, add_arguments) in _COMMANDS.items():
+        command = commands.add_parser(name, help=help_line)
+        if add_arguments is not None and name == chosen:
+            add_arguments(command)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    args = _parser(arguments).parse_args(arguments)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FxrLoopWarning)  # printed once each by the commands, with the rest
         return _run(args)
@@ -322,6 +394,8 @@ def _run(args: argparse.Namespace) -> int:
     """Run the command; an fxrules error is one message (exit 2 for a usage mistake, 1 otherwise)."""
     try:
         if args.command == "demo":
+            from fxrules.demo import run_demo
+
             run_demo()
             return 0
         if args.command == "verify":
@@ -331,6 +405,8 @@ def _run(args: argparse.Namespace) -> int:
         if args.command == "convert":
             return _convert(args)
         if args.command == "fmt":
+            from fxrules.lang.formatting import format_files
+
             return format_files(args.files, check=args.check, diff=args.diff, line_length=args.line_length)
         if args.command == "check":
             return _check(args.files, args.allow)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 HEAVY = ("torch._dynamo", "torch._inductor", "hypothesis")
 
@@ -34,3 +35,35 @@ def test_the_language_layer_loads_a_rule_file_without_the_matcher_or_the_rewrite
     loaded = modules_after("from fxrules.lang import loader\nloader.load('algebra.fxr')")
     assert "fxrules.lang.ir" in loaded
     assert not {name for name in loaded if name.startswith(("fxrules.match", "fxrules.rewrite", "fxrules.engine"))}
+
+
+#: What the commands that only read rule files leave alone: the rewriting driver, verification, the model
+#: tools, and sympy (torch's symbolic shapes).
+NOT_FOR_READING = (*HEAVY, "sympy", "torch.fx.experimental.symbolic_shapes", "fxrules.engine.driver",
+                   "fxrules.verification", "fxrules.integrations")
+
+
+def command_modules(arguments: str) -> set[str]:
+    """The modules a fresh interpreter has imported after running ``fxrules ARGUMENTS`` (exit status 0)."""
+    return modules_after(f"from fxrules.cli import main\nassert main({arguments.split()!r}) == 0")
+
+
+def test_fxrules_check_and_list_load_rules_without_the_driver_verification_or_sympy() -> None:
+    for arguments in ("check algebra.fxr cleanup.fxr", "list"):
+        loaded = command_modules(arguments)
+        assert "fxrules.engine.loading" in loaded
+        assert not loaded & set(NOT_FOR_READING), (arguments, sorted(loaded & set(NOT_FOR_READING)))
+
+
+def test_fxrules_fmt_imports_neither_the_matcher_nor_the_loop_check(tmp_path: Path) -> None:
+    path = tmp_path / "r.fxr"
+    path.write_text("rule r: torch.relu(torch.relu(x)) => torch.relu(x)\n", encoding="utf-8")
+    loaded = command_modules(f"fmt --check {path}")
+    assert "fxrules.lang.formatting" in loaded
+    assert not {name for name in loaded if name.startswith(("fxrules.match", "fxrules.rewrite", "fxrules.engine"))}
+    assert not loaded & set(NOT_FOR_READING)
+
+
+def test_loading_a_rule_file_imports_no_sympy() -> None:
+    loaded = modules_after("import fxrules\nfxrules.load('algebra.fxr')")
+    assert not loaded & {"sympy", "torch.fx.experimental.symbolic_shapes"}

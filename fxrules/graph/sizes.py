@@ -18,21 +18,33 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx
-from torch.fx.experimental import symbolic_shapes
+
+if TYPE_CHECKING:
+    from torch.fx.experimental import symbolic_shapes
 
 #: How a skip for a dynamic size tells the caller to opt in.
 OPT_IN = "pass static_shapes=True to apply (--static-shapes) to specialize the graph to the example sizes"
 
-#: The errors a question about a symbolic size raises: a guard refused while sizes are fixed, or a size
-#: the shape environment has no example value for (data-dependent).
-_SIZE_ERRORS = (symbolic_shapes._ShapeEnvGuardError, symbolic_shapes.GuardOnDataDependentSymNode)
+#: torch's module of shape environments: it imports sympy (over half a second), so it is not imported here.
+SYMBOLIC_SHAPES = "torch.fx.experimental.symbolic_shapes"
 
 SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def _size_errors() -> tuple[type[BaseException], ...]:
+    """The errors a question about a symbolic size raises: a guard refused while sizes are fixed, or a size
+    the shape environment has no example value for (data-dependent); none until torch has imported the
+    module that defines them, which it does before it makes a symbolic size."""
+    module = sys.modules.get(SYMBOLIC_SHAPES)
+    if module is None:
+        return ()
+    return (module._ShapeEnvGuardError, module.GuardOnDataDependentSymNode)
 
 
 class DynamicSize(Exception):  # noqa: N818 - a condition, like MissingMetadata
@@ -41,13 +53,14 @@ class DynamicSize(Exception):  # noqa: N818 - a condition, like MissingMetadata
 
 def is_size_error(error: BaseException) -> bool:
     """Whether ``error`` says that a question needed the value of a symbolic size."""
-    return isinstance(error, _SIZE_ERRORS)
+    return isinstance(error, _size_errors())
 
 
 def dynamic_size(error: BaseException, what: str) -> DynamicSize:
     """The :class:`DynamicSize` for a size error met while ``what`` (``"the guard"``, ``"helper '@f'"``)."""
     message = str(error).splitlines()[0] if str(error) else type(error).__name__
-    if isinstance(error, symbolic_shapes._ShapeEnvGuardError):  # "...frozen: Eq(s0, 4) == True"
+    refused = _size_errors()[:1]
+    if refused and isinstance(error, refused):  # "...frozen: Eq(s0, 4) == True"
         message = f"{message.partition(': ')[2]} holds for the example sizes only"
     return DynamicSize(f"{what} depends on a size the graph leaves symbolic ({message}); {OPT_IN}")
 
@@ -62,7 +75,7 @@ def literal(value: Any, what: str) -> Any:
     kind = {torch.SymInt: int, torch.SymFloat: float, torch.SymBool: bool}[type(value)]
     try:
         return kind(value)
-    except _SIZE_ERRORS as error:
+    except _size_errors() as error:
         raise dynamic_size(error, what) from None
 
 
@@ -92,7 +105,7 @@ def fixed(gm: torch.fx.GraphModule, static_shapes: bool) -> Iterator[None]:
         yield
         return
     # each refusal is expected: it becomes a skip, not a warning
-    with muted(symbolic_shapes.__name__, "failed during evaluate_expr"), shape_env.error_on_new_guards():
+    with muted(SYMBOLIC_SHAPES, "failed during evaluate_expr"), shape_env.error_on_new_guards():
         yield
 
 

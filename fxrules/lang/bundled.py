@@ -1,4 +1,4 @@
-"""Finds the data files shipped with fxrules: the grammar and the bundled rulesets.
+"""Finds the data files shipped with fxrules: the grammar (and its parser's tables) and the bundled rulesets.
 
 In a wheel they are the subpackages ``fxrules.grammar`` and
 ``fxrules.rulesets`` (``pyproject.toml`` maps the top-level folders there);
@@ -25,6 +25,19 @@ def _folder(name: str) -> Traversable:
 
 def grammar_text() -> str:
     return _folder("grammar").joinpath("fxr.lark").read_text(encoding="utf-8")
+
+
+#: The parser's tables built from the grammar (:mod:`fxrules.lang.tables`).
+GRAMMAR_TABLES = "fxr.lark.json"
+
+
+def grammar_tables_text() -> str:
+    return _folder("grammar").joinpath(GRAMMAR_TABLES).read_text(encoding="utf-8")
+
+
+def grammar_tables_path() -> Path:
+    """Where ``python -m fxrules.lang.tables`` writes the tables (the grammar folder, on disk)."""
+    return Path(str(_folder("grammar").joinpath(GRAMMAR_TABLES)))
 
 
 def ruleset_names() -> list[str]:

@@ -21,6 +21,7 @@ from lark.indenter import DedentError, Indenter
 from fxrules.diagnostics import Diagnostic, DiagnosticSink, FxrSyntaxError, Span
 from fxrules.lang.bundled import grammar_text
 from fxrules.lang.syntax_tree import File, Item, to_syntax_tree
+from fxrules.lang.tables import load_parser
 
 
 class _BadDedent(Exception):  # noqa: N818 - internal signal, never raised to users
@@ -52,14 +53,22 @@ def _keep_position(token: Token) -> bool:
 
 @functools.cache
 def fxr_parser() -> Lark:
-    """The one parser, built once per process from the grammar shipped with the package."""
-    return Lark(
-        grammar_text(),
-        parser="lalr",
-        postlex=FxrIndenter(),
-        propagate_positions=_keep_position,
-        maybe_placeholders=True,
-    )
+    """The one parser, made once per process: read from the tables shipped with the grammar when they were
+    built from it (:mod:`fxrules.lang.tables`), else built from the grammar."""
+    grammar = grammar_text()
+    shipped = shipped_parser(grammar)
+    return shipped if shipped is not None else built_parser(grammar)
+
+
+def shipped_parser(grammar: str) -> Lark | None:
+    """The parser of ``grammar`` read from the shipped tables, or None when they were not built from it."""
+    return load_parser(grammar, postlex=FxrIndenter(), propagate_positions=_keep_position)
+
+
+def built_parser(grammar: str) -> Lark:
+    """The parser of ``grammar``, built from it."""
+    return Lark(grammar, parser="lalr", postlex=FxrIndenter(), propagate_positions=_keep_position,
+                maybe_placeholders=True)
 
 
 @functools.cache

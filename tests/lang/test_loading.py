@@ -4,6 +4,7 @@ whose cost grows linearly with the number of rules."""
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 import warnings
@@ -272,3 +273,26 @@ def test_a_loop_warning_points_at_the_line_that_loaded_the_rules() -> None:
         fxrules.parse("rule grows: torch.relu(x) => torch.relu(torch.relu(x))\n", filename="grows.fxr")
     [warning] = [w for w in caught if issubclass(w.category, fxrules.FxrLoopWarning)]
     assert warning.filename == __file__
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_load_and_parse_leave_the_garbage_collector_as_they_found_it_error_or_not(
+        tmp_path: Path, enabled: bool) -> None:
+    """Loading pauses automatic garbage collection (it allocates much and frees little) and resumes it only
+    if it was on: a caller that turned it off keeps it off."""
+    good, bad = tmp_path / "good.fxr", tmp_path / "bad.fxr"
+    good.write_text("rule r: torch.relu(torch.relu(x)) => torch.relu(x)\n", encoding="utf-8")
+    bad.write_text("rule r: torch.relu(torch.relu(x)) => torch.nosuchop(x)\n", encoding="utf-8")
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        assert len(fxrules.load(good)) == 1
+        assert gc.isenabled() is enabled
+        with pytest.raises(FxrLoadError):
+            fxrules.load(bad)
+        assert gc.isenabled() is enabled
+        with pytest.raises(FxrLoadError):
+            fxrules.parse(bad.read_text(encoding="utf-8"))
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
