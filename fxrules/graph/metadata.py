@@ -15,7 +15,7 @@ import functools
 import inspect
 import operator
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -282,17 +282,91 @@ def alias_class(node: torch.fx.Node) -> dict[torch.fx.Node, None]:
     stack = [node]
     while stack:
         current = stack.pop()
-        neighbours = [*aliased_inputs(current), *(u for u in current.users if current in aliased_inputs(u))]
-        for neighbour in neighbours:
+        for neighbour in aliased_inputs(current):
             if neighbour not in found:
                 found[neighbour] = None
                 stack.append(neighbour)
+        for user in current.users:
+            if user not in found and _result_aliases(user, current):
+                found[user] = None
+                stack.append(user)
     return found
+
+
+def _result_aliases(user: torch.fx.Node, node: torch.fx.Node) -> bool:
+    """``node in aliased_inputs(user)``, without building the tuple: asked of every user of every alias."""
+    kwargs = user.kwargs
+    if kwargs.get("out") is node:
+        return True
+    args = user.args
+    first = args[0] if args else kwargs.get("input", kwargs.get("self"))
+    return first is node and _may_return_first(user)
 
 
 def writes_into(user: torch.fx.Node, node: torch.fx.Node) -> bool:
     """Whether ``user`` changes ``node`` in place: as its first argument, or as its ``out=`` tensor."""
     return node is user.kwargs.get("out") or (changes_an_argument(user) and bool(user.args) and user.args[0] is node)
+
+
+def may_write_in_place(node: torch.fx.Node) -> bool:
+    """Whether a node changes any of its arguments in place (its first argument, or an ``out=`` tensor): every
+    writer :func:`in_place_writer` finds is one."""
+    return isinstance(node.kwargs.get("out"), torch.fx.Node) or changes_an_argument(node)
+
+
+class InPlaceWriters:
+    """The nodes of one graph that may change an argument in place (:func:`may_write_in_place`), so that
+    :func:`in_place_writer` need not search the aliases of a value in a graph that has none (most graphs).
+
+    Found by one walk over the graph at the first question; whoever changes the graph after that tells it
+    of each node it creates or gives other arguments (:meth:`noticed`).  A node erased since stays listed:
+    a writer too many costs a search, never a wrong answer.
+    """
+
+    def __init__(self, graph: torch.fx.Graph) -> None:
+        self.graph = graph
+        self._nodes: list[torch.fx.Node] | None = None  # None: not walked yet
+
+    def noticed(self, nodes: Iterable[torch.fx.Node]) -> None:
+        """``nodes`` were created, or given other arguments (a write may have become one: ``inplace=True``)."""
+        if self._nodes is not None:
+            self._nodes += [node for node in nodes if may_write_in_place(node)]
+
+    def exist(self) -> bool:
+        """Whether the graph may hold an in-place writer."""
+        if self._nodes is None:
+            self._nodes = _writers(self.graph)
+        return bool(self._nodes)
+
+
+def _writers(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    """:func:`may_write_in_place` of every node, decided once per (op, target) for the nodes without keyword
+    arguments or modules (nearly all): a write through ``inplace=True`` by position is read from the arguments."""
+    decided: dict[tuple[str, Any], tuple[bool, int | None]] = {}
+    found = []
+    for node in graph.nodes:
+        op, target = node.op, node.target
+        if node.kwargs or op == "call_module":
+            if may_write_in_place(node):
+                found.append(node)
+            continue
+        try:
+            mutates, position = decided[op, target]
+        except KeyError:
+            mutates, position = decided[op, target] = _how_target_writes(op, target)
+        except TypeError:  # an unhashable target: decided afresh
+            mutates, position = may_write_in_place(node), None
+        if mutates or (position is not None and len(node.args) > position and node.args[position] is True):
+            found.append(node)
+    return found
+
+
+def _how_target_writes(op: str, target: Any) -> tuple[bool, int | None]:
+    """Whether a call of ``target`` writes into its first argument, else where its ``inplace`` parameter is:
+    what :func:`changes_an_argument` reads of a call without keyword arguments."""
+    if _target_mutates_first(op, target):
+        return True, None
+    return False, _inplace_position(target) if op == "call_function" else None
 
 
 def in_place_writer(node: torch.fx.Node) -> torch.fx.Node | None:

@@ -28,11 +28,13 @@ import torch.fx
 from torch.fx.operator_schemas import normalize_function
 
 from fxrules.graph.metadata import (
+    InPlaceWriters,
     alias_class,
     aliased_inputs,
     changes_an_argument,
     has_side_effects,
     in_place_writer,
+    may_write_in_place,
     view_base,
 )
 from fxrules.graph.subgraphs import OUTSIDE
@@ -109,6 +111,7 @@ class Splice:
     #: the operation a node performs by aten name (its in-place and ``out=`` forms one), as the rewriter
     #: spells operations (:mod:`fxrules.rewrite.aten`, a layer above this one)
     operation_name: Callable[[Node], str | None]
+    writers: InPlaceWriters  # the graph's in-place writers, but the nodes made for this splice
     grad_modes: Mapping[Node, bool | str] | None = None  # where the graph has grad-mode regions
     values: list[Any] | tuple[()] = ()
     created: list[Node] | tuple[()] = ()
@@ -428,7 +431,10 @@ def _enabled(mode: bool | str) -> str:
 
 def _in_place_write(splice: Splice) -> Detail | None:
     """The write would reach both the output and the value it would share memory with."""
-    for output, existing in splice.pairs():
+    pairs = splice.pairs()
+    if not pairs or (not splice.writers.exist() and not any(may_write_in_place(n) for n in splice.created)):
+        return None  # no node could write: the aliases need no search
+    for output, existing in pairs:
         for node in (output, existing):
             write = in_place_writer(node)
             if write is not None:
