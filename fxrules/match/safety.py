@@ -303,6 +303,8 @@ def _same_value(value: Any, old: Any, new: set[Node], seen: dict[Node, Node]) ->
         return False
     seen[value] = old
     for normalize in (False, True):
+        if normalize and _uses_another_node(value, old, new):
+            break  # binding by name moves no argument: normalizing would cost a signature binding for nothing
         new_args, old_args = _arguments(value, normalize), _arguments(old, normalize)
         if new_args is None or old_args is None:
             break
@@ -311,6 +313,15 @@ def _same_value(value: Any, old: Any, new: set[Node], seen: dict[Node, Node]) ->
             return True
     del seen[value]  # assumed while comparing its arguments (a DAG shares nodes); not the same after all
     return False
+
+
+def _uses_another_node(value: Node, old: Node, new: set[Node]) -> bool:
+    """``value`` has an existing node as an argument that is no argument of ``old``: however both calls' arguments
+    are bound to names, that one can be the same as no argument of ``old`` (an existing node is the same only as
+    itself, and binding fills in no node)."""
+    olds = {id(argument) for argument in (*old.args, *old.kwargs.values())}
+    return any(isinstance(argument, Node) and argument not in new and id(argument) not in olds
+               for argument in (*value.args, *value.kwargs.values()))
 
 
 def _arguments(node: Node, normalize: bool) -> dict[Any, Any] | None:
