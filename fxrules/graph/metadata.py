@@ -258,10 +258,25 @@ def aliased_inputs(node: torch.fx.Node) -> tuple[torch.fx.Node, ...]:
 
 
 def _may_return_first(node: torch.fx.Node) -> bool:
-    if node.op == "call_module":
+    op = node.op
+    if op == "call_module":
         module = _submodule(node)
         return isinstance(module, ALIASING_MODULES) or getattr(module, "inplace", False) is True
-    return _inplace_argument(node) or _per_target(_target_may_return_first, node)
+    try:
+        returns, position = _or_inplace_position(_target_may_return_first, op, node.target)
+    except TypeError:  # an unhashable target: decided afresh
+        returns, position = _or_inplace_position.__wrapped__(_target_may_return_first, op, node.target)
+    return returns or node.kwargs.get("inplace") is True \
+        or (position is not None and len(node.args) > position and node.args[position] is True)
+
+
+@functools.cache
+def _or_inplace_position(decide: Callable[[str, Any], bool], op: str, target: Any) -> tuple[bool, int | None]:
+    """``decide(op, target)``, and when it is False, where the call's ``inplace`` parameter is: with the node's
+    arguments, what :func:`_inplace_argument` or ``decide`` would say, decided once per (op, target)."""
+    if decide(op, target):
+        return True, None
+    return False, _inplace_position(target) if op == "call_function" else None
 
 
 @functools.cache
@@ -282,10 +297,16 @@ def alias_class(node: torch.fx.Node) -> dict[torch.fx.Node, None]:
     stack = [node]
     while stack:
         current = stack.pop()
-        for neighbour in aliased_inputs(current):
-            if neighbour not in found:
-                found[neighbour] = None
-                stack.append(neighbour)
+        kwargs = current.kwargs  # aliased_inputs(current), inlined: the hot loop of every aliasing check
+        out = kwargs.get("out")
+        if isinstance(out, torch.fx.Node) and out not in found:
+            found[out] = None
+            stack.append(out)
+        args = current.args
+        first = args[0] if args else kwargs.get("input", kwargs.get("self"))
+        if isinstance(first, torch.fx.Node) and first not in found and _may_return_first(current):
+            found[first] = None
+            stack.append(first)
         for user in current.users:
             if user not in found and _result_aliases(user, current):
                 found[user] = None
@@ -342,7 +363,6 @@ class InPlaceWriters:
 def _writers(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     """:func:`may_write_in_place` of every node, decided once per (op, target) for the nodes without keyword
     arguments or modules (nearly all): a write through ``inplace=True`` by position is read from the arguments."""
-    decided: dict[tuple[str, Any], tuple[bool, int | None]] = {}
     found = []
     for node in graph.nodes:
         op, target = node.op, node.target
@@ -351,22 +371,12 @@ def _writers(graph: torch.fx.Graph) -> list[torch.fx.Node]:
                 found.append(node)
             continue
         try:
-            mutates, position = decided[op, target]
-        except KeyError:
-            mutates, position = decided[op, target] = _how_target_writes(op, target)
+            mutates, position = _or_inplace_position(_target_mutates_first, op, target)
         except TypeError:  # an unhashable target: decided afresh
             mutates, position = may_write_in_place(node), None
         if mutates or (position is not None and len(node.args) > position and node.args[position] is True):
             found.append(node)
     return found
-
-
-def _how_target_writes(op: str, target: Any) -> tuple[bool, int | None]:
-    """Whether a call of ``target`` writes into its first argument, else where its ``inplace`` parameter is:
-    what :func:`changes_an_argument` reads of a call without keyword arguments."""
-    if _target_mutates_first(op, target):
-        return True, None
-    return False, _inplace_position(target) if op == "call_function" else None
 
 
 def in_place_writer(node: torch.fx.Node) -> torch.fx.Node | None:
