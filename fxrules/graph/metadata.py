@@ -335,29 +335,47 @@ def may_write_in_place(node: torch.fx.Node) -> bool:
     return isinstance(node.kwargs.get("out"), torch.fx.Node) or changes_an_argument(node)
 
 
-class InPlaceWriters:
-    """The nodes of one graph that may change an argument in place (:func:`may_write_in_place`), so that
-    :func:`in_place_writer` need not search the aliases of a value in a graph that has none (most graphs).
+class GraphEffects:
+    """What one ``apply`` knows of the side effects of one graph's nodes while it rewrites them.
 
-    Found by one walk over the graph at the first question; whoever changes the graph after that tells it
-    of each node it creates or gives other arguments (:meth:`noticed`).  A node erased since stays listed:
-    a writer too many costs a search, never a wrong answer.
+    * The nodes that may change an argument in place (:func:`may_write_in_place`), so that
+      :func:`in_place_writer` need not search the aliases of a value in a graph that has none (most graphs):
+      found by one walk over the graph at the first question; whoever changes the graph after that tells it
+      of each node it creates or gives other arguments (:meth:`noticed`).  A node erased since stays listed:
+      a writer too many costs a search, never a wrong answer.
+    * :func:`has_side_effects`, with ``Node.is_impure`` of a function call decided once per target (but a
+      higher-order operator's, which depends on its arguments): which functions are impure is torch's
+      registry, which nothing changes while a graph is rewritten.
     """
 
     def __init__(self, graph: torch.fx.Graph) -> None:
         self.graph = graph
-        self._nodes: list[torch.fx.Node] | None = None  # None: not walked yet
+        self._writers: list[torch.fx.Node] | None = None  # None: not walked yet
+        self._impure: dict[tuple[Any, bool], bool] = {}  # (call_function target, impure_random) -> is_impure
 
     def noticed(self, nodes: Iterable[torch.fx.Node]) -> None:
         """``nodes`` were created, or given other arguments (a write may have become one: ``inplace=True``)."""
-        if self._nodes is not None:
-            self._nodes += [node for node in nodes if may_write_in_place(node)]
+        if self._writers is not None:
+            self._writers += [node for node in nodes if may_write_in_place(node)]
 
-    def exist(self) -> bool:
+    def writers_exist(self) -> bool:
         """Whether the graph may hold an in-place writer."""
-        if self._nodes is None:
-            self._nodes = _writers(self.graph)
-        return bool(self._nodes)
+        if self._writers is None:
+            self._writers = _writers(self.graph)
+        return bool(self._writers)
+
+    def has_side_effects(self, node: torch.fx.Node, impure_random: bool = True) -> bool:
+        """:func:`has_side_effects`."""
+        target = node.target
+        if node.op != "call_function" or isinstance(target, torch._ops.HigherOrderOperator):
+            return has_side_effects(node, impure_random)
+        try:
+            impure = self._impure[target, impure_random]
+        except KeyError:
+            impure = self._impure[target, impure_random] = node.is_impure(impure_random)
+        except TypeError:  # an unhashable target
+            impure = node.is_impure(impure_random)
+        return impure or changes_an_argument(node) or isinstance(node.kwargs.get("out"), torch.fx.Node)
 
 
 def _writers(graph: torch.fx.Graph) -> list[torch.fx.Node]:

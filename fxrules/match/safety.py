@@ -28,11 +28,10 @@ import torch.fx
 from torch.fx.operator_schemas import normalize_function
 
 from fxrules.graph.metadata import (
-    InPlaceWriters,
+    GraphEffects,
     alias_class,
     aliased_inputs,
     changes_an_argument,
-    has_side_effects,
     in_place_writer,
     may_write_in_place,
     view_base,
@@ -111,7 +110,7 @@ class Splice:
     #: the operation a node performs by aten name (its in-place and ``out=`` forms one), as the rewriter
     #: spells operations (:mod:`fxrules.rewrite.aten`, a layer above this one)
     operation_name: Callable[[Node], str | None]
-    writers: InPlaceWriters  # the graph's in-place writers, but the nodes made for this splice
+    effects: GraphEffects  # of the graph's nodes, but those made for this splice
     grad_modes: Mapping[Node, bool | str] | None = None  # where the graph has grad-mode regions
     values: list[Any] | tuple[()] = ()
     created: list[Node] | tuple[()] = ()
@@ -351,7 +350,7 @@ def _effects_kept(splice: Splice) -> Detail | None:
     kept = {value for value in splice.values if isinstance(value, Node)}
     matched = set(match.nodes)
     for node in match.nodes:
-        if node in kept or not has_side_effects(node, impure_random=False):
+        if node in kept or not splice.effects.has_side_effects(node, impure_random=False):
             continue
         written = _written(node)
         if isinstance(written, Node) and view_base(written) in matched:
@@ -443,7 +442,7 @@ def _enabled(mode: bool | str) -> str:
 def _in_place_write(splice: Splice) -> Detail | None:
     """The write would reach both the output and the value it would share memory with."""
     pairs = splice.pairs()
-    if not pairs or (not splice.writers.exist() and not any(may_write_in_place(n) for n in splice.created)):
+    if not pairs or (not splice.effects.writers_exist() and not any(may_write_in_place(n) for n in splice.created)):
         return None  # no node could write: the aliases need no search
     for output, existing in pairs:
         for node in (output, existing):
