@@ -2,7 +2,8 @@
 
 A failure is injected at every step of the commit (dead-code erasure, lint, code generation, recompile,
 submodule and buffer deletion, each nested subgraph's commit, an exported program's rebuild), as an
-exception and as a ``KeyboardInterrupt``, through the public torch.fx seams; and a ``KeyboardInterrupt``
+exception and as a ``KeyboardInterrupt``, through the public torch.fx seams (the lint through fxrules' own,
+``fxrules.rewrite.lint.lint``); and a ``KeyboardInterrupt``
 lands at a random call inside ``apply``.  Each time ``apply`` raises what was raised, the snapshot (node
 objects, names, arguments, users in order, metadata, code, submodules, parameters and buffers, in every
 subgraph) is unchanged, and a second ``apply`` rewrites the module into one that computes what it did.
