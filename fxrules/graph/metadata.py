@@ -246,6 +246,10 @@ def _plain_name(op: str, target: Any) -> str | None:
     return schema.name.split("::")[-1] if schema is not None else getattr(target, "__name__", None)
 
 
+#: :func:`_plain_name` per (op, target): :func:`view_base` asks it of every step of every chain.
+_cached_plain_name = functools.cache(_plain_name)
+
+
 def aliased_inputs(node: torch.fx.Node) -> tuple[torch.fx.Node, ...]:
     """The argument nodes whose memory the node's result may share: the input of a view (``x.t()``,
     ``x[0:1]``, ``x.reshape(...)``), of an in-place write (``x.add_(1)`` returns ``x``), of a module that
@@ -429,7 +433,10 @@ def returns_its_input(node: torch.fx.Node) -> bool:
         module = _submodule(node)
         return isinstance(module, torch.nn.Identity) or (
             isinstance(module, torch.nn.modules.dropout._DropoutNd) and not module.training)
-    name = _plain_name(node.op, node.target)
+    try:
+        name = _cached_plain_name(node.op, node.target)
+    except TypeError:  # an unhashable target
+        name = _plain_name(node.op, node.target)
     if name == "dropout":
         training = node.kwargs.get("training", node.kwargs.get("train", node.args[2] if len(node.args) > 2 else True))
         return training is False
@@ -442,9 +449,14 @@ def returns_its_input(node: torch.fx.Node) -> bool:
 
 
 def _is_true_view_node(node: torch.fx.Node) -> bool:
-    if node.op not in ("call_method", "call_function"):
+    return _per_target(_target_is_true_view, node)
+
+
+@functools.cache
+def _target_is_true_view(op: str, target: Any) -> bool:
+    if op not in ("call_method", "call_function"):
         return False
-    name = _operator_name(node.op, node.target)
+    name = _operator_name(op, target)
     return name is not None and is_true_view(name)
 
 

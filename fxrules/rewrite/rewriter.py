@@ -153,7 +153,8 @@ class Rewriter:
         for output, value in zip(outputs, values, strict=True):
             if value is not output:
                 redirected += [(user, value) for user in self._redirect(output, value, created)]
-        self.effects.noticed([*created, *(user for user, _ in redirected)])
+        # a user given a node for a node writes as it did; a literal may be an `inplace` flag (True)
+        self.effects.noticed([*created, *(user for user, value in redirected if not isinstance(value, torch.fx.Node))])
         return Rewrite(tuple(created), tuple(redirected), tuple(self._retire_dead(match)), _used_by(created, values))
 
     def _emit(self, match: Match, anchor: torch.fx.Node) -> tuple[list[Any], list[torch.fx.Node]]:
