@@ -37,7 +37,7 @@ from fxrules.lang import resolve
 from fxrules.lang.families import family_parameters
 from fxrules.match import guards
 from fxrules.match.skips import reasons_table
-from fxrules.rewrite import helpers
+from fxrules.rewrite import helpers, lint
 from fxrules.verification.soundness import Verdict
 from fxrules.verification.strategies import Example as DrawnExample
 from fxrules.verification.strategies import examples
@@ -853,19 +853,22 @@ def test_a_rewrite_that_breaks_lint_is_an_apply_error(monkeypatch: pytest.Monkey
     gm = trace(lambda a: torch.neg(torch.neg(a)) + 1)
     code = gm.code
     real_lint = torch.fx.Graph.lint
-    calls: list[int] = []
+    calls: list[str] = []
 
-    def first_lint_fails(self: torch.fx.Graph) -> None:
-        calls.append(1)
-        if len(calls) == 1:  # the lint of the rewritten graph; the undone original then passes
-            raise RuntimeError("broken by the rewrite")
+    def commit_lint_fails(graph: torch.fx.Graph) -> None:  # the lint of the rewritten graph
+        calls.append("rewritten")
+        raise RuntimeError("broken by the rewrite")
+
+    def graph_lint(self: torch.fx.Graph) -> None:  # the undone original, which passes
+        calls.append("as given")
         real_lint(self)
 
-    monkeypatch.setattr(torch.fx.Graph, "lint", first_lint_fails)
+    monkeypatch.setattr(lint, "lint", commit_lint_fails)
+    monkeypatch.setattr(torch.fx.Graph, "lint", graph_lint)
     with pytest.raises(fxrules.FxrApplyError, match="the rewritten graph is invalid, so nothing was changed"):
         fxrules.apply(gm, "algebra.fxr")
     monkeypatch.undo()
-    assert gm.code == code and len(calls) == 2
+    assert gm.code == code and calls == ["rewritten", "as given"]
 
 
 def test_a_graph_nothing_fires_on_is_neither_linted_nor_touched() -> None:

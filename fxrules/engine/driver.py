@@ -55,6 +55,7 @@ from fxrules.match.matcher import Match, Matcher, Miss, RuleIndex
 from fxrules.match.safety import InPass
 from fxrules.match.skips import Skip, SkipReason
 from fxrules.rewrite import helpers as bundled_helpers
+from fxrules.rewrite import lint
 from fxrules.rewrite.rewriter import Rewriter
 from fxrules.rewrite.transaction import Transaction
 
@@ -188,7 +189,7 @@ class _Run:
             return
         graph, transaction = self.gm.graph, rewritten.transaction
         try:
-            graph.lint()
+            lint.lint(graph)
         except Exception as error:
             raise _LintError(graph, f"{path}: {error}" if path else str(error)) from error
         try:

@@ -15,7 +15,7 @@ import functools
 import inspect
 import operator
 import weakref
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -246,6 +246,10 @@ def _plain_name(op: str, target: Any) -> str | None:
     return schema.name.split("::")[-1] if schema is not None else getattr(target, "__name__", None)
 
 
+#: :func:`_plain_name` per (op, target): :func:`view_base` asks it of every step of every chain.
+_cached_plain_name = functools.cache(_plain_name)
+
+
 def aliased_inputs(node: torch.fx.Node) -> tuple[torch.fx.Node, ...]:
     """The argument nodes whose memory the node's result may share: the input of a view (``x.t()``,
     ``x[0:1]``, ``x.reshape(...)``), of an in-place write (``x.add_(1)`` returns ``x``), of a module that
@@ -258,10 +262,25 @@ def aliased_inputs(node: torch.fx.Node) -> tuple[torch.fx.Node, ...]:
 
 
 def _may_return_first(node: torch.fx.Node) -> bool:
-    if node.op == "call_module":
+    op = node.op
+    if op == "call_module":
         module = _submodule(node)
         return isinstance(module, ALIASING_MODULES) or getattr(module, "inplace", False) is True
-    return _inplace_argument(node) or _per_target(_target_may_return_first, node)
+    try:
+        returns, position = _or_inplace_position(_target_may_return_first, op, node.target)
+    except TypeError:  # an unhashable target: decided afresh
+        returns, position = _or_inplace_position.__wrapped__(_target_may_return_first, op, node.target)
+    return returns or node.kwargs.get("inplace") is True \
+        or (position is not None and len(node.args) > position and node.args[position] is True)
+
+
+@functools.cache
+def _or_inplace_position(decide: Callable[[str, Any], bool], op: str, target: Any) -> tuple[bool, int | None]:
+    """``decide(op, target)``, and when it is False, where the call's ``inplace`` parameter is: with the node's
+    arguments, what :func:`_inplace_argument` or ``decide`` would say, decided once per (op, target)."""
+    if decide(op, target):
+        return True, None
+    return False, _inplace_position(target) if op == "call_function" else None
 
 
 @functools.cache
@@ -282,17 +301,104 @@ def alias_class(node: torch.fx.Node) -> dict[torch.fx.Node, None]:
     stack = [node]
     while stack:
         current = stack.pop()
-        neighbours = [*aliased_inputs(current), *(u for u in current.users if current in aliased_inputs(u))]
-        for neighbour in neighbours:
-            if neighbour not in found:
-                found[neighbour] = None
-                stack.append(neighbour)
+        kwargs = current.kwargs  # aliased_inputs(current), inlined: the hot loop of every aliasing check
+        out = kwargs.get("out")
+        if isinstance(out, torch.fx.Node) and out not in found:
+            found[out] = None
+            stack.append(out)
+        args = current.args
+        first = args[0] if args else kwargs.get("input", kwargs.get("self"))
+        if isinstance(first, torch.fx.Node) and first not in found and _may_return_first(current):
+            found[first] = None
+            stack.append(first)
+        for user in current.users:
+            if user not in found and _result_aliases(user, current):
+                found[user] = None
+                stack.append(user)
     return found
+
+
+def _result_aliases(user: torch.fx.Node, node: torch.fx.Node) -> bool:
+    """``node in aliased_inputs(user)``, without building the tuple: asked of every user of every alias."""
+    kwargs = user.kwargs
+    if kwargs.get("out") is node:
+        return True
+    args = user.args
+    first = args[0] if args else kwargs.get("input", kwargs.get("self"))
+    return first is node and _may_return_first(user)
 
 
 def writes_into(user: torch.fx.Node, node: torch.fx.Node) -> bool:
     """Whether ``user`` changes ``node`` in place: as its first argument, or as its ``out=`` tensor."""
     return node is user.kwargs.get("out") or (changes_an_argument(user) and bool(user.args) and user.args[0] is node)
+
+
+def may_write_in_place(node: torch.fx.Node) -> bool:
+    """Whether a node changes any of its arguments in place (its first argument, or an ``out=`` tensor): every
+    writer :func:`in_place_writer` finds is one."""
+    return isinstance(node.kwargs.get("out"), torch.fx.Node) or changes_an_argument(node)
+
+
+class GraphEffects:
+    """What one ``apply`` knows of the side effects of one graph's nodes while it rewrites them.
+
+    * The nodes that may change an argument in place (:func:`may_write_in_place`), so that
+      :func:`in_place_writer` need not search the aliases of a value in a graph that has none (most graphs):
+      found by one walk over the graph at the first question; whoever changes the graph after that tells it
+      of each node it creates or gives other arguments (:meth:`noticed`).  A node erased since stays listed:
+      a writer too many costs a search, never a wrong answer.
+    * :func:`has_side_effects`, with ``Node.is_impure`` of a function call decided once per target (but a
+      higher-order operator's, which depends on its arguments): which functions are impure is torch's
+      registry, which nothing changes while a graph is rewritten.
+    """
+
+    def __init__(self, graph: torch.fx.Graph) -> None:
+        self.graph = graph
+        self._writers: list[torch.fx.Node] | None = None  # None: not walked yet
+        self._impure: dict[tuple[Any, bool], bool] = {}  # (call_function target, impure_random) -> is_impure
+
+    def noticed(self, nodes: Iterable[torch.fx.Node]) -> None:
+        """``nodes`` were created, or given other arguments (a write may have become one: ``inplace=True``)."""
+        if self._writers is not None:
+            self._writers += [node for node in nodes if may_write_in_place(node)]
+
+    def writers_exist(self) -> bool:
+        """Whether the graph may hold an in-place writer."""
+        if self._writers is None:
+            self._writers = _writers(self.graph)
+        return bool(self._writers)
+
+    def has_side_effects(self, node: torch.fx.Node, impure_random: bool = True) -> bool:
+        """:func:`has_side_effects`."""
+        target = node.target
+        if node.op != "call_function" or isinstance(target, torch._ops.HigherOrderOperator):
+            return has_side_effects(node, impure_random)
+        try:
+            impure = self._impure[target, impure_random]
+        except KeyError:
+            impure = self._impure[target, impure_random] = node.is_impure(impure_random)
+        except TypeError:  # an unhashable target
+            impure = node.is_impure(impure_random)
+        return impure or changes_an_argument(node) or isinstance(node.kwargs.get("out"), torch.fx.Node)
+
+
+def _writers(graph: torch.fx.Graph) -> list[torch.fx.Node]:
+    """:func:`may_write_in_place` of every node, decided once per (op, target) for the nodes without keyword
+    arguments or modules (nearly all): a write through ``inplace=True`` by position is read from the arguments."""
+    found = []
+    for node in graph.nodes:
+        op, target = node.op, node.target
+        if node.kwargs or op == "call_module":
+            if may_write_in_place(node):
+                found.append(node)
+            continue
+        try:
+            mutates, position = _or_inplace_position(_target_mutates_first, op, target)
+        except TypeError:  # an unhashable target: decided afresh
+            mutates, position = may_write_in_place(node), None
+        if mutates or (position is not None and len(node.args) > position and node.args[position] is True):
+            found.append(node)
+    return found
 
 
 def in_place_writer(node: torch.fx.Node) -> torch.fx.Node | None:
@@ -327,7 +433,10 @@ def returns_its_input(node: torch.fx.Node) -> bool:
         module = _submodule(node)
         return isinstance(module, torch.nn.Identity) or (
             isinstance(module, torch.nn.modules.dropout._DropoutNd) and not module.training)
-    name = _plain_name(node.op, node.target)
+    try:
+        name = _cached_plain_name(node.op, node.target)
+    except TypeError:  # an unhashable target
+        name = _plain_name(node.op, node.target)
     if name == "dropout":
         training = node.kwargs.get("training", node.kwargs.get("train", node.args[2] if len(node.args) > 2 else True))
         return training is False
@@ -340,9 +449,14 @@ def returns_its_input(node: torch.fx.Node) -> bool:
 
 
 def _is_true_view_node(node: torch.fx.Node) -> bool:
-    if node.op not in ("call_method", "call_function"):
+    return _per_target(_target_is_true_view, node)
+
+
+@functools.cache
+def _target_is_true_view(op: str, target: Any) -> bool:
+    if op not in ("call_method", "call_function"):
         return False
-    name = _operator_name(node.op, node.target)
+    name = _operator_name(op, target)
     return name is not None and is_true_view(name)
 
 

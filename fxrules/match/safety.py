@@ -28,11 +28,12 @@ import torch.fx
 from torch.fx.operator_schemas import normalize_function
 
 from fxrules.graph.metadata import (
+    GraphEffects,
     alias_class,
     aliased_inputs,
     changes_an_argument,
-    has_side_effects,
     in_place_writer,
+    may_write_in_place,
     view_base,
 )
 from fxrules.graph.subgraphs import OUTSIDE
@@ -109,6 +110,7 @@ class Splice:
     #: the operation a node performs by aten name (its in-place and ``out=`` forms one), as the rewriter
     #: spells operations (:mod:`fxrules.rewrite.aten`, a layer above this one)
     operation_name: Callable[[Node], str | None]
+    effects: GraphEffects  # of the graph's nodes, but those made for this splice
     grad_modes: Mapping[Node, bool | str] | None = None  # where the graph has grad-mode regions
     values: list[Any] | tuple[()] = ()
     created: list[Node] | tuple[()] = ()
@@ -300,6 +302,8 @@ def _same_value(value: Any, old: Any, new: set[Node], seen: dict[Node, Node]) ->
         return False
     seen[value] = old
     for normalize in (False, True):
+        if normalize and _uses_another_node(value, old, new):
+            break  # binding by name moves no argument: normalizing would cost a signature binding for nothing
         new_args, old_args = _arguments(value, normalize), _arguments(old, normalize)
         if new_args is None or old_args is None:
             break
@@ -308,6 +312,15 @@ def _same_value(value: Any, old: Any, new: set[Node], seen: dict[Node, Node]) ->
             return True
     del seen[value]  # assumed while comparing its arguments (a DAG shares nodes); not the same after all
     return False
+
+
+def _uses_another_node(value: Node, old: Node, new: set[Node]) -> bool:
+    """``value`` has an existing node as an argument that is no argument of ``old``: however both calls' arguments
+    are bound to names, that one can be the same as no argument of ``old`` (an existing node is the same only as
+    itself, and binding fills in no node)."""
+    olds = {id(argument) for argument in (*old.args, *old.kwargs.values())}
+    return any(isinstance(argument, Node) and argument not in new and id(argument) not in olds
+               for argument in (*value.args, *value.kwargs.values()))
 
 
 def _arguments(node: Node, normalize: bool) -> dict[Any, Any] | None:
@@ -337,7 +350,7 @@ def _effects_kept(splice: Splice) -> Detail | None:
     kept = {value for value in splice.values if isinstance(value, Node)}
     matched = set(match.nodes)
     for node in match.nodes:
-        if node in kept or not has_side_effects(node, impure_random=False):
+        if node in kept or not splice.effects.has_side_effects(node, impure_random=False):
             continue
         written = _written(node)
         if isinstance(written, Node) and view_base(written) in matched:
@@ -428,7 +441,10 @@ def _enabled(mode: bool | str) -> str:
 
 def _in_place_write(splice: Splice) -> Detail | None:
     """The write would reach both the output and the value it would share memory with."""
-    for output, existing in splice.pairs():
+    pairs = splice.pairs()
+    if not pairs or (not splice.effects.writers_exist() and not any(may_write_in_place(n) for n in splice.created)):
+        return None  # no node could write: the aliases need no search
+    for output, existing in pairs:
         for node in (output, existing):
             write = in_place_writer(node)
             if write is not None:

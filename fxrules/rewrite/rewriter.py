@@ -29,8 +29,8 @@ import torch.fx
 
 from fxrules.diagnostics import FxrApplyError
 from fxrules.graph.metadata import (
+    GraphEffects,
     has_metadata,
-    has_side_effects,
     infer_metadata,
     tensor_info,
 )
@@ -114,6 +114,7 @@ class Rewriter:
         self.helpers = helpers
         self.transaction = transaction
         self.with_metadata = any(has_metadata(n) for n in graph.find_nodes(op="placeholder"))
+        self.effects = GraphEffects(graph)  # told of every node a rewrite creates or redirects
 
     @functools.cached_property
     def level(self) -> Level:
@@ -132,7 +133,8 @@ class Rewriter:
         it meets something it cannot do or a safety check (:mod:`fxrules.match.safety`) refuses it."""
         outputs = match.outputs
         splice = Splice(match, outputs[0] if len(outputs) == 1 else min(outputs, key=lambda n: n._sort_key),
-                        self.graph, self.transaction.retired, self.context.alias_free, _operation_name)
+                        self.graph, self.transaction.retired, self.context.alias_free, _operation_name,
+                        self.effects)
         run_checks(EMIT_CHECKS, splice)
         mark = self.transaction.mark(self.graph)
         try:  # a skip halfway (a helper's value unknown, no aten spelling...) leaves nothing behind
@@ -151,6 +153,8 @@ class Rewriter:
         for output, value in zip(outputs, values, strict=True):
             if value is not output:
                 redirected += [(user, value) for user in self._redirect(output, value, created)]
+        # a user given a node for a node writes as it did; a literal may be an `inplace` flag (True)
+        self.effects.noticed([*created, *(user for user, value in redirected if not isinstance(value, torch.fx.Node))])
         return Rewrite(tuple(created), tuple(redirected), tuple(self._retire_dead(match)), _used_by(created, values))
 
     def _emit(self, match: Match, anchor: torch.fx.Node) -> tuple[list[Any], list[torch.fx.Node]]:
@@ -218,7 +222,7 @@ class Rewriter:
             node = lost_user.pop()
             if node in retired:
                 continue
-            if _has_live_user(node, retired) or has_side_effects(node):
+            if _has_live_user(node, retired) or self.effects.has_side_effects(node):
                 touched.append(node)
             else:
                 lost_user += node.all_input_nodes

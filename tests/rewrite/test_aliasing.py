@@ -38,6 +38,7 @@ WRITES: dict[str, Callable[[torch.Tensor], object]] = {
     "as_strided": lambda t: t.as_strided((2,), (1,)).add_(1),
     "view-of-view": lambda t: t[0:2].t().unsqueeze(0).add_(1),
     "inplace relu": lambda t: F.relu(t.view(-1), inplace=True),
+    "inplace relu by position": lambda t: F.relu(t.view(-1), True),
     "setitem": lambda t: t.__setitem__((slice(0, 1),), 0.0),
     "out=": lambda t: torch.add(torch.ones(3, 4), 1, out=t),
 }
@@ -69,6 +70,43 @@ def test_a_write_into_the_input_through_a_view_skips_the_identity(write: Callabl
     report, _ = rewrite_unobservably(f, [_input()], IDENTITY)
     assert report.counts() == {}
     assert skip_reasons(report, "same") == {"in-place write": 1}
+
+
+@pytest.mark.parametrize("write", [None, *WRITES.values()], ids=["no write", *WRITES])
+@pytest.mark.parametrize("into", ["result", "input"])
+def test_a_write_is_seen_wherever_the_graph_holds_it(write: Callable[[torch.Tensor], object] | None,
+                                                     into: str) -> None:
+    """An identity on an unrelated tensor comes first and fires; the second is skipped exactly when the graph
+    writes into its result or its input (the graph is searched for writes once, before the second site)."""
+    def f(p: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        q = p * 1.0
+        y = x * 1.0
+        if write is not None:
+            write(y if into == "result" else x)
+        return q.relu() + x + y
+    report, _ = rewrite_unobservably(f, [_input(), _input()], IDENTITY)
+    assert report["same"].fired == (1 if write is not None else 2)
+    assert skip_reasons(report, "same") == ({"in-place write": 1} if write is not None else {})
+
+
+def test_a_write_an_earlier_rewrite_created_is_seen_by_later_rewrites() -> None:
+    """The graph has no in-place write until a rewrite makes one: a later identity that would alias the
+    written tensor is skipped."""
+    rules = fxrules.parse("""
+rule make_write: torch.sigmoid(t) => torch.sigmoid_(t.clone())
+rule same: (x * 1.0).contiguous() => x
+""")
+
+    def f(p: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        first = (p * 1.0).contiguous()  # fires before the write exists
+        s = torch.sigmoid(x)
+        return first + (s * 1.0).contiguous()
+    report, rewritten = rewrite_unobservably(f, [_input(), _input()], rules)
+    assert report.counts() == {"make_write": 1, "same": 1}
+    assert report["same"].skipped[0].detail == ("'sigmoid_' writes into 'clone', a view of 'sigmoid_', in place, "
+                                                "and the replacement would make 'contiguous_1' share memory with "
+                                                "'sigmoid_'")
+    assert "contiguous_1 = mul_1.contiguous()" in rewritten.code
 
 
 def test_the_skip_names_the_write_and_the_view_it_goes_through() -> None:

@@ -70,3 +70,22 @@ def test_a_random_operation_the_pattern_names_may_be_removed() -> None:
     gm, report = _apply(Dropout(), "F.dropout(x, 0.5, True) => x")
     assert report.counts() == {"r": 1}
     torch.testing.assert_close(gm(torch.zeros(3)), torch.ones(3))
+
+
+@torch.fx.wrap
+def record(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+torch.fx.node.has_side_effect(record)
+
+
+def test_a_call_registered_as_side_effecting_is_not_removed_at_any_site() -> None:
+    """A function torch's registry marks side-effecting keeps its calls, at every site of the graph alike."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return record(x.relu()) + record(x.neg())
+    gm = torch.fx.symbolic_trace(f)
+    rules = fxrules.parse(f"rule drop:\n    {__name__}.record(x) => x\n", "effects.fxr", allow=[__name__])
+    report = fxrules.apply(gm, rules)
+    assert report["drop"].skip_counts == {"impure": 2}
+    assert gm.code.count("record(") == 2
