@@ -130,9 +130,9 @@ def test_layout_rules_of_algebra_say_why_they_are_not_provable() -> None:
     """Rules whose operations move elements (transpose, permute, reshape) are outside the elementwise model."""
     report = fxrules.prove("algebra.fxr", names=["double_transpose", "permute_inverse", "reshape_chain"])
     assert [(r.outcome.value, r.reason) for r in report.results] == [
-        ("not provable here", "capture a is a dim: only tensor and dtype captures are modeled"),
-        ("not provable here", "the guard at rulesets/algebra.fxr:67:9 reads more than dtypes"),
-        ("not provable here", "capture a is a shape: only tensor and dtype captures are modeled"),
+        ("not provable here", "capture a is a dim: only tensor, dtype, float and int captures are modeled"),
+        ("not provable here", "the guard at rulesets/algebra.fxr:67:9 reads more than dtypes and numbers"),
+        ("not provable here", "capture a is a shape: only tensor, dtype, float and int captures are modeled"),
     ]
 
 
@@ -216,18 +216,23 @@ def test_dtype_guard_is_decided_per_dtype(tmp_path: Path) -> None:
 
 
 def test_operations_outside_the_model_are_named(tmp_path: Path) -> None:
-    """A transcendental function, a helper, a float capture and a guard on shapes each say what is not modeled."""
+    """A reduction, a bool capture and a guard on shapes each say what is not modeled."""
     path = write_rules(tmp_path, """
-        rule tanh_odd:
-            tanh(neg(x)) => neg(tanh(x))
-
-        rule scaled:
+        rule sum_twice:
             given:
-                s: float
+                x: Tensor[dtype=float32]
             pattern:
-                return mul(x, s)
+                return torch.sum(torch.sum(x))
             replace:
-                return mul(s, x)
+                return torch.sum(x)
+
+        rule dropout_flag:
+            given:
+                b: bool
+            pattern:
+                return dropout(x, training=b)
+            replace:
+                return x
 
         rule same_shape:
             pattern:
@@ -239,9 +244,9 @@ def test_operations_outside_the_model_are_named(tmp_path: Path) -> None:
         """)
     report = fxrules.prove(path)
     assert [r.reason for r in report.results] == [
-        "tanh",
-        "capture s is a float: only tensor and dtype captures are modeled",
-        f"the guard at {path}:17:9 reads more than dtypes",
+        "sum",
+        "capture b is a bool: only tensor, dtype, float and int captures are modeled",
+        f"the guard at {path}:22:9 reads more than dtypes and numbers",
     ]
     assert report.sound
 
@@ -299,8 +304,8 @@ def test_command_prints_each_rule_and_exits_1_on_a_refuted_one(tmp_path: Path,
     assert main(["prove", "algebra.fxr", "--rule", "add_zero", "--rule", "double_transpose"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "rulesets/algebra.fxr:18:6: add_zero: proved (dtypes x: uint8|int8|int16|int32|int64)",
-        "rulesets/algebra.fxr:58:6: double_transpose: not provable here: capture a is a dim: only tensor and "
-        "dtype captures are modeled",
+        "rulesets/algebra.fxr:58:6: double_transpose: not provable here: capture a is a dim: only tensor, "
+        "dtype, float and int captures are modeled",
         "2 rules: 1 proved, 0 refuted, 1 not provable here, 0 solver/torch mismatch",
     ]
     path = rule_file(tmp_path, "negative_zero_add_zero", WRONG_RULES["negative_zero_add_zero"][0])
