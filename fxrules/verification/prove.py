@@ -63,7 +63,7 @@ from fxrules.lang.ir import (
     walk,
 )
 from fxrules.rewrite import helpers as bundled_helpers
-from fxrules.rewrite.standalone import Standalone, alternative_choices, build, input_names
+from fxrules.rewrite.standalone import Standalone, alternative_choices, build, input_names, replacement_dims
 from fxrules.verification.axioms import TRANSCENDENTALS, Applications
 from fxrules.verification.options import DTYPES
 from fxrules.verification.soundness import compare, reproduction
@@ -243,8 +243,11 @@ def _tensor_dtypes(rule: Rule) -> dict[str, tuple[torch.dtype, ...] | str | None
     ``"int"`` for a number; other inputs (a dim, a size, a bool) are not modeled."""
     roles = capture_roles(rule)
     kinds: dict[str, tuple[torch.dtype, ...] | str | None] = {}
+    sizes = replacement_dims(rule)
     for name in input_names(rule):
         declared = rule.types.get(name)
+        if name in sizes:
+            raise _NotProvable(f"the replacement passes the size {name} of a tensor")
         if isinstance(declared, TensorType) and not declared.or_none:
             kinds[name] = declared.dtypes or ALL_DTYPES
         elif (isinstance(declared, ScalarType) and declared.name == "dtype") or roles.get(name) == "dtype":
@@ -274,6 +277,19 @@ def _check_rule_shape(rule: Rule) -> None:
             raise _NotProvable(f"capture {name} is a module ({declared.cls.__name__})")
     if rule.guard is not None:
         _check_guard(rule.guard)
+
+
+def _check_operations(graphs: Standalone) -> None:
+    """Refuse an operation outside the model before trying configurations (a matmul's operands are not one
+    element, and the one-element inputs would not even reach it)."""
+    for graph in (graphs.pattern, graphs.replacement):
+        for node in graph.graph.nodes:
+            if node.op in ("call_function", "call_method"):
+                name = _operation_name(node)
+                if name.endswith("_") and name not in ALIASES:
+                    raise _NotProvable(f"the in-place operation {name}")
+                if name not in CASTS and name not in PARAMETERS:
+                    raise _NotProvable(name)
 
 
 def _check_guard(guard: Guard) -> None:
@@ -447,8 +463,10 @@ class _Prover:
         kinds = _tensor_dtypes(self.rule)
         if not any(isinstance(dtypes, tuple) for dtypes in kinds.values()):
             raise _NotProvable("the rule has no tensor capture")
-        for choice in alternative_choices(self.rule):
-            graphs = build(self.rule, {}, self.helpers, choice)
+        every = [build(self.rule, {}, self.helpers, choice) for choice in alternative_choices(self.rule)]
+        for graphs in every:
+            _check_operations(graphs)
+        for graphs in every:
             for config in _configs(kinds):
                 self.prove_config(graphs, config)
         if not self.proved:
