@@ -527,6 +527,7 @@ class _Prover:
         counterexample, and the solver is asked for other inputs, a few times."""
         functions = sorted({call.function for call in self.elements.applications.calls})
         tried: list[str] = []
+        values: dict[str, Any] = {}
         for _ in range(UNINTERPRETED_TRIES if functions else 1):
             model = self.solve(domain, query, terms, config)
             if model is None:
@@ -537,9 +538,34 @@ class _Prover:
             tried.append(", ".join(f"{name} = {value!r}" for name, value in values.items()))
             flat = [p for t in terms.values() for p in (t if isinstance(t, tuple) else (t,))]
             domain = [*domain, self.z3.Or(*(t != model.eval(t, model_completion=True) for t in flat))]
+        self.replay_edges(graphs, config, values)
         raise _NotProvable(
             f"the solver's differences rest on the values it chose for {', '.join(functions)} (uninterpreted); "
             f"torch computes the same outputs on the inputs it found ({config.describe()}: {'; '.join(tried)})")
+
+    def replay_edges(self, graphs: Standalone, config: _Config, values: Mapping[str, Any]) -> None:
+        """Replay the values at the edges of the dtypes of (up to two) float tensor captures, the other inputs
+        as the solver chose them: a refutation that does not depend on which models the solver found in the
+        time it had (which depends on the machine's load)."""
+        finite = self.rule.finite_inputs
+        varied = [name for name, dtype in config.values if name in config.tensors and name not in config.zero_dim
+                  and dtype in FLOAT_SORTS][:2]
+        choices = [[v for v in _edge_values(dict(config.dtypes)[name]) if not finite or math.isfinite(v)]
+                   for name in varied]
+        for combination in itertools.product(*choices):
+            if time.perf_counter() >= self.deadline:
+                raise _NotProvable("timeout")
+            chosen = {**values, **dict(zip(varied, combination, strict=True))}
+            inputs = config.concrete()
+            for name, value in chosen.items():
+                inputs[name] = value if name in config.scalars else torch.tensor(
+                    value if name in config.zero_dim else [value], dtype=inputs[name].dtype)
+            try:
+                problem, _ = _replay(self.rule, graphs, inputs)
+            except Exception:  # the pattern raises: the input is outside its domain
+                continue
+            if problem is not None:
+                self.refute(graphs, config, chosen, "torch's outputs differ at the edges of the dtypes")
 
     def solve(self, domain: list[Any], query: Any, terms: Mapping[str, Any], config: _Config) -> Any:
         """A model of ``domain`` and ``query``, or None when there is none. The values at the edges of each
@@ -595,6 +621,18 @@ class _Prover:
             problem = "the same outputs"
         raise _Refuted(outcome, f"{found} ({config.describe()})",
                        ProofCounterexample(tuple(example.describe()), problem, reproduction(self.rule, example)))
+
+
+def _edge_values(dtype: torch.dtype) -> tuple[float, ...]:
+    """The values at the edges of an integer or float dtype: zeros, ones, NaN, infinities, the extremes, the
+    smallest normal and subnormal, a halfway value."""
+    if dtype in INTEGER_BITS:
+        bounds = torch.iinfo(dtype)
+        integers = {0, 1, -1, 2, bounds.min, bounds.max, bounds.min + 1, bounds.max - 1}
+        return tuple(sorted(v for v in integers if bounds.min <= v <= bounds.max))
+    info = torch.finfo(dtype)
+    magnitudes = [0.0, 1.0, 2.0, 0.5, 1.5, info.max, info.tiny, info.tiny * info.eps, math.inf]
+    return (math.nan, *(sign * m for m in magnitudes for sign in (1.0, -1.0)))
 
 
 def _term(symbol: Any) -> Any:
@@ -811,14 +849,9 @@ class _Elements:
         if dtype == torch.bool:
             return z3.BoolVal(True)
         if dtype in INTEGER_BITS:
-            bounds = torch.iinfo(dtype)
-            integers = {0, 1, -1, 2, bounds.min, bounds.max, bounds.min + 1, bounds.max - 1}
-            return z3.Or(*(term == self.constant(v, dtype) for v in integers if bounds.min <= v <= bounds.max))
-        info = torch.finfo(dtype)
+            return z3.Or(*(term == self.constant(v, dtype) for v in _edge_values(dtype)))
         sort = self.sort(dtype)
-        magnitudes = [0.0, 1.0, 2.0, 0.5, 1.5, info.max, info.tiny, info.tiny * info.eps, math.inf]
-        floats = [z3.fpNaN(sort), *(z3.FPVal(sign * m, sort) for m in magnitudes for sign in (1.0, -1.0))]
-        return z3.Or(*(term == v for v in floats))
+        return z3.Or(*(term == (z3.fpNaN(sort) if math.isnan(v) else z3.FPVal(v, sort)) for v in _edge_values(dtype)))
 
     def finite(self, term: Any, dtype: torch.dtype) -> Any:
         z3 = self.z3
