@@ -483,11 +483,11 @@ class _Prover:
             return  # outside the pattern's domain
         self.elements.choices = itertools.count()  # the same names in each configuration: one cache key
         self.elements.applications = Applications(self.z3)
-        symbols = {name: self.elements.fresh(name, dtype) if name in config.tensors else
-                   _Scalar(dtype, self.elements.fresh(name, dtype)) if name in config.scalars else dtype
+        scalars = {name: _Scalar(dtype, self.elements.fresh(name, dtype)) for name, dtype in config.dtypes
+                   if name in config.scalars}
+        symbols = {name: self.elements.fresh(name, dtype) if name in config.tensors else scalars.get(name, dtype)
                    for name, dtype in config.dtypes}
-        guard = _GuardTerms(self.z3, self.rule, {**inputs, **ran},
-                            {name: symbols[name] for name in config.scalars}).condition()
+        guard = _GuardTerms(self.z3, self.rule, {**inputs, **ran}, scalars).condition()
         if guard is False:
             return
         pattern = _Evaluation(self.elements, graphs.pattern, inputs, symbols)
