@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional
 
 import fxrules
+from fxrules.cli import main
 from fxrules.verification.axioms import PATH_FREE, TRANSCENDENTALS
 from fxrules.verification.prove import Outcome, RuleProof
 
@@ -189,3 +192,21 @@ def test_transcendental_of_an_integer_tensor_is_not_modeled() -> None:
         """)
     assert (result.outcome, result.reason) == (
         Outcome.NOT_PROVABLE, "exp of torch.int32: a transcendental function is modeled on float tensors only")
+
+
+def test_command_reports_the_axioms_in_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`fxrules prove --json` gives each proved rule's axioms as a list."""
+    path = tmp_path / "rules.fxr"
+    path.write_text(textwrap.dedent("""
+        rule relu_exp:
+            given:
+                x: Tensor[dtype=float32]
+            pattern:
+                return relu(torch.exp(x))
+            replace:
+                return torch.exp(x)
+        """), encoding="utf-8")
+    assert main(["prove", str(path), "--json"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)["rules"]
+    assert (result["outcome"], result["axioms"]) == (
+        "proved", ["determinism of torch.exp", "torch.exp within [0, inf]", "torch.exp(nan) is nan"])

@@ -82,8 +82,9 @@ def test_a_guard_that_lets_nan_through_is_refuted() -> None:
 def test_a_guard_too_weak_for_negative_zero_is_refuted(pattern: str, guard: str,
                                                         inputs: tuple[str, ...] | None) -> None:
     """x + c with c == 0.0 (also 0.0 itself) turns -0.0 into 0.0; relu(x * c) with c > 0 keeps the -0.0 of
-    an underflowing product where relu(x) * c is 0.0."""
+    an underflowing product where relu(x) * c is 0.0 (finite inputs: with c = inf, 0 * inf is NaN too)."""
     result = prove_one(f"""
+        @finite_inputs()
         rule weak:
             given:
                 x: Tensor[dtype=float32]
