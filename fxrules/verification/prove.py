@@ -1165,8 +1165,10 @@ class _Operation:
 
     def op_neg(self, concrete: Mapping[str, Any], symbolic: Mapping[str, Any]) -> Any:
         x = self.operand(symbolic["input"], self.dtype)
-        if self.dtype in COMPLEX_PARTS:
-            return tuple(self.z3.fpNeg(p) for p in x)
+        if self.dtype in COMPLEX_PARTS:  # the vectorized kernel computes 0 - x: neg(-0.0) and neg(0.0) are 0.0
+            zero = self.elements.constant(0.0, COMPLEX_PARTS[self.dtype])
+            vectorized = self.z3.Bool(f"kernel_choice_{next(self.elements.choices)}")
+            return tuple(self.z3.If(vectorized, self.z3.fpSub(self.elements.rne, zero, p), self.z3.fpNeg(p)) for p in x)
         return self.z3.fpNeg(x) if self.dtype in FLOAT_SORTS else -x
 
     def op_pos(self, concrete: Mapping[str, Any], symbolic: Mapping[str, Any]) -> Any:
