@@ -15,6 +15,13 @@ the standalone graphs ``verify`` runs: only a difference torch reproduces is a
 refutation, any other is a mismatch between the model and torch, reported as
 such.
 
+A ``float`` or ``int`` capture is a number the solver chooses (an IEEE double,
+an int64), converted as torch converts a Python number; the guard's
+comparisons of such numbers constrain them.  Transcendental functions are
+uninterpreted, tied only by the axioms of :mod:`fxrules.verification.axioms`;
+a difference that rests on their values is a refutation only when torch
+reproduces it.
+
 Outputs are equal when their dtypes are, their shapes are (each output is the
 broadcast of a set of tensor captures: the two sets must be the same), and
 their elements are (NaN equals NaN, ``-0.0`` differs from ``0.0``).  Gradients
