@@ -210,3 +210,21 @@ def test_command_reports_the_axioms_in_json(tmp_path: Path, capsys: pytest.Captu
     (result,) = json.loads(capsys.readouterr().out)["rules"]
     assert (result["outcome"], result["axioms"]) == (
         "proved", ["determinism of torch.exp", "torch.exp within [0, inf]", "torch.exp(nan) is nan"])
+
+
+@pytest.mark.filterwarnings("ignore::fxrules.FxrLoopWarning")  # the rule is only proved, never applied
+def test_a_rule_with_uninterpreted_functions_keeps_its_time_budget() -> None:
+    """exp of a float64 product, reassociated: beyond a 0.1 s budget, 'timeout', after about that long."""
+    result = prove_one("""
+        rule exp_assoc:
+            given:
+                x: Tensor[dtype=float64]
+                y: Tensor[dtype=float64]
+                z: Tensor[dtype=float64]
+            pattern:
+                return torch.exp(mul(mul(x, y), z))
+            replace:
+                return torch.exp(mul(x, mul(y, z)))
+        """, timeout=0.1)
+    assert (result.outcome, result.reason) == (Outcome.NOT_PROVABLE, "timeout")
+    assert result.seconds < 3
