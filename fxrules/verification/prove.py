@@ -15,6 +15,13 @@ the standalone graphs ``verify`` runs: only a difference torch reproduces is a
 refutation, any other is a mismatch between the model and torch, reported as
 such.
 
+A ``float`` or ``int`` capture is a number the solver chooses (an IEEE double,
+an int64), converted as torch converts a Python number; the guard's
+comparisons of such numbers constrain them.  Transcendental functions are
+uninterpreted, tied only by the axioms of :mod:`fxrules.verification.axioms`;
+a difference that rests on their values is a refutation only when torch
+reproduces it.
+
 Outputs are equal when their dtypes are, their shapes are (each output is the
 broadcast of a set of tensor captures: the two sets must be the same), and
 their elements are (NaN equals NaN, ``-0.0`` differs from ``0.0``).  Gradients
@@ -63,7 +70,8 @@ from fxrules.lang.ir import (
     walk,
 )
 from fxrules.rewrite import helpers as bundled_helpers
-from fxrules.rewrite.standalone import Standalone, alternative_choices, build, input_names
+from fxrules.rewrite.standalone import Standalone, alternative_choices, build, input_names, replacement_dims
+from fxrules.verification.axioms import TRANSCENDENTALS, Applications
 from fxrules.verification.options import DTYPES
 from fxrules.verification.soundness import compare, reproduction
 from fxrules.verification.strategies import ALL_DTYPES, Example, capture_roles, guard_allows
@@ -84,6 +92,8 @@ COMPLEX_PARTS: Mapping[torch.dtype, torch.dtype] = {torch.complex64: torch.float
 REDUCED_FLOATS = (torch.float16, torch.bfloat16)
 #: Seconds the solver may spend on the values at the edges of the dtypes before the full search.
 QUICK_SECONDS = 0.5
+#: How many inputs the solver is asked for when its differences rest on uninterpreted functions' values.
+UNINTERPRETED_TRIES = 4
 #: Sizes of the one-dimensional inputs a counterexample is replayed with (the first that reproduces it).
 REPLAY_SIZES = (1, 64)
 #: Guard functions and attributes about the graph's structure and autograd, not values: taken as holding,
@@ -116,11 +126,13 @@ class RuleProof:
     reason: str = ""
     counterexample: ProofCounterexample | None = None
     seconds: float = 0.0
+    axioms: tuple[str, ...] = ()  # proved: what the proof assumes of the transcendental functions it calls
 
     def __str__(self) -> str:
         head = f"{self.location}: {self.rule}: "
         if self.outcome is Outcome.PROVED:
-            return head + f"proved (dtypes {', '.join(self.dtypes)})"
+            axioms = f"; axioms: {', '.join(self.axioms)}" if self.axioms else ""
+            return head + f"proved (dtypes {', '.join(self.dtypes)}{axioms})"
         if self.counterexample is None:
             return head + f"{self.outcome.value}: {self.reason}"
         c = self.counterexample
@@ -211,8 +223,9 @@ def prove_rule(rule: Rule, z3: types.ModuleType, timeout: float,
     try:
         with warnings.catch_warnings():  # torch's warnings about the configurations tried (a complex cast)
             warnings.simplefilter("ignore")
-            dtypes = _Prover(rule, z3, started + timeout, helpers).run()
-        result = attrs.evolve(base, outcome=Outcome.PROVED, dtypes=dtypes)
+            prover = _Prover(rule, z3, started + timeout, helpers)
+            dtypes = prover.run()
+        result = attrs.evolve(base, outcome=Outcome.PROVED, dtypes=dtypes, axioms=tuple(sorted(prover.axioms)))
     except _NotProvable as reason:
         result = attrs.evolve(base, reason=str(reason))
     except _Refuted as found:
@@ -227,25 +240,36 @@ def prove_rule(rule: Rule, z3: types.ModuleType, timeout: float,
 # ---------------------------------------------------------------- what a rule's inputs are
 
 
-def _tensor_dtypes(rule: Rule) -> dict[str, tuple[torch.dtype, ...] | None]:
-    """Each graph input: the dtypes it takes if it is a tensor, None if it is a ``dtype``; other inputs (a
-    dim, a size, a float) are not modeled."""
+#: The dtype that holds a Python number of each modeled scalar capture type (``float`` is IEEE double; an
+#: ``int`` a tensor operation takes is within int64, torch raises beyond).
+SCALAR_DTYPES: Mapping[str, torch.dtype] = {"float": torch.float64, "int": torch.int64}
+
+
+def _tensor_dtypes(rule: Rule) -> dict[str, tuple[torch.dtype, ...] | str | None]:
+    """Each graph input: the dtypes it takes if it is a tensor, None if it is a ``dtype``, ``"float"`` or
+    ``"int"`` for a number; other inputs (a dim, a size, a bool) are not modeled."""
     roles = capture_roles(rule)
-    kinds: dict[str, tuple[torch.dtype, ...] | None] = {}
+    kinds: dict[str, tuple[torch.dtype, ...] | str | None] = {}
+    sizes = replacement_dims(rule)
     for name in input_names(rule):
         declared = rule.types.get(name)
+        if name in sizes:
+            raise _NotProvable(f"the replacement passes the size {name} of a tensor")
         if isinstance(declared, TensorType) and not declared.or_none:
             kinds[name] = declared.dtypes or ALL_DTYPES
         elif (isinstance(declared, ScalarType) and declared.name == "dtype") or roles.get(name) == "dtype":
             kinds[name] = None
+        elif isinstance(declared, ScalarType) and declared.name in SCALAR_DTYPES:
+            kinds[name] = declared.name
         elif declared is None and roles.get(name, "tensor") == "tensor":
             kinds[name] = ALL_DTYPES
         elif isinstance(declared, TensorType):
-            raise _NotProvable(f"capture {name} may be None (Tensor | None): only tensor and dtype captures are "
-                               "modeled")
+            raise _NotProvable(f"capture {name} may be None (Tensor | None): only tensor, dtype, float and int "
+                               "captures are modeled")
         else:
             what = declared.name if isinstance(declared, ScalarType) else roles.get(name, type(declared).__name__)
-            raise _NotProvable(f"capture {name} is a {what}: only tensor and dtype captures are modeled")
+            raise _NotProvable(f"capture {name} is a {what}: only tensor, dtype, float and int captures are "
+                               "modeled")
     return kinds
 
 
@@ -262,6 +286,19 @@ def _check_rule_shape(rule: Rule) -> None:
         _check_guard(rule.guard)
 
 
+def _check_operations(graphs: Standalone) -> None:
+    """Refuse an operation outside the model before trying configurations (a matmul's operands are not one
+    element, and the one-element inputs would not even reach it)."""
+    for graph in (graphs.pattern, graphs.replacement):
+        for node in graph.graph.nodes:
+            if node.op in ("call_function", "call_method"):
+                name = _operation_name(node)
+                if name.endswith("_") and name not in ALIASES:
+                    raise _NotProvable(f"the in-place operation {name}")
+                if name not in CASTS and name not in PARAMETERS:
+                    raise _NotProvable(name)
+
+
 def _check_guard(guard: Guard) -> None:
     """Only guards about dtypes are decided (per configuration, where they are constants)."""
     def supported(expr: GuardExpr) -> bool:
@@ -275,39 +312,140 @@ def _check_guard(guard: Guard) -> None:
             return supported(expr.left) and all(map(supported, expr.comparators))
         if isinstance(expr, GuardBool | GuardSeq):
             return all(map(supported, expr.values if isinstance(expr, GuardBool) else expr.items))
-        return isinstance(expr, GuardUnary) and expr.op == "not" and supported(expr.operand)
+        if isinstance(expr, GuardUnary):
+            return (expr.op == "not" and supported(expr.operand)) or (expr.op == "-" and isinstance(
+                expr.operand, GuardConst))
+        return False
 
     for condition in guard.conditions:
         if not supported(condition):
-            raise _NotProvable(f"the guard at {condition.span} reads more than dtypes")
+            raise _NotProvable(f"the guard at {condition.span} reads more than dtypes and numbers")
+
+
+class _GuardTerms:
+    """The guard as a condition on the numbers the solver chooses (a float or int capture): a part that
+    reads none of them is decided on the configuration's values, as ``verify`` decides it."""
+
+    def __init__(self, z3: types.ModuleType, rule: Rule, values: Mapping[str, Any],
+                 scalars: Mapping[str, _Scalar]) -> None:
+        self.z3 = z3
+        self.rule = rule
+        self.values = values
+        self.scalars = scalars
+
+    def condition(self) -> Any:
+        """True or False, or a z3 condition when the guard reads numbers."""
+        if self.rule.guard is None:
+            return True
+        truths = [self.truth(c) for c in self.rule.guard.conditions]
+        if any(t is False for t in truths):
+            return False
+        symbolic = [t for t in truths if t is not True]
+        return self.z3.And(*symbolic) if symbolic else True
+
+    def truth(self, expr: GuardExpr) -> Any:
+        if not _guard_names(expr) & self.scalars.keys():
+            assert self.rule.guard is not None
+            part = attrs.evolve(self.rule, guard=attrs.evolve(self.rule.guard, conditions=(expr,)))
+            return guard_allows(part, self.values, {}, {})
+        if isinstance(expr, GuardBool):
+            parts = [self.truth(value) for value in expr.values]
+            return (self.z3.And if expr.op == "and" else self.z3.Or)(*parts)
+        if isinstance(expr, GuardUnary) and expr.op == "not":
+            return self.z3.Not(self.truth(expr.operand))
+        if isinstance(expr, GuardCompare):
+            operands = [self.number(expr.left), *map(self.number, expr.comparators)]
+            return self.z3.And(*(self.compare(op, a, b, expr) for op, a, b in zip(
+                expr.ops, operands, operands[1:], strict=False)))
+        raise _NotProvable(f"the guard at {expr.span} reads a number other than by comparing it")
+
+    def number(self, expr: GuardExpr) -> Any:
+        if isinstance(expr, GuardName) and expr.name in self.scalars:
+            return self.scalars[expr.name]
+        if isinstance(expr, GuardConst) and isinstance(expr.value, int | float):
+            return expr.value
+        if isinstance(expr, GuardUnary) and expr.op == "-" and isinstance(expr.operand, GuardConst):
+            return -expr.operand.value
+        raise _NotProvable(f"the guard at {expr.span} compares a number with something other than a number")
+
+    def compare(self, op: str, a: Any, b: Any, expr: GuardExpr) -> Any:
+        """Python's comparison of two numbers: IEEE for floats (NaN is unordered), exact for ints."""
+        z3 = self.z3
+        floats = any(isinstance(v, float) or (isinstance(v, _Scalar) and v.dtype.is_floating_point) for v in (a, b))
+        a, b = (self.term(v, floats, expr) for v in (a, b))
+        if floats:
+            functions = {"<": z3.fpLT, "<=": z3.fpLEQ, ">": z3.fpGT, ">=": z3.fpGEQ, "==": z3.fpEQ,
+                         "!=": lambda x, y: z3.Not(z3.fpEQ(x, y))}
+        else:
+            functions = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+                         "==": operator.eq, "!=": operator.ne}
+        if op not in functions:
+            raise _NotProvable(f"the guard at {expr.span} compares numbers with {op}")
+        return functions[op](a, b)
+
+    def term(self, value: Any, floats: bool, expr: GuardExpr) -> Any:
+        z3 = self.z3
+        if isinstance(value, _Scalar):
+            if floats and not value.dtype.is_floating_point:
+                raise _NotProvable(f"the guard at {expr.span} compares an int capture with a float")
+            return value.term
+        if floats:
+            if float(value) != value:  # an int no double holds: Python compares it exactly
+                raise _NotProvable(f"the guard at {expr.span} compares a float with {value}, which no float holds")
+            return z3.FPVal(float(value), z3.Float64())
+        if not -(1 << 63) <= value < 1 << 63:
+            raise _NotProvable(f"the guard at {expr.span} compares an int capture with {value}, beyond int64")
+        return z3.BitVecVal(value % (1 << 64), 64)
+
+
+def _guard_names(expr: Any) -> set[str]:
+    """The names a guard expression reads."""
+    if isinstance(expr, GuardName):
+        return {expr.name}
+    found: set[str] = set()
+    for value in attrs.astuple(expr, recurse=False) if attrs.has(type(expr)) else ():
+        for item in value if isinstance(value, tuple) else (value,):
+            found |= _guard_names(item)
+    return found
 
 
 @attrs.frozen
 class _Config:
-    """One dtype per tensor input and per ``dtype`` input, and which tensors are 0-dim."""
+    """One dtype per tensor input and per ``dtype`` input (float64 or int64 for a number), and which
+    tensors are 0-dim."""
 
     dtypes: tuple[tuple[str, torch.dtype], ...]
     zero_dim: frozenset[str]
     tensors: frozenset[str]
+    scalars: frozenset[str] = frozenset()
+
+    @property
+    def values(self) -> list[tuple[str, torch.dtype]]:
+        """The inputs the solver chooses values of: tensors' elements and numbers."""
+        return [(name, dtype) for name, dtype in self.dtypes if name in self.tensors or name in self.scalars]
 
     def concrete(self) -> dict[str, Any]:
         """One-element inputs of this configuration (ones: no division by zero while torch tells dtypes)."""
         return {name: torch.ones((), dtype=dtype) if name in self.zero_dim else torch.ones(1, dtype=dtype)
-                if name in self.tensors else dtype for name, dtype in self.dtypes}
+                if name in self.tensors else (1.0 if dtype.is_floating_point else 1) if name in self.scalars
+                else dtype for name, dtype in self.dtypes}
 
     def describe(self) -> str:
-        return ", ".join(f"{name}: {str(dtype).removeprefix('torch.')}" + (" 0-dim" if name in self.zero_dim else "")
+        return ", ".join(f"{name}: " + (("float" if dtype.is_floating_point else "int") if name in self.scalars else
+                                        str(dtype).removeprefix("torch.") + (" 0-dim" if name in self.zero_dim else ""))
                          for name, dtype in self.dtypes)
 
 
-def _configs(kinds: Mapping[str, tuple[torch.dtype, ...] | None]) -> Iterator[_Config]:
-    tensors = [name for name, dtypes in kinds.items() if dtypes is not None]
-    choices = [dtypes if dtypes is not None else ALL_DTYPES for dtypes in kinds.values()]
+def _configs(kinds: Mapping[str, tuple[torch.dtype, ...] | str | None]) -> Iterator[_Config]:
+    tensors = [name for name, dtypes in kinds.items() if isinstance(dtypes, tuple)]
+    scalars = frozenset(name for name, kind in kinds.items() if isinstance(kind, str))
+    choices = [(SCALAR_DTYPES[kind],) if isinstance(kind, str) else kind if kind is not None else ALL_DTYPES
+               for kind in kinds.values()]
     for combo in itertools.product(*choices):
         for flags in itertools.product((False, True), repeat=len(tensors)):
             yield _Config(tuple(zip(kinds, combo, strict=True)),
                           frozenset(name for name, flag in zip(tensors, flags, strict=True) if flag),
-                          frozenset(tensors))
+                          frozenset(tensors), scalars)
 
 
 # ---------------------------------------------------------------- the prover of one rule
@@ -325,14 +463,17 @@ class _Prover:
         self.elements = _Elements(z3)
         self.proved: dict[str, set[torch.dtype]] = {}
         self.seen: set[Any] = set()
+        self.axioms: set[str] = set()  # those of the proved configurations
 
     def run(self) -> tuple[str, ...]:
         _check_rule_shape(self.rule)
         kinds = _tensor_dtypes(self.rule)
-        if not any(dtypes is not None for dtypes in kinds.values()):
+        if not any(isinstance(dtypes, tuple) for dtypes in kinds.values()):
             raise _NotProvable("the rule has no tensor capture")
-        for choice in alternative_choices(self.rule):
-            graphs = build(self.rule, {}, self.helpers, choice)
+        every = [build(self.rule, {}, self.helpers, choice) for choice in alternative_choices(self.rule)]
+        for graphs in every:
+            _check_operations(graphs)
+        for graphs in every:
             for config in _configs(kinds):
                 self.prove_config(graphs, config)
         if not self.proved:
@@ -347,48 +488,97 @@ class _Prover:
         ran = _concrete_run(graphs, inputs)
         if ran is None:
             return  # outside the pattern's domain
-        if self.rule.guard is not None and not guard_allows(self.rule, {**inputs, **ran}, {}, {}):
-            return
         self.elements.choices = itertools.count()  # the same names in each configuration: one cache key
-        symbols = {name: self.elements.fresh(name, dtype) if name in config.tensors else dtype
+        self.elements.applications = Applications(self.z3)
+        scalars = {name: _Scalar(dtype, self.elements.fresh(name, dtype)) for name, dtype in config.dtypes
+                   if name in config.scalars}
+        symbols = {name: self.elements.fresh(name, dtype) if name in config.tensors else scalars.get(name, dtype)
                    for name, dtype in config.dtypes}
+        guard = _GuardTerms(self.z3, self.rule, {**inputs, **ran}, scalars).condition()
+        if guard is False:
+            return
         pattern = _Evaluation(self.elements, graphs.pattern, inputs, symbols)
         replacement = _Evaluation(self.elements, graphs.replacement, inputs, symbols, raising_is_outcome=True)
-        self.decide(graphs, config, symbols, pattern, replacement)
+        self.decide(graphs, config, symbols, [guard], pattern, replacement)
         for name in config.tensors:
             self.proved.setdefault(name, set()).add(dict(config.dtypes)[name])
 
-    def decide(self, graphs: Standalone, config: _Config, symbols: Mapping[str, Any],
+    def decide(self, graphs: Standalone, config: _Config, symbols: Mapping[str, Any], domain: list[Any],
                pattern: _Evaluation, replacement: _Evaluation) -> None:
         z3 = self.z3
         if replacement.raised is not None:
-            self.refute(graphs, config, symbols, None, f"the replacement raises {replacement.raised}")
+            self.refute(graphs, config, None, f"the replacement raises {replacement.raised}")
         differs = _differences(self.elements, pattern.result, replacement.result)
         if isinstance(differs, str):  # dtype or rank: the same on every value
-            self.refute(graphs, config, symbols, None, differs)
-        domain = [z3.Not(condition) for condition in (*pattern.raises, *pattern.crashes)]
+            self.refute(graphs, config, None, differs)
+        terms = {name: _term(symbols[name]) for name, _ in config.values}
+        domain = [*domain, *(z3.Not(condition) for condition in (*pattern.raises, *pattern.crashes))]
         if self.rule.finite_inputs:
-            domain += [self.elements.finite(symbols[n], d) for n, d in config.dtypes if n in config.tensors]
+            domain += [self.elements.finite(terms[n], d) for n, d in config.values]
+        axioms, names = self.elements.applications.axioms(self.elements.constant)
+        domain += axioms
         if replacement.crashes and self.check([*domain, z3.Or(*replacement.crashes)]) is not None:
             raise _NotProvable("the replacement may divide the smallest integer by -1, which kills the process "
                                "in torch (SIGFPE): such a counterexample is not replayed")
         query = z3.Or(differs, *replacement.raises)
         key = (config.dtypes, z3.And(*domain, query).sexpr())
-        if key in self.seen:
-            return
-        self.seen.add(key)
-        model = self.solve(domain, query, symbols, config)
-        if model is not None:
-            values = {name: self.elements.value(model, symbols[name], dtype) for name, dtype in config.dtypes
-                      if name in config.tensors}
-            self.refute(graphs, config, symbols, values, "the solver found the outputs differ")
+        if key not in self.seen:
+            self.seen.add(key)
+            self.search(graphs, config, terms, domain, query)
+        self.axioms |= names
 
-    def solve(self, domain: list[Any], query: Any, symbols: Mapping[str, Any], config: _Config) -> Any:
+    def search(self, graphs: Standalone, config: _Config, terms: Mapping[str, Any], domain: list[Any],
+               query: Any) -> None:
+        """Refute the configuration if the solver finds inputs on which the sides differ.  With uninterpreted
+        functions, the solver also chooses their values: a difference torch does not reproduce is not a
+        counterexample, and the solver is asked for other inputs, a few times."""
+        functions = sorted({call.function for call in self.elements.applications.calls})
+        tried: list[str] = []
+        values: dict[str, Any] = {}
+        for _ in range(UNINTERPRETED_TRIES if functions else 1):
+            model = self.solve(domain, query, terms, config)
+            if model is None:
+                return
+            values = {name: self.elements.value(model, terms[name], dtype) for name, dtype in config.values}
+            self.refute(graphs, config, values, "the solver found the outputs differ",
+                                  uninterpreted=bool(functions))
+            tried.append(", ".join(f"{name} = {value!r}" for name, value in values.items()))
+            flat = [p for t in terms.values() for p in (t if isinstance(t, tuple) else (t,))]
+            domain = [*domain, self.z3.Or(*(t != model.eval(t, model_completion=True) for t in flat))]
+        self.replay_edges(graphs, config, values)
+        raise _NotProvable(
+            f"the solver's differences rest on the values it chose for {', '.join(functions)} (uninterpreted); "
+            f"torch computes the same outputs on the inputs it found ({config.describe()}: {'; '.join(tried)})")
+
+    def replay_edges(self, graphs: Standalone, config: _Config, values: Mapping[str, Any]) -> None:
+        """Replay the values at the edges of the dtypes of (up to two) float tensor captures, the other inputs
+        as the solver chose them: a refutation that does not depend on which models the solver found in the
+        time it had (which depends on the machine's load)."""
+        finite = self.rule.finite_inputs
+        varied = [name for name, dtype in config.values if name in config.tensors and name not in config.zero_dim
+                  and dtype in FLOAT_SORTS][:2]
+        choices = [[v for v in _edge_values(dict(config.dtypes)[name]) if not finite or math.isfinite(v)]
+                   for name in varied]
+        for combination in itertools.product(*choices):
+            if time.perf_counter() >= self.deadline:
+                raise _NotProvable("timeout")
+            chosen = {**values, **dict(zip(varied, combination, strict=True))}
+            inputs = config.concrete()
+            for name, value in chosen.items():
+                inputs[name] = value if name in config.scalars else torch.tensor(
+                    value if name in config.zero_dim else [value], dtype=inputs[name].dtype)
+            try:
+                problem, _ = _replay(self.rule, graphs, inputs)
+            except Exception:  # the pattern raises: the input is outside its domain
+                continue
+            if problem is not None:
+                self.refute(graphs, config, chosen, "torch's outputs differ at the edges of the dtypes")
+
+    def solve(self, domain: list[Any], query: Any, terms: Mapping[str, Any], config: _Config) -> Any:
         """A model of ``domain`` and ``query``, or None when there is none. The values at the edges of each
         dtype (zeros, NaN, infinities, extremes) are tried first: the search among them is quick, and most
         wrong rules are wrong there."""
-        edges = [self.elements.edges(symbols[name], dtype) for name, dtype in config.dtypes
-                 if name in config.tensors]
+        edges = [self.elements.edges(terms[name], dtype) for name, dtype in config.values]
         model = self.check([*domain, *edges, query], quick=True)
         return model if model is not None else self.check([*domain, query])
 
@@ -410,14 +600,17 @@ class _Prover:
         raise _NotProvable("timeout" if time.perf_counter() >= self.deadline else
                            f"the solver gave up ({solver.reason_unknown()})")
 
-    def refute(self, graphs: Standalone, config: _Config, symbols: Mapping[str, Any],
-               values: Mapping[str, Any] | None, found: str) -> None:
-        """Replay the configuration (with the solver's values, if any) on tensors; raise the outcome."""
+    def refute(self, graphs: Standalone, config: _Config, values: Mapping[str, Any] | None, found: str,
+               uninterpreted: bool = False) -> None:
+        """Replay the configuration (with the solver's values, if any) on tensors; raise the outcome.  When
+        torch computes the same and the solver's model rests on ``uninterpreted`` functions, return instead:
+        the model, not the rule, may be what differs."""
         for size in REPLAY_SIZES:  # the kernel torch picks, and so a tie of max(-0.0, 0.0), depends on the size
             inputs = config.concrete()
             for name, value in (values or {}).items():
                 zero_dim = name in config.zero_dim
-                inputs[name] = torch.tensor(value if zero_dim else [value] * size, dtype=inputs[name].dtype)
+                inputs[name] = value if name in config.scalars else torch.tensor(
+                    value if zero_dim else [value] * size, dtype=inputs[name].dtype)
             problem, exact = _replay(self.rule, graphs, inputs)
             if exact is not None:
                 break
@@ -426,6 +619,8 @@ class _Prover:
             raise _NotProvable(f"the outputs are not equal ({exact}; {config.describe()}: "
                                f"{'; '.join(example.describe())}), within the rule's @tolerance, which prove "
                                "does not encode")
+        if problem is None and uninterpreted:
+            return
         outcome = Outcome.REFUTED if problem is not None else Outcome.MISMATCH
         if problem is None:
             found += ("; torch computes the same on these inputs: the solver's model of an operation differs "
@@ -433,6 +628,22 @@ class _Prover:
             problem = "the same outputs"
         raise _Refuted(outcome, f"{found} ({config.describe()})",
                        ProofCounterexample(tuple(example.describe()), problem, reproduction(self.rule, example)))
+
+
+def _edge_values(dtype: torch.dtype) -> tuple[float, ...]:
+    """The values at the edges of an integer or float dtype: zeros, ones, NaN, infinities, the extremes, the
+    smallest normal and subnormal, a halfway value."""
+    if dtype in INTEGER_BITS:
+        bounds = torch.iinfo(dtype)
+        integers = {0, 1, -1, 2, bounds.min, bounds.max, bounds.min + 1, bounds.max - 1}
+        return tuple(sorted(v for v in integers if bounds.min <= v <= bounds.max))
+    info = torch.finfo(dtype)
+    magnitudes = [0.0, 1.0, 2.0, 0.5, 1.5, info.max, info.tiny, info.tiny * info.eps, math.inf]
+    return (math.nan, *(sign * m for m in magnitudes for sign in (1.0, -1.0)))
+
+
+def _term(symbol: Any) -> Any:
+    return symbol.term if isinstance(symbol, _Scalar) else symbol
 
 
 def _concrete_run(graphs: Standalone, inputs: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -516,6 +727,14 @@ class _Tensor:
     zero_dim: bool = False
 
 
+@attrs.frozen
+class _Scalar:
+    """A Python number the solver chooses: ``float64`` for a float, ``int64`` for an int."""
+
+    dtype: torch.dtype
+    term: Any
+
+
 class _Elements:
     """z3 terms for single elements: sorts, constants, casts, equality as verify means it."""
 
@@ -523,6 +742,7 @@ class _Elements:
         self.z3 = z3
         self.rne = z3.RNE()
         self.choices = itertools.count()
+        self.applications = Applications(z3)
 
     def sort(self, dtype: torch.dtype) -> Any:
         if dtype in FLOAT_SORTS:
@@ -559,8 +779,19 @@ class _Elements:
         if isinstance(value, bool | int):
             if not -(1 << 63) <= int(value) < 1 << 63:
                 raise _NotProvable(f"the integer {value} is beyond int64")
-            return z3.fpSignedToFP(self.rne, z3.BitVecVal(int(value) % (1 << 64), 64), self.sort(dtype))
-        return z3.fpFPToFP(self.rne, z3.FPVal(value, z3.Float64()), self.sort(dtype))
+            return self.cast(z3.BitVecVal(int(value) % (1 << 64), 64), torch.int64, dtype)
+        return self.cast(z3.FPVal(value, z3.Float64()), torch.float64, dtype)
+
+    def number(self, value: _Scalar, dtype: torch.dtype) -> Any:
+        """A Python number the solver chooses, converted to ``dtype`` as torch converts a scalar."""
+        if dtype in COMPLEX_PARTS:
+            return (self.number(value, COMPLEX_PARTS[dtype]), self.constant(0.0, COMPLEX_PARTS[dtype]))
+        if value.dtype.is_floating_point and dtype not in FLOAT_SORTS:
+            raise _NotProvable(f"a float capture converted to {dtype}")
+        if dtype == torch.bool or (dtype in INTEGER_BITS and dtype != torch.int64):
+            raise _NotProvable(f"an int capture converted to {dtype} (torch wraps a number out of its range in "
+                               "some operations and raises in others)")
+        return self.cast(value.term, value.dtype, dtype)
 
     def cast(self, term: Any, source: torch.dtype, target: torch.dtype) -> Any:
         """``term`` of ``source`` converted to ``target`` as ``Tensor.to`` converts it."""
@@ -578,6 +809,9 @@ class _Elements:
             return self.nonzero(term, source)
         if source == torch.bool:
             return z3.If(term, self.constant(1, target), self.constant(0, target))
+        if target in REDUCED_FLOATS and source in (torch.float64, torch.int32, torch.int64):
+            # torch converts to float16 and bfloat16 through float32: two roundings
+            return self.cast(self.cast(term, source, torch.float32), torch.float32, target)
         if target in FLOAT_SORTS:
             if source in FLOAT_SORTS:
                 return z3.fpFPToFP(self.rne, term, self.sort(target))
@@ -622,14 +856,9 @@ class _Elements:
         if dtype == torch.bool:
             return z3.BoolVal(True)
         if dtype in INTEGER_BITS:
-            bounds = torch.iinfo(dtype)
-            integers = {0, 1, -1, 2, bounds.min, bounds.max, bounds.min + 1, bounds.max - 1}
-            return z3.Or(*(term == self.constant(v, dtype) for v in integers if bounds.min <= v <= bounds.max))
-        info = torch.finfo(dtype)
+            return z3.Or(*(term == self.constant(v, dtype) for v in _edge_values(dtype)))
         sort = self.sort(dtype)
-        magnitudes = [0.0, 1.0, 2.0, 0.5, 1.5, info.max, info.tiny, info.tiny * info.eps, math.inf]
-        floats = [z3.fpNaN(sort), *(z3.FPVal(sign * m, sort) for m in magnitudes for sign in (1.0, -1.0))]
-        return z3.Or(*(term == v for v in floats))
+        return z3.Or(*(term == (z3.fpNaN(sort) if math.isnan(v) else z3.FPVal(v, sort)) for v in _edge_values(dtype)))
 
     def finite(self, term: Any, dtype: torch.dtype) -> Any:
         z3 = self.z3
@@ -716,6 +945,20 @@ class _Evaluation(torch.fx.Interpreter):
         return _Tensor(concrete.dtype, term, shape, concrete.dim() == 0)
 
 
+def _computation(value: Any) -> str:
+    """How a graph value is computed: its operations, captures and literals.  Equal computations on the same
+    inputs give equal tensors, with equal layouts: torch runs the same kernels on them."""
+    if isinstance(value, torch.fx.Node):
+        if value.op == "placeholder":
+            return str(value.target)
+        target = value.target if isinstance(value.target, str) else torch.fx.node._get_qualified_name(value.target)
+        arguments = [*map(_computation, value.args), *(f"{k}={_computation(v)}" for k, v in value.kwargs.items())]
+        return f"{target}({', '.join(arguments)})"
+    if isinstance(value, list | tuple):
+        return f"[{', '.join(map(_computation, value))}]"
+    return repr(value)
+
+
 def _operation_name(node: torch.fx.Node) -> str:
     if node.op == "call_method":
         return str(node.target)
@@ -743,6 +986,7 @@ PARAMETERS: Mapping[str, tuple[str, ...]] = {
     "dropout": ("input", "p", "training", "inplace"),
     **dict.fromkeys(("cat", "concat", "concatenate"), ("tensors", "dim")),
     **dict.fromkeys(("expand_as", "view_as", "reshape_as"), ("input", "other")),
+    **{name: ("input", "inplace") if name in ("silu", "mish") else ("input",) for name in TRANSCENDENTALS},
 }
 #: Methods whose parameters are not in the function's order: ``x.where(c, y)`` is ``torch.where(c, x, y)``.
 METHOD_PARAMETERS: Mapping[str, tuple[str, ...]] = {"where": ("input", "condition", "other")}
@@ -816,6 +1060,8 @@ class _Operation:
         """``value`` (an element or a Python number) converted to ``dtype``."""
         if isinstance(value, _Tensor):
             return self.elements.cast(value.term, value.dtype, dtype)
+        if isinstance(value, _Scalar):
+            return self.elements.number(value, dtype)
         if isinstance(value, bool | int | float):
             return self.elements.constant(value, dtype)
         raise _NotProvable(f"{self.name} of a {type(value).__name__}")
@@ -926,8 +1172,10 @@ class _Operation:
 
     def op_neg(self, concrete: Mapping[str, Any], symbolic: Mapping[str, Any]) -> Any:
         x = self.operand(symbolic["input"], self.dtype)
-        if self.dtype in COMPLEX_PARTS:
-            return tuple(self.z3.fpNeg(p) for p in x)
+        if self.dtype in COMPLEX_PARTS:  # the vectorized kernel computes 0 - x: neg(-0.0) and neg(0.0) are 0.0
+            zero = self.elements.constant(0.0, COMPLEX_PARTS[self.dtype])
+            vectorized = self.z3.Bool(f"kernel_choice_{next(self.elements.choices)}")
+            return tuple(self.z3.If(vectorized, self.z3.fpSub(self.elements.rne, zero, p), self.z3.fpNeg(p)) for p in x)
         return self.z3.fpNeg(x) if self.dtype in FLOAT_SORTS else -x
 
     def op_pos(self, concrete: Mapping[str, Any], symbolic: Mapping[str, Any]) -> Any:
@@ -1097,7 +1345,21 @@ class _Operation:
         if op in ("contiguous", "clone", "detach", "alias", "dropout", "cat", "expand_as", "view_as",
                   "reshape_as"):
             return lambda concrete, symbolic: self.identity(op, concrete, symbolic)
+        if op in TRANSCENDENTALS:
+            return lambda concrete, symbolic: self.transcendental(op, concrete, symbolic)
         raise AttributeError(name)
+
+    def transcendental(self, function: str, concrete: Mapping[str, Any], symbolic: Mapping[str, Any]) -> Any:
+        """An application of an uninterpreted function of the dtype (see :mod:`fxrules.verification.axioms`)."""
+        if concrete.get("inplace"):
+            raise _NotProvable(f"{function} with inplace=True")
+        value = symbolic["input"]
+        if not isinstance(value, _Tensor) or value.dtype != self.dtype or self.dtype not in FLOAT_SORTS:
+            what = value.dtype if isinstance(value, _Tensor) else type(value).__name__
+            raise _NotProvable(f"{function} of {what}: a transcendental function is modeled on float tensors only")
+        argument = self.node.args[0] if self.node.args else self.node.kwargs["input"]
+        return self.elements.applications.apply(function, self.dtype, value.term, self.elements.sort(self.dtype),
+                                                _computation(argument))
 
     def identity(self, op: str, concrete: Mapping[str, Any], symbolic: Mapping[str, Any]) -> Any:
         """Operations that keep each element: copies, dropout that is not training, cat of one tensor, and

@@ -20,6 +20,7 @@ import contextlib
 import enum
 import json
 import keyword
+import math
 import os
 import tempfile
 import time
@@ -442,7 +443,9 @@ def reproduction(rule: Rule, example: Example) -> str:
     lines.append(f"rule = fxrules.load({rule.file!r})[{rule.name!r}]" if not rule.file.startswith("<")
                  else f"rule = ...  # the rule {rule.name} of {rule.file}")
     for name, value in example.values.items():
-        source = _tensor_source(value) if isinstance(value, torch.Tensor) else repr(value)
+        # nan and inf are no Python names: float('nan') rebuilds them
+        source = _tensor_source(value) if isinstance(value, torch.Tensor) else (
+            f"float({str(value)!r})" if isinstance(value, float) and not math.isfinite(value) else repr(value))
         lines.append(f"{_variable(name)} = {source}")
     constants = [f"{name!r}: {_variable(name)}" for name in example.attributes]
     constants += [f"{name!r}: ...  # {module!r}, parameters from torch.manual_seed({example.seed})"
