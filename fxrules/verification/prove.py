@@ -508,7 +508,7 @@ class _Prover:
         z3 = self.z3
         if replacement.raised is not None:
             self.refute(graphs, config, None, f"the replacement raises {replacement.raised}")
-        differs = _differences(self.elements, pattern.result, replacement.result)
+        differs = _differences(self.elements, pattern.result, replacement.result, _signed_zeros(self.rule))
         if isinstance(differs, str):  # dtype or rank: the same on every value
             self.refute(graphs, config, None, differs)
         terms = {name: _term(symbols[name]) for name, _ in config.values}
@@ -689,12 +689,18 @@ def _inexact(expected: Any, actual: Any) -> str | None:
     return None
 
 
-def _differences(elements: _Elements, pattern: Any, replacement: Any) -> Any:
+def _signed_zeros(rule: Rule) -> bool:
+    """Whether the sign of a zero counts: it does unless the rule says ``@tolerance(atol=0.0, rtol=0.0)``, exact
+    but for the sign of a zero (as ``torch.testing.assert_close`` with no tolerance compares)."""
+    return rule.tolerance is None or bool(rule.tolerance.atol or rule.tolerance.rtol)
+
+
+def _differences(elements: _Elements, pattern: Any, replacement: Any, signed_zeros: bool = True) -> Any:
     """A z3 condition under which the outputs differ, or the text of a difference no value changes."""
     if isinstance(pattern, tuple):
         if not isinstance(replacement, tuple) or len(pattern) != len(replacement):
             return "the outputs are not the same number of values"
-        parts = [_differences(elements, p, r) for p, r in zip(pattern, replacement, strict=True)]
+        parts = [_differences(elements, p, r, signed_zeros) for p, r in zip(pattern, replacement, strict=True)]
         texts = [p for p in parts if isinstance(p, str)]
         return texts[0] if texts else elements.z3.Or(*parts)
     if not isinstance(pattern, _Tensor) or not isinstance(replacement, _Tensor):
@@ -706,7 +712,7 @@ def _differences(elements: _Elements, pattern: Any, replacement: Any) -> Any:
     if pattern.shape != replacement.shape:
         raise _NotProvable(f"shapes: the pattern's output broadcasts {_names(pattern.shape)}, the "
                            f"replacement's {_names(replacement.shape)}")
-    return elements.z3.Not(elements.same(pattern.term, replacement.term, pattern.dtype))
+    return elements.z3.Not(elements.same(pattern.term, replacement.term, pattern.dtype, signed_zeros))
 
 
 def _names(shape: frozenset[str]) -> str:
@@ -841,10 +847,14 @@ class _Elements:
             return z3.Not(z3.fpIsZero(term))  # NaN is true
         return term != 0
 
-    def same(self, a: Any, b: Any, dtype: torch.dtype) -> Any:
-        """Equal as verify compares them: NaN equals NaN, -0.0 differs from 0.0 (z3's ``==`` on floats)."""
+    def same(self, a: Any, b: Any, dtype: torch.dtype, signed_zeros: bool = True) -> Any:
+        """Equal as verify compares them: NaN equals NaN, -0.0 differs from 0.0 (z3's ``==`` on floats) unless
+        the sign of a zero does not count (then IEEE equality, ``fpEQ``, also holds)."""
         if dtype in COMPLEX_PARTS:
-            return self.z3.And(a[0] == b[0], a[1] == b[1])
+            part = COMPLEX_PARTS[dtype]
+            return self.z3.And(*(self.same(x, y, part, signed_zeros) for x, y in zip(a, b, strict=True)))
+        if dtype in FLOAT_SORTS and not signed_zeros:
+            return self.z3.Or(a == b, self.z3.fpEQ(a, b))
         return a == b
 
     def edges(self, term: Any, dtype: torch.dtype) -> Any:
