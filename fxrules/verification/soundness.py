@@ -72,6 +72,7 @@ from fxrules.verification.strategies import (
     Rejections,
     example_of,
     examples,
+    in_drawn_domain,
     replica,
     without_local_constants,
 )
@@ -130,6 +131,11 @@ class RuleVerdict:
     #: What the prover said of the rule ("" when it was not asked): its outcome and reason.
     proof: str = ""
 
+    @property
+    def sound(self) -> bool:
+        """Sound on the examples, proved or not."""
+        return self.verdict in (Verdict.SOUND, Verdict.PROVED)
+
     def __str__(self) -> str:
         head = f"{self.location}: {self.rule}: "
         if self.verdict in (Verdict.SOUND, Verdict.PROVED):
@@ -178,10 +184,10 @@ class VerifyReport:
 
     def __str__(self) -> str:
         """One block per rule, then the counts; a proved rule counts as sound, and how many of those were
-        proved is said when the prover was asked."""
+        proved is said when any was."""
         counts = {v: sum(r.verdict is v for r in self.results) for v in Verdict}
         sound = counts[Verdict.SOUND] + counts[Verdict.PROVED]
-        proved = f" ({counts[Verdict.PROVED]} proved)" if self.proving else ""
+        proved = f" ({counts[Verdict.PROVED]} proved)" if counts[Verdict.PROVED] else ""
         summary = (f"{sound} sound{proved}, {counts[Verdict.UNSOUND]} unsound, {counts[Verdict.INCONCLUSIVE]} "
                    f"inconclusive, {counted(counts[Verdict.ERROR], 'error')}")
         return "\n".join([*(str(r) for r in self.results),
@@ -619,7 +625,10 @@ def _sampled(rule: Rule, options: VerifyOptions, helpers: Mapping[str, Callable[
 
 def _replayed(rule: Rule, values: Mapping[str, Any], helpers: Mapping[str, Callable[..., Any]]) -> RuleVerdict | None:
     """The prover's counterexample run through verify's checks as a drawn example is: unsound if they find the
-    difference too; None if they do not (different bits within the tolerance): the examples then decide."""
+    difference too; None if they do not (different bits within the tolerance), or if it is no input verify
+    draws (a large finite value for a rule with ``@finite_inputs()``): the examples then decide."""
+    if not in_drawn_domain(rule, values):
+        return None
     for choice in alternative_choices(rule):
         example = example_of(rule, values, choice)
         if example is None:  # the pattern of this choice of alternatives rejects it

@@ -101,6 +101,21 @@ def edge_values(dtype: torch.dtype, finite: bool) -> tuple[float, ...]:
     return (*subnormal, info.max, -info.max, info.max / 2, float(info.max) * 0.75)
 
 
+#: The largest magnitude drawn for a rule with ``@finite_inputs()``, which claims finite inputs of a moderate size.
+MODERATE_MAGNITUDE = max(abs(value) for value in FINITE_SPECIALS)
+
+
+def in_drawn_domain(rule: Rule, values: Mapping[str, Any]) -> bool:
+    """Whether ``values`` are inputs of the kind verify draws for ``rule``: any value, except that a rule with
+    ``@finite_inputs()`` takes only finite floats of a moderate size (:data:`MODERATE_MAGNITUDE`)."""
+    if not rule.finite_inputs:
+        return True
+    floats = [value for value in values.values()
+              if isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex())]
+    return all(bool((torch.view_as_real(t) if t.is_complex() else t).double().abs().le(MODERATE_MAGNITUDE).all())
+               for t in floats)  # NaN is not <= anything
+
+
 Draw = Callable[[st.SearchStrategy[Any]], Any]
 ModuleFactory = Callable[[Draw, torch.Tensor], torch.nn.Module]
 
