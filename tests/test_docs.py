@@ -768,7 +768,7 @@ def test_structural_guards_keep_clones_that_matter(fn: Callable[[torch.Tensor], 
 def test_structural_guards_need_no_metadata_and_are_taken_as_holding_by_verify() -> None:
     ruleset = parse_block(block_defining("docs", "drop_fresh_clone"))
     result = fxrules.verify(ruleset, max_examples=20, seed=0)
-    assert result["drop_fresh_clone"].verdict is Verdict.SOUND, str(result)
+    assert result["drop_fresh_clone"].verdict in (Verdict.SOUND, Verdict.PROVED), str(result)  # proved with z3
     assert result["drop_fresh_clone"].examples > 0
 
 
