@@ -9,7 +9,8 @@ verify's options are flags and ini options: ``--fxrules-examples``/``fxrules_exa
 ``--fxrules-dtypes``/``fxrules_dtypes``, ``--fxrules-database``/``fxrules_database``,
 ``--fxrules-prove-timeout``/``fxrules_prove_timeout``, and ``--fxrules-no-prove``/``fxrules_prove = false``
 to only sample; ``-k`` selects rules.  A rule verify proves (z3 installed) passes as ``PROVED`` in the
-verbose report line; its verdict is the item's ``fxrules_verdict`` property and report section (``-rP``).
+verbose report line; its verdict is the item's ``fxrules_verdict`` property (what the prover said,
+``fxrules_proof``) and report section (``-rP``).
 The rules' user helpers and predicates come from modules with ``HELPERS``/``PREDICATES`` mappings, named by
 ``--fxrules-helpers MODULE`` (repeatable) or the ini option ``fxrules_helpers`` (one per line), as the
 command line's ``--helpers``.
@@ -156,6 +157,8 @@ class FxrRuleItem(pytest.Item):
         opted = self.config.stash[_OPTED]
         result = verify_checked(self.rule, opted.options, opted.helpers, opted.predicates)
         self.user_properties.append(("fxrules_verdict", result.verdict.value))
+        if result.proof:
+            self.user_properties.append(("fxrules_proof", result.proof))
         self.add_report_section("call", "fxrules", str(result))
         if result.verdict is Verdict.INCONCLUSIVE:
             pytest.skip(f"inconclusive: {result.reason}")

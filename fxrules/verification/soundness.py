@@ -19,9 +19,9 @@ When z3 is installed, each rule first goes to the prover
 outputs, for every input of the dtypes it lists; the examples still check
 the rest (gradients, inputs left as they were, aliasing), and a rule both
 proved and sound on them is ``proved``.  A refutation is replayed through
-the same checks as a drawn example: it makes the rule ``unsound`` when they
-find the difference too (not a difference in the bits within the
-tolerance), with no sampling.
+the same checks as a drawn example: it makes the rule ``unsound``, with no
+sampling, when they find the difference too (not just different bits within
+the tolerance) on an input of the kind verify draws.
 """
 
 from __future__ import annotations

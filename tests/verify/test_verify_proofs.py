@@ -162,7 +162,9 @@ def test_plugin_reports_a_proved_rule_as_passed_and_proved(pytester: pytest.Pyte
     result.stdout.fnmatch_lines(["fxrules: rules under *rules.fxr (seed 0, proving with z3)",
                                  "*rules.fxr::neg_neg PROVED*", "*rules.fxr::matmul_as_operator PASSED*"])
     result.stdout.fnmatch_lines(["*rules.fxr:1:6: neg_neg: proved (x: float32|float64), sound (20 examples*"])
-    assert '<property name="fxrules_verdict" value="proved" />' in (pytester.path / "report.xml").read_text()
+    junit = (pytester.path / "report.xml").read_text()
+    assert '<property name="fxrules_verdict" value="proved" />' in junit
+    assert '<property name="fxrules_proof" value="proved (dtypes x: float32|float64)" />' in junit
 
 
 def test_plugin_ini_option_turns_proving_off(pytester: pytest.Pytester) -> None:
