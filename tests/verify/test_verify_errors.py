@@ -52,7 +52,7 @@ def test_the_reproduction_of_a_capture_named_like_a_keyword_is_valid_python() ->
     ("x.reshape(3, 3, 3, 3, 3, 3, 3)", "RuntimeError: shape '[3, 3, 3, 3, 3, 3, 3]' is invalid for input of size 1"),
 ])
 def test_a_replacement_that_raises_is_unsound_with_the_exception(replacement: str, raised: str) -> None:
-    result = verdict_of(f"rule r: torch.relu(x) => {replacement}")
+    result = verdict_of(f"rule r: torch.relu(x) => {replacement}", prove=False)
     assert result.verdict is Verdict.UNSOUND
     assert result.location == "r.fxr:1:6"
     assert result.reason == f"the replacement raises {raised}"
