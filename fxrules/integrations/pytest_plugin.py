@@ -106,8 +106,19 @@ def _options(config: pytest.Config) -> VerifyOptions:
         except FxrUsageError as error:
             raise pytest.UsageError(f"{source}: {error}") from None
         options[keyword] = value
+    return VerifyOptions.checked(**options, prove=_proving(config))
+
+
+def _proving(config: pytest.Config) -> bool:
+    """``--fxrules-no-prove``, else the ini option ``fxrules_prove`` (true unless set to a false value)."""
     flag = config.getoption("fxrules_prove")
-    return VerifyOptions.checked(**options, prove=config.getini("fxrules_prove") if flag is None else flag)
+    if flag is not None:
+        return bool(flag)
+    try:
+        return bool(config.getini("fxrules_prove"))
+    except ValueError:
+        raise pytest.UsageError(f"ini option fxrules_prove: must be true or false, got "
+                                f"{config.inicfg.get('fxrules_prove')!r}") from None
 
 
 def _user_functions(config: pytest.Config) -> tuple[dict[str, Callable[..., Any]], dict[str, Callable[..., Any]]]:

@@ -178,9 +178,15 @@ def test_plugin_ini_option_turns_proving_off(pytester: pytest.Pytester) -> None:
     flagged.stdout.fnmatch_lines(["*rules.fxr::neg_neg PASSED*"])
 
 
-def test_plugin_refuses_a_bad_solver_timeout(pytester: pytest.Pytester) -> None:
-    result = pytester.runpytest("--fxrules-prove-timeout", "0")
+@pytest.mark.parametrize(("arguments", "ini", "message"), [
+    (["--fxrules-prove-timeout", "0"], "",
+     "ERROR: --fxrules-prove-timeout: prove_timeout must be a positive number of seconds, got '0'"),
+    ([], "fxrules_prove = maybe\n", "ERROR: ini option fxrules_prove: must be true or false, got 'maybe'"),
+])
+def test_plugin_refuses_bad_proving_options(pytester: pytest.Pytester, arguments: list[str], ini: str,
+                                            message: str) -> None:
+    pytester.makeini("[pytest]\n" + ini)
+    result = pytester.runpytest(*arguments)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    assert ("ERROR: --fxrules-prove-timeout: prove_timeout must be a positive number of seconds, got '0'"
-            in result.stderr.str())
+    assert message in result.stderr.str()
 
