@@ -8,9 +8,10 @@
 ``fxrules explain RULES... --model module:factory``  the same, with near misses.
 ``--static-shapes`` (apply, explain): rules may specialize the graph to the ``--input`` sizes.
 ``fxrules demo``             the bundled rulesets on three small models, measured.
-``fxrules verify FILE... [--examples N] [--seed S] [--max-side N] [--dtypes D,D] [--database DIR] [--json]``
-                             check each rule's soundness; exit 1 if one is unsound or in error (the options are
-                             those of :func:`fxrules.verify`).
+``fxrules verify FILE... [--examples N] [--seed S] [--max-side N] [--dtypes D,D] [--database DIR] [--no-prove]
+[--prove-timeout S] [--json]``
+                             check each rule's soundness, with a proof where z3 finds one; exit 1 if one is
+                             unsound or in error (the options are those of :func:`fxrules.verify`).
 
 ``fxrules prove FILE... [--rule NAME] [--timeout S] [--json]``  prove rules with the z3 solver (the extra
                              ``fxrules[prove]``); exit 1 if one is refuted, 2 on a bad option or without z3.
@@ -200,7 +201,8 @@ def _verify(args: argparse.Namespace) -> int:
     ruleset = _rules(args, args.files)
     helpers, predicates = driving.user_functions(args.helpers)
     report = verify(ruleset, max_examples=args.examples, seed=args.seed, max_side=args.max_side, dtypes=args.dtypes,
-                    database=args.database, helpers=helpers, predicates=predicates)
+                    database=args.database, helpers=helpers, predicates=predicates, prove=args.prove,
+                    prove_timeout=args.prove_timeout)
     print(report.to_json() if args.json else report)
     return 0 if report.sound else 1
 
@@ -268,6 +270,12 @@ def _verify_parser(check_rules: argparse.ArgumentParser) -> None:
     check_rules.add_argument("--database", default=None, metavar="DIR",
                              help="keep the failing inputs hypothesis finds in DIR and try them first next time "
                                   "(without it, verify writes no file)")
+    check_rules.add_argument("--no-prove", dest="prove", action="store_false",
+                             help="only sample: do not give the rules to the z3 prover first (without z3 installed, "
+                                  "verify only samples anyway)")
+    check_rules.add_argument("--prove-timeout", type=_seconds, default=None, metavar="S",
+                             help=f"solver seconds per rule when proving (default {DEFAULT_TIMEOUT:g}, as prove's "
+                                  "--timeout)")
     check_rules.add_argument("--json", action="store_true", help="print the results as JSON")
 
 

@@ -316,7 +316,8 @@ EXAMPLES: list[Example] = [
     Example("docs", "identity_permute", lambda: lambda a: a.permute(0, 1) * 2, randn(4, 6), ["mul"]),
     # §7
     Example("docs", "expit", lambda: lambda a: F.sigmoid(a) * 2, randn(4, 6), ["special_expit", "mul"]),
-    Example("docs", "abs_of_square", lambda: lambda a: torch.abs(torch.square(a)), randn(4, 6), ["mul"]),
+    Example("docs", "abs_of_square", lambda: lambda a: torch.abs(torch.square(a)), randn(4, 6), ["mul"],
+            example_inputs=True),  # the guard reads the dtype
     Example("docs", "sum_of_same_sigmoid", lambda: _sigmoid_twice, randn(4, 6), ["method:sigmoid", "mul"]),
     # §9
     Example("docs", "relu_twice_is_relu", lambda: nn.Sequential(nn.ReLU(), nn.ReLU()), randn(4, 6), ["relu"]),
@@ -477,7 +478,8 @@ def test_bool_literal_never_equals_int() -> None:
 
 
 def test_alternative_first_match_wins_inside_a_pattern() -> None:
-    _, report = apply_rule("docs", "abs_of_square", lambda a: torch.abs(a * a), [torch.randn(3)])
+    _, report = apply_rule("docs", "abs_of_square", lambda a: torch.abs(a * a), [torch.randn(3)],
+                           example_inputs=[torch.randn(3)])
     assert report.fired("abs_of_square") == 1
 
 
@@ -768,7 +770,7 @@ def test_structural_guards_keep_clones_that_matter(fn: Callable[[torch.Tensor], 
 def test_structural_guards_need_no_metadata_and_are_taken_as_holding_by_verify() -> None:
     ruleset = parse_block(block_defining("docs", "drop_fresh_clone"))
     result = fxrules.verify(ruleset, max_examples=20, seed=0)
-    assert result["drop_fresh_clone"].verdict is Verdict.SOUND, str(result)
+    assert result["drop_fresh_clone"].verdict in (Verdict.SOUND, Verdict.PROVED), str(result)  # proved with z3
     assert result["drop_fresh_clone"].examples > 0
 
 

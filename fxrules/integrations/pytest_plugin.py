@@ -6,7 +6,11 @@ with ``--fxrules PATH`` (repeatable; the paths are also collected, like path arg
 unsound rule (or one in error) fails with its counterexample, an inconclusive one is skipped with the reason.
 verify's options are flags and ini options: ``--fxrules-examples``/``fxrules_examples``, ``--fxrules-seed``/
 ``fxrules_seed`` (``--hypothesis-seed`` works too), ``--fxrules-max-side``/``fxrules_max_side``,
-``--fxrules-dtypes``/``fxrules_dtypes``, ``--fxrules-database``/``fxrules_database``; ``-k`` selects rules.
+``--fxrules-dtypes``/``fxrules_dtypes``, ``--fxrules-database``/``fxrules_database``,
+``--fxrules-prove-timeout``/``fxrules_prove_timeout``, and ``--fxrules-no-prove``/``fxrules_prove = false``
+to only sample; ``-k`` selects rules.  A rule verify proves (z3 installed) passes as ``PROVED`` in the
+verbose report line; its verdict is the item's ``fxrules_verdict`` property (what the prover said,
+``fxrules_proof``) and report section (``-rP``).
 The rules' user helpers and predicates come from modules with ``HELPERS``/``PREDICATES`` mappings, named by
 ``--fxrules-helpers MODULE`` (repeatable) or the ini option ``fxrules_helpers`` (one per line), as the
 command line's ``--helpers``.
@@ -26,7 +30,7 @@ from fxrules.integrations.driving import user_functions
 from fxrules.lang.ir import Rule
 from fxrules.lang.loader import load
 from fxrules.verification.options import VerifyOptions
-from fxrules.verification.soundness import Verdict, verify_checked
+from fxrules.verification.soundness import Verdict, proves, verify_checked
 
 #: verify's options: (the flag's and ini option's suffix, the keyword of VerifyOptions.checked, help)
 _OPTIONS = (
@@ -35,6 +39,7 @@ _OPTIONS = (
     ("max-side", "max_side", "the largest size of a drawn dim"),
     ("dtypes", "dtypes", "draw tensors of these dtypes only, e.g. float32,int64"),
     ("database", "database", "a directory for hypothesis's failing inputs (without it, nothing is written)"),
+    ("prove-timeout", "prove_timeout", "solver seconds per rule when proving"),
 )
 
 
@@ -66,6 +71,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         name = suffix.replace("-", "_")
         group.addoption(f"--fxrules-{suffix}", default=None, dest=f"fxrules_{name}", help=f"verify: {text}")
         parser.addini(f"fxrules_{name}", default=None, help=f"verify: {text}")
+    group.addoption("--fxrules-no-prove", action="store_false", default=None, dest="fxrules_prove",
+                    help="verify: only sample, do not give the rules to the z3 prover first")
+    parser.addini("fxrules_prove", type="bool", default=True,
+                  help="verify: give each rule to the z3 prover first, when it is installed (default true)")
     helpers = "a module whose HELPERS and PREDICATES mappings the rules may call"
     group.addoption("--fxrules-helpers", action="append", default=[], metavar="MODULE", dest="fxrules_helpers",
                     help=f"{helpers} (repeatable)")
@@ -97,7 +106,19 @@ def _options(config: pytest.Config) -> VerifyOptions:
         except FxrUsageError as error:
             raise pytest.UsageError(f"{source}: {error}") from None
         options[keyword] = value
-    return VerifyOptions.checked(**options)
+    return VerifyOptions.checked(**options, prove=_proving(config))
+
+
+def _proving(config: pytest.Config) -> bool:
+    """``--fxrules-no-prove``, else the ini option ``fxrules_prove`` (true unless set to a false value)."""
+    flag = config.getoption("fxrules_prove")
+    if flag is not None:
+        return bool(flag)
+    try:
+        return bool(config.getini("fxrules_prove"))
+    except ValueError:
+        raise pytest.UsageError(f"ini option fxrules_prove: must be true or false, got "
+                                f"{config.inicfg.get('fxrules_prove')!r}") from None
 
 
 def _user_functions(config: pytest.Config) -> tuple[dict[str, Callable[..., Any]], dict[str, Callable[..., Any]]]:
@@ -113,7 +134,8 @@ def pytest_report_header(config: pytest.Config) -> str | None:
     opted = config.stash[_OPTED]
     if not opted.paths:
         return None
-    return f"fxrules: rules under {', '.join(map(str, opted.paths))} (seed {opted.options.seed})"
+    proving = ", proving with z3" if proves(opted.options) else ""
+    return f"fxrules: rules under {', '.join(map(str, opted.paths))} (seed {opted.options.seed}{proving})"
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -145,6 +167,10 @@ class FxrRuleItem(pytest.Item):
     def runtest(self) -> None:
         opted = self.config.stash[_OPTED]
         result = verify_checked(self.rule, opted.options, opted.helpers, opted.predicates)
+        self.user_properties.append(("fxrules_verdict", result.verdict.value))
+        if result.proof:
+            self.user_properties.append(("fxrules_proof", result.proof))
+        self.add_report_section("call", "fxrules", str(result))
         if result.verdict is Verdict.INCONCLUSIVE:
             pytest.skip(f"inconclusive: {result.reason}")
         if result.verdict in (Verdict.UNSOUND, Verdict.ERROR):
@@ -157,6 +183,13 @@ class FxrRuleItem(pytest.Item):
 
     def reportinfo(self) -> tuple[Path, int, str]:
         return self.path, self.rule.span.line - 1, self.name
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> tuple[str, str, Any] | None:
+    """A proved rule passes, and says ``PROVED`` in the verbose report line."""
+    if report.when == "call" and report.passed and ("fxrules_verdict", Verdict.PROVED.value) in report.user_properties:
+        return "passed", ".", ("PROVED", {"green": True})
+    return None
 
 
 class FxrLoadItem(pytest.Item):

@@ -2,13 +2,15 @@
 
 Each option has one meaning and one error text wherever it is given:
 ``max_examples`` (``--examples``), ``seed`` (``--seed``), ``max_side``
-(``--max-side``), ``dtypes`` (``--dtypes``) and ``database`` (``--database``).
+(``--max-side``), ``dtypes`` (``--dtypes``), ``database`` (``--database``),
+``prove`` (``--no-prove``) and ``prove_timeout`` (``--prove-timeout``).
 A bad value is an :class:`~fxrules.diagnostics.FxrUsageError`; the command
 line and the plugin report the same text under the flag's name.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -37,23 +39,31 @@ DtypesArgument = str | Iterable[str | torch.dtype] | None
 
 @attrs.frozen
 class VerifyOptions:
-    """How each rule is verified: examples per rule, the hypothesis seed, what is drawn, and the directory
-    of hypothesis's example database (None: no database, and verify writes no file)."""
+    """How each rule is verified: examples per rule, the hypothesis seed, what is drawn, the directory
+    of hypothesis's example database (None: no database, and verify writes no file), whether each rule is
+    given to the prover first (when z3 is installed), and its solver seconds per rule (None: prove's
+    default)."""
 
     max_examples: int = DEFAULT_EXAMPLES
     seed: int = DEFAULT_SEED
     draws: DrawSettings = attrs.Factory(DrawSettings)
     database: Path | None = None
+    prove: bool = True
+    prove_timeout: float | None = None
 
     @classmethod
     def checked(cls, *, max_examples: object = DEFAULT_EXAMPLES, seed: object = DEFAULT_SEED,
                 max_side: object = DEFAULT_MAX_SIDE, dtypes: DtypesArgument = None,
-                database: str | os.PathLike[str] | None = None) -> VerifyOptions:
+                database: str | os.PathLike[str] | None = None, prove: object = True,
+                prove_timeout: object = None) -> VerifyOptions:
         """The options from the values a caller gave; ``seed=None`` is the default seed."""
         draws = DrawSettings(max_side=_whole("max_side", max_side, 1, MAX_SIDE_LIMIT),
                              dtypes=parse_dtypes(dtypes) if dtypes is not None else None)
+        if not isinstance(prove, bool):
+            raise FxrUsageError(f"prove must be True or False, got {prove!r}")
         return cls(_whole("max_examples", max_examples, 1), _whole("seed", DEFAULT_SEED if seed is None else seed),
-                   draws, Path(database) if database is not None else None)
+                   draws, Path(database) if database is not None else None, prove,
+                   None if prove_timeout is None else _seconds("prove_timeout", prove_timeout))
 
 
 def whole_number_problem(value: object, low: int | None = None, high: int | None = None) -> str | None:
@@ -90,6 +100,30 @@ def _whole(option: str, value: object, low: int | None = None, high: int | None 
     number = _as_int(value)
     assert number is not None  # whole_number_problem found none
     return number
+
+
+def seconds_problem(value: object) -> str | None:
+    """What is wrong with ``value`` as a positive, finite number of seconds, or None."""
+    if _as_seconds(value) is not None:
+        return None
+    return f"must be a positive number of seconds, got {value!r}"  # as prove's --timeout says it
+
+
+def _as_seconds(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        return None
+    return seconds if seconds > 0 and not math.isinf(seconds) else None  # NaN is not > 0
+
+
+def _seconds(option: str, value: object) -> float:
+    seconds = _as_seconds(value)
+    if seconds is None:
+        raise FxrUsageError(f"{option} {seconds_problem(value)}")
+    return seconds
 
 
 def parse_dtypes(dtypes: str | Iterable[str | torch.dtype]) -> tuple[torch.dtype, ...]:

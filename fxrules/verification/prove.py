@@ -115,6 +115,8 @@ class ProofCounterexample:
     inputs: tuple[str, ...]
     problem: str
     reproduction: str
+    #: The inputs by capture name (tensors, dtypes), for verify to replay; not part of the JSON.
+    values: Mapping[str, Any] = attrs.field(factory=dict, eq=False, repr=False, metadata={"json": False})
 
 
 @attrs.frozen
@@ -142,7 +144,8 @@ class RuleProof:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return attrs.asdict(self, value_serializer=lambda _, __, v: v.value if isinstance(v, Outcome) else v)
+        return attrs.asdict(self, filter=lambda field, _: field.metadata.get("json", True),
+                            value_serializer=lambda _, __, v: v.value if isinstance(v, Outcome) else v)
 
 
 @attrs.frozen
@@ -627,7 +630,8 @@ class _Prover:
                       "from torch's")
             problem = "the same outputs"
         raise _Refuted(outcome, f"{found} ({config.describe()})",
-                       ProofCounterexample(tuple(example.describe()), problem, reproduction(self.rule, example)))
+                       ProofCounterexample(tuple(example.describe()), problem, reproduction(self.rule, example),
+                                           example.values))
 
 
 def _edge_values(dtype: torch.dtype) -> tuple[float, ...]:

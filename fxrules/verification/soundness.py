@@ -11,7 +11,17 @@ with a shrunk counterexample, ``inconclusive`` with the reason, or ``error``
 when it cannot be run as written (an fxrules error, with its location):
 whatever a rule raises while it is verified ends as one of these verdicts.
 Runs are seeded (:data:`~fxrules.verification.options.DEFAULT_SEED` unless a
-seed is given) and write no file unless a database directory is given.
+seed is given), their draws depend on nothing else (not on the caller's
+modules), and they write no file unless a database directory is given.
+
+When z3 is installed, each rule first goes to the prover
+(:mod:`fxrules.verification.prove`).  A proof covers the values of the
+outputs, for every input of the dtypes it lists; the examples still check
+the rest (gradients, inputs left as they were, aliasing), and a rule both
+proved and sound on them is ``proved``.  A refutation is replayed through
+the same checks as a drawn example: it makes the rule ``unsound``, with no
+sampling, when they find the difference too (not just different bits within
+the tolerance) on an input of the kind verify draws.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import math
 import os
 import tempfile
 import time
+import types
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -56,7 +67,16 @@ from fxrules.verification.options import (
     DtypesArgument,
     VerifyOptions,
 )
-from fxrules.verification.strategies import Example, NoGeneratorError, Rejections, examples, replica
+from fxrules.verification.strategies import (
+    Example,
+    NoGeneratorError,
+    Rejections,
+    example_of,
+    examples,
+    in_drawn_domain,
+    replica,
+    without_local_constants,
+)
 
 #: (rtol, atol) by dtype, as torch.testing.assert_close uses them.
 TOLERANCES: Mapping[torch.dtype, tuple[float, float]] = {
@@ -75,6 +95,7 @@ ALIASING_CONTRACT = ("sound only as apply rewrites it: after the rewrite an in-p
 
 
 class Verdict(enum.Enum):
+    PROVED = "proved"  # sound on the examples, and its values proved for every input (``RuleVerdict.proved``)
     SOUND = "sound"
     UNSOUND = "unsound"
     INCONCLUSIVE = "inconclusive"
@@ -90,6 +111,8 @@ class Counterexample:
     max_abs_diff: float | None
     max_rel_diff: float | None
     reproduction: str
+    #: The prover found it (verify's checks then found the difference on it too), not a drawn example.
+    found_by_prover: bool = False
 
 
 @attrs.frozen
@@ -104,19 +127,32 @@ class RuleVerdict:
     #: How the replacement's outputs alias its inputs differently from the pattern's, for a sound rule:
     #: sound only as ``apply`` rewrites it (see :data:`ALIASING_CONTRACT`).
     aliasing: tuple[str, ...] = ()
+    #: For a proved rule, the dtypes of its tensor captures the proof covers (``x: float32|float64``).
+    proved: tuple[str, ...] = ()
+    #: What the prover said of the rule ("" when it was not asked): its outcome and reason.
+    proof: str = ""
+
+    @property
+    def sound(self) -> bool:
+        """Sound on the examples, proved or not."""
+        return self.verdict in (Verdict.SOUND, Verdict.PROVED)
 
     def __str__(self) -> str:
         head = f"{self.location}: {self.rule}: "
-        if self.verdict is Verdict.SOUND:
+        if self.verdict in (Verdict.SOUND, Verdict.PROVED):
+            proved = f"proved ({'; '.join(self.proved)}), " if self.verdict is Verdict.PROVED else ""
             if not self.aliasing:
-                return head + f"sound ({self.examples} examples)"
+                return head + proved + f"sound ({self.examples} examples)"
             changes = "; ".join(self.aliasing)
-            return head + f"sound ({self.examples} examples; aliasing changes: {changes})\n  {ALIASING_CONTRACT}"
+            return (head + proved + f"sound ({self.examples} examples; aliasing changes: {changes})\n"
+                    f"  {ALIASING_CONTRACT}")
         if self.verdict in (Verdict.INCONCLUSIVE, Verdict.ERROR):
             return head + f"{self.verdict.value}: {self.reason}"
         assert self.counterexample is not None
         c = self.counterexample
         lines = [head + f"unsound: {c.problem}"]
+        if c.found_by_prover:
+            lines.append(f"  found by the prover: {self.proof}")
         differences = [f"max {kind} diff {diff:.6g}" for kind, diff in (("abs", c.max_abs_diff),
                                                                       ("rel", c.max_rel_diff)) if diff is not None]
         if differences:
@@ -133,6 +169,8 @@ class RuleVerdict:
 class VerifyReport:
     results: tuple[RuleVerdict, ...]
     seed: int = DEFAULT_SEED
+    #: Whether the rules went to the prover first (``prove=True`` and z3 installed).
+    proving: bool = False
 
     @property
     def sound(self) -> bool:
@@ -146,13 +184,19 @@ class VerifyReport:
         raise KeyError(rule)
 
     def __str__(self) -> str:
+        """One block per rule, then the counts; a proved rule counts as sound, and how many of those were
+        proved is said when any was."""
         counts = {v: sum(r.verdict is v for r in self.results) for v in Verdict}
-        summary = ", ".join(counted(n, "error") if v is Verdict.ERROR else f"{n} {v.value}" for v, n in counts.items())
+        sound = counts[Verdict.SOUND] + counts[Verdict.PROVED]
+        proved = f" ({counts[Verdict.PROVED]} proved)" if counts[Verdict.PROVED] else ""
+        summary = (f"{sound} sound{proved}, {counts[Verdict.UNSOUND]} unsound, {counts[Verdict.INCONCLUSIVE]} "
+                   f"inconclusive, {counted(counts[Verdict.ERROR], 'error')}")
         return "\n".join([*(str(r) for r in self.results),
                           f"{counted(len(self.results), 'rule')}: {summary} (seed {self.seed})"])
 
     def to_json(self) -> str:
-        return json.dumps({"seed": self.seed, "rules": [r.to_dict() for r in self.results]}, indent=2)
+        return json.dumps({"seed": self.seed, "proving": self.proving, "rules": [r.to_dict() for r in self.results]},
+                          indent=2)
 
 
 class _Disagreement(Exception):  # noqa: N818 - hypothesis re-raises it on the shrunk example
@@ -508,10 +552,11 @@ def verify_rule(rule: Rule, *, max_examples: int = DEFAULT_EXAMPLES, seed_value:
                 max_side: int = DEFAULT_MAX_SIDE, dtypes: DtypesArgument = None,
                 database: str | os.PathLike[str] | None = None,
                 helpers: Mapping[str, Callable[..., Any]] | None = None,
-                predicates: Predicates | None = None) -> RuleVerdict:
+                predicates: Predicates | None = None, prove: bool = True,
+                prove_timeout: float | None = None) -> RuleVerdict:
     """Verify one rule (every choice of its alternatives); the options are those of :func:`verify`."""
     options = VerifyOptions.checked(max_examples=max_examples, seed=seed_value, max_side=max_side, dtypes=dtypes,
-                                    database=database)
+                                    database=database, prove=prove, prove_timeout=prove_timeout)
     return verify_checked(rule, options, helpers, predicate_table(predicates))
 
 
@@ -524,17 +569,81 @@ def verify_checked(rule: Rule, options: VerifyOptions, helpers: Mapping[str, Cal
     unknown = unknown_predicate([rule], predicates or {})
     if unknown is not None:  # as apply refuses it before touching a graph
         return _verdict(rule, Verdict.ERROR, unknown)
+    every = {**bundled_helpers.BUNDLED, **(helpers or {})}
     try:
-        with _one_thread(), _private_hypothesis_storage(), torch.random.fork_rng(devices=[]), \
-                using_predicates(predicates or {}):
-            torch.manual_seed(options.seed)  # random operations in a rule draw the same numbers on every run
-            verdict = _verify_rule(rule, options, {**bundled_helpers.BUNDLED, **(helpers or {})})
+        with _one_thread(), _private_hypothesis_storage(), without_local_constants(), \
+                torch.random.fork_rng(devices=[]), using_predicates(predicates or {}):
+            verdict = _proved_or_sampled(rule, options, every)
     except FxrError as error:
         verdict = _verdict(rule, Verdict.ERROR, str(error))
     except Exception as error:
         verdict = _verdict(rule, Verdict.INCONCLUSIVE, f"verify could not run the rule: {type(error).__name__}: "
                                                        f"{error}")
     return attrs.evolve(verdict, seconds=time.perf_counter() - started)
+
+
+def _prover(options: VerifyOptions) -> tuple[types.ModuleType, types.ModuleType] | None:
+    """The prove module and z3, or None when the prover is not asked (``prove=False``) or z3 is not installed
+    (verify then samples, as it does without the prover)."""
+    if not options.prove:
+        return None
+    from fxrules.verification import prove as proving  # not at the top: prove imports compare() from here
+
+    try:
+        return proving, proving.load_z3()
+    except FxrUsageError:
+        return None
+
+
+def proves(options: VerifyOptions) -> bool:
+    """Whether verify gives each rule to the prover first under ``options``: ``prove`` and z3 installed."""
+    return _prover(options) is not None
+
+
+def _proved_or_sampled(rule: Rule, options: VerifyOptions, helpers: Mapping[str, Callable[..., Any]]) -> RuleVerdict:
+    """The prover's outcome (when it is asked), then the examples': a refutation that verify's own checks find
+    too is unsound without sampling; a rule proved and sound on the examples is proved (the proof covers the
+    values, the examples what it does not: gradients, inputs left as they were, aliasing)."""
+    prover = _prover(options)
+    if prover is None:
+        return _sampled(rule, options, helpers)
+    proving, z3 = prover
+    proof = proving.prove_rule(rule, z3, options.prove_timeout or proving.DEFAULT_TIMEOUT, helpers)
+    said = proof.outcome.value + (f" (dtypes {', '.join(proof.dtypes)})" if proof.dtypes else "") + (
+        f": {proof.reason}" if proof.reason else "")
+    if proof.outcome is proving.Outcome.REFUTED and proof.counterexample is not None:
+        unsound = _replayed(rule, proof.counterexample.values, helpers)
+        if unsound is not None:
+            return attrs.evolve(unsound, proof=said)
+    verdict = attrs.evolve(_sampled(rule, options, helpers), proof=said)
+    if verdict.verdict is Verdict.SOUND and proof.outcome is proving.Outcome.PROVED:
+        return attrs.evolve(verdict, verdict=Verdict.PROVED, proved=proof.dtypes)
+    return verdict
+
+
+def _sampled(rule: Rule, options: VerifyOptions, helpers: Mapping[str, Callable[..., Any]]) -> RuleVerdict:
+    torch.manual_seed(options.seed)  # random operations in a rule draw the same numbers on every run
+    return _verify_rule(rule, options, helpers)
+
+
+def _replayed(rule: Rule, values: Mapping[str, Any], helpers: Mapping[str, Callable[..., Any]]) -> RuleVerdict | None:
+    """The prover's counterexample run through verify's checks as a drawn example is: unsound if they find the
+    difference too; None if they do not (different bits within the tolerance), or if it is no input verify
+    draws (a large finite value for a rule with ``@finite_inputs()``): the examples then decide."""
+    if not in_drawn_domain(rule, values):
+        return None
+    for choice in alternative_choices(rule):
+        example = example_of(rule, values, choice)
+        if example is None:  # the pattern of this choice of alternatives rejects it
+            continue
+        try:
+            _RuleCheck(rule, helpers, choice).check(example)
+        except _Disagreement as found:
+            return RuleVerdict(rule.name, str(rule.span), Verdict.UNSOUND, 0, found.problem,
+                               attrs.evolve(_counterexample(rule, found), found_by_prover=True))
+        except (_RuleError, _UncomparableError):
+            return None
+    return None
 
 
 def _verdict(rule: Rule, verdict: Verdict, reason: str, examples_run: int = 0) -> RuleVerdict:
@@ -621,9 +730,8 @@ def _run_hypothesis(rule: Rule, check: _RuleCheck, rejections: Rejections,
         strategy = examples(rule, options.draws, check.choice, rejections)
         budget.run(property_)
     except _Disagreement as found:
-        counterexample = Counterexample(tuple(found.example.describe()), found.problem, found.abs_diff,
-                                        found.rel_diff, reproduction(rule, found.example))
-        return RuleVerdict(rule.name, str(rule.span), Verdict.UNSOUND, check.valid, found.problem, counterexample)
+        return RuleVerdict(rule.name, str(rule.span), Verdict.UNSOUND, check.valid, found.problem,
+                           _counterexample(rule, found))
     except _RuleError as error:
         return _verdict(rule, Verdict.ERROR, str(error), check.valid)
     except _UncomparableError as error:
@@ -636,6 +744,11 @@ def _run_hypothesis(rule: Rule, check: _RuleCheck, rejections: Rejections,
     except NoGeneratorError as missing:
         return _verdict(rule, Verdict.INCONCLUSIVE, str(missing))
     return None
+
+
+def _counterexample(rule: Rule, found: _Disagreement) -> Counterexample:
+    return Counterexample(tuple(found.example.describe()), found.problem, found.abs_diff, found.rel_diff,
+                          reproduction(rule, found.example))
 
 
 @attrs.define
@@ -671,19 +784,22 @@ def verify(rules: RulesArgument, *, max_examples: int = DEFAULT_EXAMPLES, seed: 
            max_side: int = DEFAULT_MAX_SIDE, dtypes: DtypesArgument = None, names: Iterable[str] | None = None,
            database: str | os.PathLike[str] | None = None, allow: Iterable[str] = (),
            helpers: Mapping[str, Callable[..., Any]] | None = None, only: Selection = None,
-           exclude: Selection = None, predicates: Predicates | None = None) -> VerifyReport:
+           exclude: Selection = None, predicates: Predicates | None = None, prove: bool = True,
+           prove_timeout: float | None = None) -> VerifyReport:
     """Check every rule of ``rules`` (those ``only``/``exclude`` select, as in ``apply``; ``names`` is ``only``)
     for soundness on generated inputs; ``helpers`` and ``predicates`` as in ``apply``.
 
     ``max_examples`` inputs per rule, drawn from ``seed`` (the same seed draws the same inputs), tensors of at
     most ``max_side`` elements per dim and, if given, only of ``dtypes`` (``"float32,int64"`` or a sequence);
     ``database``: a directory where hypothesis keeps the failing inputs it found, to try first next time
-    (without it, verify writes no file).
+    (without it, verify writes no file).  ``prove``: give each rule to the prover first when z3 is installed
+    (``prove_timeout`` solver seconds per rule, by default prove's); without z3, verify only samples.
     """
     options = VerifyOptions.checked(max_examples=max_examples, seed=seed, max_side=max_side, dtypes=dtypes,
-                                    database=database)
+                                    database=database, prove=prove, prove_timeout=prove_timeout)
     if names is not None and only is not None:
         raise FxrUsageError("give verify names= or only= (the same option), not both")
     selected = load_rules(rules, allow).select(names if only is None else only, exclude)
     table = predicate_table(predicates)
-    return VerifyReport(tuple(verify_checked(rule, options, helpers, table) for rule in selected), options.seed)
+    return VerifyReport(tuple(verify_checked(rule, options, helpers, table) for rule in selected), options.seed,
+                        proving=proves(options))

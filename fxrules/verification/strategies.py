@@ -21,7 +21,7 @@ its dtype, shape or layout), narrowed only by what the rule declares:
 Element values are mostly small numbers, sometimes values at the edges of the dtype: ``nan``, ``inf``,
 ``-inf``, ``-0.0``, halfway values, subnormals, and magnitudes near the dtype's overflow (the integer
 dtypes' extremes).  ``@finite_inputs()`` drops the non-finite and near-overflow ones.  Inputs on which the
-pattern raises or the guard is false are rejected (``assume``).
+pattern raises or the guard is false are rejected.
 
 :class:`DrawSettings` narrows what is drawn (the largest side, the dtypes); :class:`Rejections` counts why
 inputs were discarded.
@@ -29,16 +29,20 @@ inputs were discarded.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
 import inspect
 import math
-from collections.abc import Callable, Mapping
+import threading
+import types
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import attrs
 import torch
 import torch.fx
-from hypothesis import assume
+from hypothesis import assume, reject
 from hypothesis import strategies as st
 
 from fxrules.graph.metadata import MissingMetadata, TensorInfo
@@ -95,6 +99,21 @@ def edge_values(dtype: torch.dtype, finite: bool) -> tuple[float, ...]:
     if finite:
         return subnormal
     return (*subnormal, info.max, -info.max, info.max / 2, float(info.max) * 0.75)
+
+
+#: The largest magnitude drawn for a rule with ``@finite_inputs()``, which claims finite inputs of a moderate size.
+MODERATE_MAGNITUDE = max(abs(value) for value in FINITE_SPECIALS)
+
+
+def in_drawn_domain(rule: Rule, values: Mapping[str, Any]) -> bool:
+    """Whether ``values`` are inputs of the kind verify draws for ``rule``: any value, except that a rule with
+    ``@finite_inputs()`` takes only finite floats of a moderate size (:data:`MODERATE_MAGNITUDE`)."""
+    if not rule.finite_inputs:
+        return True
+    floats = [value for value in values.values()
+              if isinstance(value, torch.Tensor) and (value.is_floating_point() or value.is_complex())]
+    return all(bool((torch.view_as_real(t) if t.is_complex() else t).double().abs().le(MODERATE_MAGNITUDE).all())
+               for t in floats)  # NaN is not <= anything
 
 
 Draw = Callable[[st.SearchStrategy[Any]], Any]
@@ -621,21 +640,33 @@ class PatternRun:
     pattern: PatternGraph
 
 
-def _run_pattern(captures: _Captures, patterns: PatternGraphs, draw: Draw, values: dict[str, Any], seed: int,
-                 rejections: Rejections) -> PatternRun:
-    """Run the pattern (its graph for the example's choice of alternatives) on replicas of the inputs."""
+def _run_pattern(captures: _Captures, pattern: PatternGraph, draw: Draw, values: Mapping[str, Any], seed: int,
+                 rejections: Rejections) -> PatternRun | None:
+    """Run the pattern (its graph for the example's choice of alternatives) on replicas of the inputs; None
+    where it raises (the input is outside the rule's domain)."""
     attributes = {name: values[name] for name in captures.attributes}
-    pattern = patterns.get(attributes)
     runner = _Instantiating(pattern, attributes, draw, captures.rule.types, seed)
     inputs = {name: replica(values[name]) for name in captures.inputs}
     try:
         with torch.no_grad():
             output = runner.run(*inputs.values())
-    except Exception as error:  # an input the pattern rejects is outside the rule's domain
+    except Exception as error:
         rejections.pattern_raised += 1
         rejections.pattern_error = f"{type(error).__name__}: {error}"
-        assume(False)
+        return None
     return PatternRun(output, inputs, runner.built, runner.interior, pattern)
+
+
+def _completed(captures: _Captures, run: PatternRun, values: Mapping[str, Any], dims: Mapping[str, int], seed: int,
+               rejections: Rejections) -> Example | None:
+    """The example of ``values`` on which the pattern ran as ``run``, or None where the guard does not allow it."""
+    dims = dict(dims)
+    for name, declared in captures.rule.types.items():
+        if isinstance(declared, TensorType) and declared.dims and values.get(name) is not None:
+            dims.update(_dims_of(declared, values[name]))
+    if not guard_allows(captures.rule, {**values, **run.interior}, run.modules, dims, rejections):
+        return None
+    return Example(values, run.modules, seed, captures.attributes, run.output, run.inputs, run.pattern)
 
 
 def guard_allows(rule: Rule, values: Mapping[str, Any], modules: Mapping[str, torch.nn.Module],
@@ -678,15 +709,78 @@ def examples(rule: Rule, settings: DrawSettings | None = None, choice: Mapping[i
         drawer = _Drawer(draw, captures, settings)
         values = drawer.values()
         seed = draw(_SEEDS)
-        run = _run_pattern(captures, patterns, draw, values, seed, rejections)
-        dims = dict(drawer.dims)
-        for name, declared in rule.types.items():
-            if isinstance(declared, TensorType) and declared.dims and values.get(name) is not None:
-                dims.update(_dims_of(declared, values[name]))
-        assume(guard_allows(rule, {**values, **run.interior}, run.modules, dims, rejections))
-        return Example(values, run.modules, seed, captures.attributes, run.output, run.inputs, run.pattern)
+        run = _run_pattern(captures, patterns.get(values), draw, values, seed, rejections)
+        completed = None if run is None else _completed(captures, run, values, drawer.dims, seed, rejections)
+        if completed is None:  # the pattern rejects the input, or the guard does: outside the rule's domain
+            reject()
+        return completed
 
     return example()
+
+
+def example_of(rule: Rule, values: Mapping[str, Any], choice: Mapping[int, int] | None = None) -> Example | None:
+    """The example of given graph inputs (a rule without module captures), completed as a drawn one is (the
+    pattern's output and the inputs as it leaves them); None where the pattern raises or the guard does not
+    allow them."""
+    captures = _Captures.of(rule)
+    run = _run_pattern(captures, PatternGraphs(rule, choice).get(values), _no_modules, values, 0, Rejections())
+    return None if run is None else _completed(captures, run, values, {}, 0, Rejections())
+
+
+def _no_modules(strategy: st.SearchStrategy[Any]) -> Any:
+    raise NoGeneratorError("example_of builds no module capture: give a rule without one")
+
+
+@attrs.define
+class _Pin:
+    """Who is inside :func:`without_local_constants` (concurrent callers pin once), and what it replaced."""
+
+    lock: threading.Lock = attrs.Factory(threading.Lock)
+    depth: int = 0
+    replaced: tuple[Any, ...] = ()
+
+
+_PIN = _Pin()
+#: The internals of hypothesis.internal.conjecture.providers that without_local_constants replaces.
+_PINNED_NAMES = ("_get_local_constants", "CONSTANTS_CACHE")
+
+
+@contextlib.contextmanager
+def without_local_constants() -> Iterator[bool]:
+    """While inside, hypothesis draws mix in no number read from the caller's own source files.
+
+    Hypothesis (6.x) now and then draws a constant found in the *local* modules that are imported (any module
+    outside site-packages and the standard library: the user's code, fxrules itself run from a checkout), so
+    the same rule and seed would draw other inputs under pytest than on the command line, or after an
+    unrelated import.  This pins its private module cache of those constants to empty, and gives it a
+    private cache of the permitted constants (its own mixes the local ones in), restoring both on the way
+    out.  Yields whether the pin holds: if a later hypothesis renames these internals, verify still runs,
+    unpinned, and the test of draw determinism fails to say so.
+    """
+    try:
+        providers = importlib.import_module("hypothesis.internal.conjecture.providers")
+        current = tuple(getattr(providers, name) for name in _PINNED_NAMES)
+        empty, cache = providers.Constants(), type(current[1])(1024)
+    except (ImportError, AttributeError, TypeError):
+        yield False
+        return
+    with _PIN.lock:
+        if not _PIN.depth:
+            _PIN.replaced = current
+            _assign(providers, (lambda: empty), cache)
+        _PIN.depth += 1
+    try:
+        yield True
+    finally:
+        with _PIN.lock:
+            _PIN.depth -= 1
+            if not _PIN.depth:
+                _assign(providers, *_PIN.replaced)
+
+
+def _assign(module: types.ModuleType, *values: Any) -> None:
+    for name, value in zip(_PINNED_NAMES, values, strict=True):
+        setattr(module, name, value)
 
 
 def _assumed_structure(value: torch.Tensor) -> TensorInfo:

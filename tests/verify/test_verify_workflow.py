@@ -76,7 +76,7 @@ def test_two_runs_print_the_same_report_with_the_same_counterexample(
     rules = write(tmp_path / "rules.fxr", TWO_RULES)
     outputs = []
     for _ in range(2):
-        assert main(["verify", str(rules), "--examples", "30"]) == 1
+        assert main(["verify", str(rules), "--examples", "30", "--no-prove"]) == 1
         outputs.append(capsys.readouterr().out)
     assert outputs[0] == outputs[1]
     assert "relu_is_abs: unsound: values differ beyond tolerance" in outputs[0]
@@ -85,9 +85,9 @@ def test_two_runs_print_the_same_report_with_the_same_counterexample(
 
 def test_the_summary_prints_the_seed_default_zero(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rules = write(tmp_path / "rules.fxr", TWO_RULES)
-    main(["verify", str(rules), "--examples", "20"])
+    main(["verify", str(rules), "--examples", "20", "--no-prove"])
     assert capsys.readouterr().out.endswith("2 rules: 1 sound, 1 unsound, 0 inconclusive, 0 errors (seed 0)\n")
-    main(["verify", str(rules), "--examples", "20", "--seed", "7"])
+    main(["verify", str(rules), "--examples", "20", "--seed", "7", "--no-prove"])
     assert capsys.readouterr().out.endswith("(seed 7)\n")
     assert fxrules.verify(rules, max_examples=20).seed == 0
 
@@ -103,9 +103,69 @@ def test_the_same_seed_draws_the_same_inputs_and_another_seed_others() -> None:
     assert draws[0] != draws[2]
 
 
+#: A module of the caller's own, with numbers hypothesis would mix into what it draws if it read them.
+UNUSUAL_CONSTANTS = ('"""Numbers of a project of its own."""\nA = 1234.5678\n'
+                     "B = (0.5, 2.5, 0.125, -3.75, 1.75, 3.25, 40000, 12345, 54321, 777, 31337, 2024, 65000)\n")
+#: Prints a digest of every input verify draws for a rule (the values, through a helper that reads them).
+DRAW_DIGEST = """
+import hashlib, sys
+import fxrules
+if "--import-first" in sys.argv:
+    import unusual_constants  # noqa: F401
+seen = []
+def zero(x):
+    value = x.node.meta["val"]
+    seen.append((str(value.dtype), tuple(value.shape), repr(value.tolist())))
+    return 0
+rules = fxrules.parse("rule spy: torch.neg(torch.neg(x)) => x - @zero(x)\\n", filename="spy.fxr")
+assert fxrules.verify(rules, max_examples=200, helpers={"zero": zero}, prove=False).sound
+print(len(seen), hashlib.sha256(repr(seen).encode()).hexdigest())
+"""
+
+
+def _draw_digest(directory: Path, *arguments: str) -> str:
+    done = subprocess.run([sys.executable, "draws.py", *arguments], cwd=directory, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(Path(__file__).resolve().parents[2]), "PATH": "/usr/bin:/bin"},
+                          timeout=600, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_drawn_inputs_do_not_depend_on_the_callers_modules(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The same rule and seed draw the same inputs in a script, after the script imports a module of its own
+    with unusual numbers, and under pytest (hypothesis on its own mixes such numbers into its draws)."""
+    write(tmp_path / "unusual_constants.py", UNUSUAL_CONSTANTS)
+    write(tmp_path / "draws.py", DRAW_DIGEST)
+    plain, after_import = _draw_digest(tmp_path), _draw_digest(tmp_path, "--import-first")
+    assert plain == after_import
+    assert plain.startswith("200 ")
+    exec(DRAW_DIGEST, {"__name__": "draws_under_pytest"})  # here, with pytest's and this suite's modules imported
+    assert capsys.readouterr().out == plain
+
+
+def test_verify_leaves_hypothesis_reading_the_callers_modules_for_the_callers_own_tests() -> None:
+    """verify turns hypothesis's local constants off only while it runs: the caller's own hypothesis tests
+    keep them."""
+    providers = pytest.importorskip("hypothesis.internal.conjecture.providers")
+    before = (providers._get_local_constants, providers.CONSTANTS_CACHE)
+    fxrules.verify(fxrules.parse(UNSOUND), max_examples=5, prove=False)
+    assert (providers._get_local_constants, providers.CONSTANTS_CACHE) == before
+
+
+def test_verify_runs_when_hypothesis_internals_it_pins_are_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Should a later hypothesis rename the function verify pins, verify still runs (unpinned); the test above of
+    drawn inputs then says the draws depend on the caller's modules again."""
+    providers = pytest.importorskip("hypothesis.internal.conjecture.providers")
+    monkeypatch.delattr(providers, "_get_local_constants")  # a hypothesis that reads local constants otherwise:
+    monkeypatch.setattr(providers.HypothesisProvider, "_local_constants", property(lambda _: providers.Constants()))
+    report = fxrules.verify(fxrules.parse(UNSOUND), max_examples=20, prove=False)
+    assert report["relu_is_abs"].verdict is Verdict.UNSOUND
+
+
 def test_json_output_carries_the_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rules = write(tmp_path / "rules.fxr", TWO_RULES)
-    assert main(["verify", str(rules), "--examples", "20", "--seed", "3", "--json"]) == 1
+    assert main(["verify", str(rules), "--examples", "20", "--seed", "3", "--json", "--no-prove"]) == 1
     data = json.loads(capsys.readouterr().out)
     assert data["seed"] == 3
     assert [(r["rule"], r["verdict"]) for r in data["rules"]] == [("double_neg", "sound"), ("relu_is_abs", "unsound")]
@@ -140,10 +200,10 @@ def test_a_database_directory_keeps_the_failing_input_and_nothing_else_is_writte
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    first = fxrules.verify(rules, max_examples=20, database="db")
+    first = fxrules.verify(rules, max_examples=20, database="db", prove=False)  # the prover's input saves nothing
     assert [p.name for p in work.iterdir()] == ["db"]
     assert any(p.is_file() for p in (work / "db").rglob("*"))  # the shrunk failing input
-    again = fxrules.verify(rules, max_examples=20, database="db")
+    again = fxrules.verify(rules, max_examples=20, database="db", prove=False)
     assert [(r.verdict, r.reason) for r in again.results] == [(r.verdict, r.reason) for r in first.results]
     assert first["relu_is_abs"].verdict is Verdict.UNSOUND
 
@@ -196,7 +256,7 @@ def test_rule_names_choose_which_rules_are_verified(tmp_path: Path, capsys: pyte
     rules = write(tmp_path / "rules.fxr", TWO_RULES)
     report = fxrules.verify(rules, max_examples=10, names=["double_neg"])
     assert [r.rule for r in report.results] == ["double_neg"]
-    assert main(["verify", str(rules), "--examples", "10", "--rule", "double_neg"]) == 0
+    assert main(["verify", str(rules), "--examples", "10", "--rule", "double_neg", "--no-prove"]) == 0
     assert capsys.readouterr().out.endswith("1 rule: 1 sound, 0 unsound, 0 inconclusive, 0 errors (seed 0)\n")
 
 
@@ -270,7 +330,7 @@ def test_plugin_flag_collects_the_named_paths_only(pytester: pytest.Pytester) ->
     pytester.mkdir("rulesets")
     write(pytester.path / "rulesets" / "rules.fxr", RULE_FILE)
     pytester.makefile(".fxr", hostile=HOSTILE)
-    result = pytester.runpytest("--fxrules", "rulesets", "--fxrules-examples", "20", "-v")
+    result = pytester.runpytest("--fxrules", "rulesets", "--fxrules-examples", "20", "--fxrules-no-prove", "-v")
     result.assert_outcomes(passed=1, failed=1, skipped=1)
     result.stdout.fnmatch_lines(["fxrules: rules under *rulesets (seed 0)", "*rules.fxr::good PASSED*",
                                  "*rules.fxr::bad FAILED*", "*rules.fxr::odd SKIPPED*"])
@@ -286,7 +346,8 @@ def test_plugin_flag_with_paths_given_runs_both(pytester: pytest.Pytester) -> No
 
 
 def test_plugin_ini_option_collects_rule_files_under_its_paths(pytester: pytest.Pytester) -> None:
-    pytester.makeini("[pytest]\nfxrules_paths = rulesets\nfxrules_examples = 20\nfxrules_seed = 5\n")
+    pytester.makeini("[pytest]\nfxrules_paths = rulesets\nfxrules_examples = 20\nfxrules_seed = 5\n"
+                     "fxrules_prove = false\n")
     pytester.mkdir("rulesets")
     write(pytester.path / "rulesets" / "rules.fxr", RULE_FILE)
     pytester.makefile(".fxr", hostile=HOSTILE)
