@@ -257,6 +257,7 @@ def _dtypes(text: str) -> tuple[Any, ...]:
 
 def _verify_parser(check_rules: argparse.ArgumentParser) -> None:
     from fxrules.verification.options import DEFAULT_EXAMPLES, DEFAULT_MAX_SIDE, DEFAULT_SEED, MAX_SIDE_LIMIT
+    from fxrules.verification.prove import DEFAULT_TIMEOUT
 
     check_rules.add_argument("files", nargs="+", help=".fxr files or bundled ruleset names")
     check_rules.add_argument("--examples", type=_whole_number(1), default=DEFAULT_EXAMPLES, metavar="N",
