@@ -33,6 +33,7 @@ from torch import nn
 
 import fxrules
 import fxrules.cli
+import fxrules.demo
 from fxrules.lang import resolve
 from fxrules.lang.families import family_parameters
 from fxrules.match import guards
@@ -918,7 +919,7 @@ def test_caret_points_at_the_part_that_failed() -> None:
 
 def test_demo_is_a_command(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[bool] = []
-    monkeypatch.setattr(fxrules.cli, "run_demo", lambda: calls.append(True))
+    monkeypatch.setattr(fxrules.demo, "run_demo", lambda: calls.append(True))
     assert fxrules.cli.main(["demo"]) == 0
     assert calls == [True]
 

@@ -193,7 +193,7 @@ def test_a_rule_name_in_two_of_the_rulesets_is_an_error() -> None:
     mine = fxrules.parse("rule double_neg:\n    torch.neg(torch.neg(x)) => torch.relu(x)\n", "mine.fxr")
     with pytest.raises(fxrules.FxrUsageError) as error:
         fxrules.apply(gm, ["algebra.fxr", mine])
-    assert str(error.value) == ("rule double_neg is defined twice: at rulesets/algebra.fxr:5:6 and at mine.fxr:1:6; "
+    assert str(error.value) == ("rule double_neg is defined twice: at rulesets/algebra.fxr:6:6 and at mine.fxr:1:6; "
                                 "rule names key the report, so give each rule its own")
 
 

@@ -121,12 +121,15 @@ def test_every_elementwise_rule_of_algebra_is_proved() -> None:
     assert {r.rule: (r.outcome.value, r.dtypes) for r in report.results} == {
         name: ("proved", (dtypes,)) for name, dtypes in ALGEBRA_ELEMENTWISE.items()}
     assert str(report["mul_one"]) == (
-        "rulesets/algebra.fxr:9:6: mul_one: proved (dtypes x: float16|bfloat16|float32|float64)")
+        "rulesets/algebra.fxr:10:6: mul_one: proved (dtypes x: float16|bfloat16|float32|float64)")
 
 
-def test_double_neg_is_refuted_on_complex_tensors_where_vectorized_neg_loses_the_sign_of_zero() -> None:
-    """torch's vectorized complex neg computes 0 - x: neg(neg(-0.0 + 0j)) is 0j on a 64-element tensor."""
-    result = fxrules.prove("algebra.fxr", names=["double_neg"])["double_neg"]
+def test_double_neg_is_refuted_on_complex_tensors_where_vectorized_neg_loses_the_sign_of_zero(tmp_path: Path) -> None:
+    """torch's vectorized complex neg computes 0 - x: neg(neg(-0.0 + 0j)) is 0j on a 64-element tensor, so a
+    double negation that claims bit-equal outputs is refuted on complex64."""
+    path = tmp_path / "neg.fxr"
+    path.write_text("rule double_neg: neg(neg(x)) => x\n", encoding="utf-8")
+    result = fxrules.prove(path)["double_neg"]
     assert result.outcome.value == "refuted"
     assert result.reason == "the solver found the outputs differ (x: complex64)"
     assert result.counterexample is not None
@@ -135,12 +138,29 @@ def test_double_neg_is_refuted_on_complex_tensors_where_vectorized_neg_loses_the
     assert not same_bits(torch.view_as_real(torch.neg(torch.neg(x))), torch.view_as_real(x))
 
 
+def test_a_zero_tolerance_proves_equality_but_for_the_sign_of_a_zero(tmp_path: Path) -> None:
+    """``@tolerance(atol=0.0, rtol=0.0)`` claims exact outputs but for the sign of a zero: the bundled
+    double_neg, which says so, is proved on every dtype neg takes, complex ones included, while ``x + 0.0``
+    (which turns -0.0 into 0.0) is proved under it and refuted without it."""
+    result = fxrules.prove("algebra.fxr", names=["double_neg"])["double_neg"]
+    assert (result.outcome.value, result.dtypes) == (
+        "proved", ("x: uint8|int8|int16|int32|int64|float16|bfloat16|float32|float64|complex64|complex128",))
+    path = tmp_path / "zero.fxr"
+    path.write_text("@tolerance(atol=0.0, rtol=0.0)\nrule plus_zero: x + 0.0 => x where x.dtype == torch.float32\n"
+                    "rule exact_plus_zero: x + 0.0 => x where x.dtype == torch.float32\n", encoding="utf-8")
+    report = fxrules.prove(path)
+    assert report["plus_zero"].outcome.value == "proved"
+    assert report["exact_plus_zero"].outcome.value == "refuted"
+    assert report["exact_plus_zero"].counterexample is not None
+    assert report["exact_plus_zero"].counterexample.problem == "the sign of a zero differs (-0.0 and 0.0)"
+
+
 def test_layout_rules_of_algebra_say_why_they_are_not_provable() -> None:
     """Rules whose operations move elements (transpose, permute, reshape) are outside the elementwise model."""
     report = fxrules.prove("algebra.fxr", names=["double_transpose", "permute_inverse", "reshape_chain"])
     assert [(r.outcome.value, r.reason) for r in report.results] == [
         ("not provable here", "capture a is a dim: only tensor, dtype, float and int captures are modeled"),
-        ("not provable here", "the guard at rulesets/algebra.fxr:67:9 reads more than dtypes and numbers"),
+        ("not provable here", "the guard at rulesets/algebra.fxr:68:9 reads more than dtypes and numbers"),
         ("not provable here", "capture a is a shape: only tensor, dtype, float and int captures are modeled"),
     ]
 
@@ -312,8 +332,8 @@ def test_command_prints_each_rule_and_exits_1_on_a_refuted_one(tmp_path: Path,
     """`fxrules prove` prints a line per rule and a summary; exit 1 when a rule is refuted, 0 otherwise."""
     assert main(["prove", "algebra.fxr", "--rule", "add_zero", "--rule", "double_transpose"]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        "rulesets/algebra.fxr:18:6: add_zero: proved (dtypes x: uint8|int8|int16|int32|int64)",
-        "rulesets/algebra.fxr:58:6: double_transpose: not provable here: capture a is a dim: only tensor, "
+        "rulesets/algebra.fxr:19:6: add_zero: proved (dtypes x: uint8|int8|int16|int32|int64)",
+        "rulesets/algebra.fxr:59:6: double_transpose: not provable here: capture a is a dim: only tensor, "
         "dtype, float and int captures are modeled",
         "2 rules: 1 proved, 0 refuted, 1 not provable here, 0 solver/torch mismatch",
     ]
