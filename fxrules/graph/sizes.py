@@ -69,7 +69,10 @@ def literal(value: Any, what: str) -> Any:
 def shape_env_of(gm: torch.fx.GraphModule) -> symbolic_shapes.ShapeEnv | None:
     """The shape environment of the graph's symbolic sizes, or None when its metadata has none."""
     for node in gm.graph.nodes:
-        value = node.meta.get("val", node.meta.get("example_value"))
+        meta = node.meta
+        if not meta:  # most nodes of a graph without metadata: one test each, as cheap as the walk
+            continue
+        value = meta.get("val", meta.get("example_value"))
         if isinstance(value, list | tuple) and value:
             value = value[0]
         fake_mode = getattr(value, "fake_mode", None)
