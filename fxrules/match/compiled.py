@@ -190,7 +190,8 @@ class CompiledRule:
 
     def match_candidate(self, anchor: Node, matcher: Matcher) -> Match | None:
         """:meth:`match` at an anchor for which :attr:`may_match` holds (any node, with a tracer)."""
-        rule, tracer = self.rule, matcher.tracer
+        rule, tracer = self._rule(), matcher.tracer
+        assert rule is not None, "a compiled matcher outlived its rule"
         root = self._root
         if tracer is not None:
             tracer.start(rule, anchor)
@@ -658,7 +659,8 @@ class _Operation:
                 if attempt.tracer is not None:
                     self._trace_unfit(node, attempt)
                 return False
-        attempt.step()
+        if len(attempt.orders) >= len(attempt.replayed):  # attempt.step(), inlined: once per operation matched
+            attempt.budget.step()
         attempt.nodes[self.key] = node
         if self.name:
             attempt.bindings[self.name] = node
