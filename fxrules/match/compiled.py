@@ -586,6 +586,8 @@ class _Operation:
         self.name = template.name
         self.target = template.target
         self.kind = template.kind
+        # tested on every node matched: an enum member's lookup costs about 0.2 us (Python 3.11)
+        self.of_module, self.of_attribute = template.kind is OpKind.MODULE, template.kind is OpKind.ATTR
         self.op = template.kind.value
         self.binds = template.binds
         self.declared = compiler.types.get(template.binds) if template.binds else None
@@ -653,7 +655,7 @@ class _Operation:
     def match_checked(self, node: Node, attempt: _Attempt) -> bool:
         """:meth:`match` of a node already found new to the attempt and passing :meth:`may_match`."""
         module = None
-        if self.kind is OpKind.MODULE:
+        if self.of_module:
             module = attempt.matcher.module_of(node)
             if not isinstance(module, self.target):
                 if attempt.tracer is not None:
@@ -666,7 +668,7 @@ class _Operation:
             attempt.bindings[self.name] = node
         if self.binds is not None and not self._bind_module_or_attr(node, module, attempt):
             return False
-        if self.kind is OpKind.ATTR:
+        if self.of_attribute:
             return True
         signature = self.signature
         # the slots behind Node.args and .kwargs: a property call each, twice per operation matched
