@@ -83,7 +83,7 @@ def shape_env_of(gm: torch.fx.GraphModule) -> symbolic_shapes.ShapeEnv | None:
     """The shape environment of the graph's symbolic sizes, or None when its metadata has none."""
     for node in gm.graph.nodes:
         meta = node.meta
-        if not meta:  # a node of a graph without metadata (symbolic_trace): nothing to read, every node asked
+        if not meta:  # most nodes of a graph without metadata (symbolic_trace): one test each
             continue
         value = meta.get("val", meta.get("example_value"))
         if isinstance(value, list | tuple) and value:

@@ -32,7 +32,7 @@ from fxrules.lang.ir import AltTemplate, OpTemplate, Rule, Template
 from fxrules.match.compiled import compiled_rule
 from fxrules.match.guards import GuardError, holds
 from fxrules.match.index import NodeIndex, Nodes, RuleIndex, in_graph_order, node_keys
-from fxrules.match.primitives import AttrValue, Budget, Match, Miss, State
+from fxrules.match.primitives import AttrValue, Bound, Budget, Match, Miss
 from fxrules.match.safety import Found
 from fxrules.match.skips import Skip, SkipReason
 
@@ -95,7 +95,7 @@ class Matcher:
 
     # ---------------------------------------------------------------- after the structure matched
 
-    def check_usable(self, rule: Rule, state: State) -> None:
+    def check_usable(self, rule: Rule, state: Bound) -> None:
         """Raise :class:`Skip` when a structural match cannot be used: a typed capture without metadata, the
         guard, then the ``match`` stage of the safety checks (:mod:`fxrules.match.safety`)."""
         if state.missing_metadata is not None:  # the types are undecided: so is everything that reads them
@@ -104,7 +104,7 @@ class Matcher:
             self._check_guard(rule, state)
         self._found.check(rule, state.nodes, _output_nodes(rule, state), state.bindings)
 
-    def _check_guard(self, rule: Rule, state: State) -> None:
+    def _check_guard(self, rule: Rule, state: Bound) -> None:
         assert rule.guard is not None
 
         def lookup(name: str) -> Any:
@@ -134,7 +134,7 @@ class Matcher:
             return type(value)(self.guard_value(v) for v in value)
         return value
 
-    def to_match(self, rule: Rule, state: State) -> Match:
+    def to_match(self, rule: Rule, state: Bound) -> Match:
         """The usable match a structural match makes."""
         outputs = tuple(node for node in _output_nodes(rule, state) if node is not None)
         assert len(outputs) == len(rule.pattern), "a complete match binds every output"
@@ -143,7 +143,7 @@ class Matcher:
 
 
 
-def _output_nodes(rule: Rule, state: State) -> tuple[torch.fx.Node | None, ...]:
+def _output_nodes(rule: Rule, state: Bound) -> tuple[torch.fx.Node | None, ...]:
     """The nodes the pattern outputs matched, in order."""
     pattern = rule.pattern
     if len(pattern) == 1 and isinstance(pattern[0], OpTemplate):  # the usual pattern, without the calls
@@ -151,7 +151,7 @@ def _output_nodes(rule: Rule, state: State) -> tuple[torch.fx.Node | None, ...]:
     return tuple(_output_node(t, state) for t in pattern)
 
 
-def _output_node(template: Template, state: State) -> torch.fx.Node | None:
+def _output_node(template: Template, state: Bound) -> torch.fx.Node | None:
     """The node a pattern output matched (for ``A | B``, the option that matched)."""
     if isinstance(template, AltTemplate):
         found = (_output_node(option, state) for option in template.options)

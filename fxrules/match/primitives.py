@@ -15,7 +15,7 @@ interpreter the tests keep as its oracle; neither says on its own what a type, a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import torch
@@ -97,6 +97,23 @@ class SeenMatches:
         if self.keys is None:
             self.keys = set()
         self.keys.add(binding_key(bindings, nodes))
+
+
+class Bound(Protocol):
+    """What a structural match bound, as :meth:`Matcher.check_usable` and :meth:`Matcher.to_match` read it: a
+    :class:`State` of the interpreter, or the compiled matcher's attempt itself (no copy on the hot path)."""
+
+    @property
+    def bindings(self) -> Mapping[str, Any]: ...
+
+    @property
+    def nodes(self) -> Mapping[int, torch.fx.Node]: ...
+
+    @property
+    def modules(self) -> Mapping[str, str]: ...
+
+    @property
+    def missing_metadata(self) -> Skip | None: ...
 
 
 @attrs.frozen

@@ -192,6 +192,21 @@ def test_an_exported_programs_dynamic_dim_is_symbolic_and_a_specialized_one_stat
     assert static.report.counts() == {"r": 1}
 
 
+def test_sizes_stay_symbolic_when_the_graph_inputs_carry_no_metadata() -> None:
+    """The shape environment is found on whichever node carries metadata first, not only on the inputs."""
+    rules = fxrules.parse("rule r: aten.relu.default(y) => aten.clamp_min.default(y, 0) where y.shape[0] == 4")
+
+    class DoubledRelu(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.relu(x * 2) + 1
+
+    gm = torch.export.export(DoubledRelu(), (torch.randn(4, 3),), dynamic_shapes=({0: Dim("batch")},)).module()
+    for node in gm.graph.find_nodes(op="placeholder"):
+        node.meta.clear()
+    report = fxrules.apply(gm, rules)
+    assert report.counts() == {} and skips(report) == {"r": {"dynamic size": 1}}
+
+
 def test_explain_says_how_to_opt_in(capsys: pytest.CaptureFixture[str]) -> None:
     model = f"{__name__}:Mean"
     assert main(["explain", "cleanup.fxr", "--model", model, "--input-shape", "4,3"]) == 0
