@@ -563,10 +563,12 @@ def bars(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for row in rows:
         value = row["median"]["apply_minus_recompile"] / row["median"]["inductor"]
         add(f"{row['nodes']} nodes: (apply - recompile) / inductor pass", value, "<= 0.5x", value <= 0.5)
-    for key, label in (("nofire_absent", "anchors absent"), ("nofire_tried", "anchors present, all tried")):
+    # Nothing to do: 10x; every anchor node of a common op to rule out (the architecture issue's bar): 20x.
+    for key, label, need in (("nofire_absent", "anchors absent", 10), ("nofire_tried", "anchors present, all tried",
+                                                                         20)):
         for row in rows:
             value = row["median"][key] / row["median"]["bare_loop"]
-            add(f"{row['nodes']} nodes: no-fire apply ({label}) / bare loop", value, "<= 10x", value <= 10)
+            add(f"{row['nodes']} nodes: no-fire apply ({label}) / bare loop", value, f"<= {need}x", value <= need)
     if 20000 in by_size and 50000 in by_size:
         value = slope(by_size[20000], by_size[50000], "apply")
         add("apply log-log slope 20k -> 50k", value, "<= 1.1", value <= 1.1)
