@@ -142,8 +142,14 @@ def _measure_every_reduction(parser: Lark, parse: _Parse) -> None:
     """
     callbacks: dict[Any, Callable[[list[Any]], Any]] = parser._callbacks
     for rule, reduce in list(callbacks.items()):
-        if isinstance(rule, Rule) and not (rule.alias or rule.origin.name).startswith("_"):
+        if isinstance(rule, Rule) and not (rule.alias or rule.origin.name).startswith("_") and not _passes_on(rule):
             callbacks[rule] = _measured(reduce, parse)
+
+
+def _passes_on(rule: Rule) -> bool:
+    """Whether ``rule`` is a step of a ladder (``?test: or_test``): it returns its one child as it is, span
+    and all, so Lark's callback is kept (half of all reductions are such steps)."""
+    return rule.options.expand1 and not rule.alias and len(rule.expansion) == 1 and not rule.expansion[0].is_term
 
 
 class SyntaxParser:
