@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from lark import Token, Transformer, Tree
 
+import fxrules
+from fxrules import FxrSyntaxError
 from fxrules.diagnostics import Span
 from fxrules.lang.parser import fxr_parser, parse_syntax
 from fxrules.lang.syntax_tree import File, SyntaxBuilder
@@ -96,3 +98,13 @@ def test_spans_through_parentheses_trailing_commas_and_dropped_tokens_are_what_l
     """A parenthesised expression keeps its own span while its parent is measured from the parenthesis;
     a trailing comma, a closing bracket, a keyword or a decorator's '@' ends or starts its node."""
     assert parse_syntax(text, "f.fxr") == _reference(text, "f.fxr")
+
+
+def test_an_integer_too_long_for_python_is_a_syntax_error_at_the_literal() -> None:
+    """A literal Python refuses to convert stops the parse with a syntax error at the literal, in plain words,
+    not a ValueError."""
+    with pytest.raises(FxrSyntaxError) as info:
+        fxrules.parse("rule r:\n    x => x.reshape(" + "9" * 5000 + ")\n", "f.fxr")
+    assert [(str(d.span), d.message.split(":")[0]) for d in info.value.diagnostics] == [
+        ("f.fxr:2:20", "this literal cannot be read")]
+    assert "4300 digits" in info.value.diagnostics[0].message
