@@ -10,6 +10,9 @@ The garbage collector is paused while a file loads: loading allocates hundreds o
 thousands of small objects (tokens, tree nodes, IR) and frees few, so each automatic
 collection would scan the whole heap, torch's objects included, for almost nothing
 (a quarter of a 500-rule file's load time).  It resumes as it was, error or not.
+The language layer, the matcher and the rewriter are imported on the first load, inside
+that pause too: importing them makes thousands of classes and functions, and with the
+collector running that cost as much again.
 
 Each loaded rule gets a digest of its name and its files' text, so a set
 made of loaded rules (``RuleSet.select``, or one built by hand) has a
@@ -24,25 +27,30 @@ import hashlib
 import warnings
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import attrs
 
 from fxrules.diagnostics import FxrLoopWarning
-from fxrules.engine.loops import loop_warnings
-from fxrules.lang import loader
-from fxrules.lang.ir import RuleSet
 from fxrules.memo import per_object
+
+if TYPE_CHECKING:
+    from fxrules.lang.ir import RuleSet
 
 
 def load(path_or_name: str | Path, allow: Iterable[str] = ()) -> RuleSet:
     """Load a rule file by path, or a bundled ruleset by name (``"algebra.fxr"``)."""
     with _collector_paused():
+        from fxrules.lang import loader  # with the collector paused (see the module docstring)
+
         return _loop_checked(loader.load(path_or_name, allow))
 
 
 def parse(text: str, filename: str = "<string>", allow: Iterable[str] = ()) -> RuleSet:
     """Parse and resolve ``.fxr`` text (its includes are looked up among the bundled rulesets)."""
     with _collector_paused():
+        from fxrules.lang import loader  # with the collector paused (see the module docstring)
+
         return _loop_checked(loader.parse(text, filename, allow))
 
 
@@ -60,6 +68,8 @@ def _collector_paused() -> Iterator[None]:
 
 @per_object
 def _loop_checked(ruleset: RuleSet) -> RuleSet:
+    from fxrules.engine.loops import loop_warnings  # with the collector paused, as the callers run it
+
     rules = tuple(attrs.evolve(rule, digest=_rule_digest(ruleset.digest, rule.name)) for rule in ruleset)
     checked = attrs.evolve(ruleset, rules=rules, warnings=ruleset.warnings + loop_warnings(ruleset))
     for warning in checked.warnings:

@@ -12,8 +12,10 @@ match.  The warning is a prompt to check, not a verdict.  Rules
 whose replacement calls a helper are not checked (helpers run only on real
 modules).
 
-The check costs time linear in the rules, not quadratic: a replacement whose
-operations no rule anchors at is not built at all, and at a node of a built
+The check costs time linear in the rules, not quadratic: a replacement at
+whose operations no rule would be tried (none anchored there, or none whose
+required argument, an operand's operation, can be among the replacement's
+operations) is not built at all, and at a node of a built
 one only the rules filed under the node's anchor key *and* one argument their
 pattern output requires (an operand's operation, or a literal that cannot
 come from a default) are tried, as the engine narrows its candidates.
@@ -238,17 +240,21 @@ class _RuleFilter:
                 for key in keys:
                     for chosen_feature in chosen:
                         self.buckets.setdefault((key, chosen_feature), []).append(rule)
-        self.anchored = {key for key, _ in self.buckets}
-        self.anchors_modules = any(op == "call_module" for op, _ in self.anchored)
+        self.required: dict[AnchorKey, set[Feature | None]] = {}
+        for key, wanted in self.buckets:
+            self.required.setdefault(key, set()).add(wanted)
+        self.anchors_modules = any(op == "call_module" for op, _ in self.required)
 
     def may_anchor_in(self, rule: Rule) -> bool:
-        """Whether some rule may anchor at a node of ``rule``'s replacement graph (False only when certain)."""
+        """Whether some rule may be tried at a node of ``rule``'s replacement graph (False only when certain):
+        one anchored at a node's key, whose required argument (if any) the graph may hold."""
         keys = _emitted_keys(rule)
         if keys is None:
             return True
         # a module capture is an nn.Identity in the standalone graph, whatever class the rule declares
-        return not self.anchored.isdisjoint(keys) or (self.anchors_modules and any(op == "call_module"
-                                                                                   for op, _ in keys))
+        if self.anchors_modules and any(op == "call_module" for op, _ in keys):
+            return True
+        return any(_may_hold(feature, keys) for key in keys for feature in self.required.get(key, ()))
 
     def rules_at(self, gm: torch.nn.Module, node: torch.fx.Node) -> list[Rule]:
         """The rules that may match at ``node``, in file order."""
@@ -261,6 +267,15 @@ class _RuleFilter:
         found = {rule.name: rule for key in keys for feature in features
                  for rule in self.buckets.get((key, feature), ())}
         return sorted(found.values(), key=lambda rule: self.order[rule.name])
+
+
+def _may_hold(feature: Feature | None, keys: set[AnchorKey]) -> bool:
+    """Whether a graph whose operations have anchor keys among ``keys`` may have a node with an argument of
+    ``feature`` (None: any node will do).  Literals, modules and attributes are not told from the text."""
+    if feature is None or feature[0] == "literal":
+        return True
+    key = feature[1]
+    return key in keys or (isinstance(key, tuple) and key[0] in ("call_module", "get_attr"))
 
 
 def _index_entries(rule: Rule) -> Iterator[tuple[tuple[AnchorKey, ...], list[frozenset[Feature]]]]:

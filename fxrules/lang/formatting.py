@@ -38,8 +38,10 @@ import attrs
 from lark import Token, Tree
 
 from fxrules.diagnostics import DiagnosticSink, FxrSyntaxError, Span
-from fxrules.lang.parser import NESTED_TOO_DEEPLY, fxr_parser, parse_syntax
-from fxrules.lang.syntax_tree import to_syntax_tree
+from fxrules.lang.parser import fxr_parser, parse_syntax
+
+#: The error of nesting the parser reads but Python's recursion cannot lay out.
+NESTED_TOO_DEEPLY = "expressions are nested too deeply to read"
 
 #: The longest line the layout aims for (the one of the bundled rulesets).
 LINE_LENGTH = 120
@@ -58,12 +60,8 @@ _BRACKETS = {"call": ("(", ")"), "helper": ("(", ")"), "list_": ("[", "]"), "tup
 def format_text(text: str, filename: str = "<string>", line_length: int = LINE_LENGTH) -> str:
     """``text`` in the canonical layout; :class:`~fxrules.FxrSyntaxError` (every problem, with
     file:line:col) when it does not parse."""
-    try:
-        tree = fxr_parser().parse(text if text.endswith("\n") else text + "\n")
-        to_syntax_tree(tree, filename)  # a literal Python cannot read is a syntax error too
-    except Exception:  # whatever the parser refuses, it says where and why, as it does for load
-        parse_syntax(text, filename)
-        raise
+    parse_syntax(text, filename)  # whatever the parser refuses (a literal Python cannot read too), with where and why
+    tree = fxr_parser().parse(text if text.endswith("\n") else text + "\n")
     layout = _Layout(line_length)
     try:
         items = [layout.item(item) for item in tree.children if isinstance(item, Tree)]

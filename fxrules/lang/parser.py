@@ -13,14 +13,15 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterator
+from typing import Any
 
-from lark import Lark, Token, Tree, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
-from lark.exceptions import VisitError
+from lark import Lark, Token, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 from lark.indenter import DedentError, Indenter
 
 from fxrules.diagnostics import Diagnostic, DiagnosticSink, FxrSyntaxError, Span
+from fxrules.lang.building import Built, LiteralError, SyntaxParser
 from fxrules.lang.bundled import grammar_text
-from fxrules.lang.syntax_tree import File, Item, to_syntax_tree
+from fxrules.lang.syntax_tree import File, Item
 from fxrules.lang.tables import load_parser
 
 
@@ -51,30 +52,45 @@ def _keep_position(token: Token) -> bool:
     return getattr(token, "type", None) not in {"_NL", "_INDENT", "_DEDENT"}
 
 
+_POSITIONED: dict[str, Any] = {"propagate_positions": _keep_position}
+
+
+def shipped_parser(grammar: str, **runtime: Any) -> Lark | None:
+    """The parser of ``grammar`` read from the shipped tables, or None when they were not built from it.
+
+    ``runtime`` are Lark's options that hold objects of this process (a ``transformer``); without them the
+    parser makes Lark trees whose meta has positions (the formatter's)."""
+    return load_parser(grammar, postlex=FxrIndenter(), **(runtime or _POSITIONED))
+
+
+def built_parser(grammar: str, **runtime: Any) -> Lark:
+    """The parser of ``grammar``, built from it (``runtime`` as for :func:`shipped_parser`)."""
+    return Lark(grammar, parser="lalr", postlex=FxrIndenter(), maybe_placeholders=True, **(runtime or _POSITIONED))
+
+
+def _parser(grammar: str, **runtime: Any) -> Lark:
+    """Read from the tables shipped with the grammar when they were built from it (:mod:`fxrules.lang.tables`),
+    else built from the grammar."""
+    shipped = shipped_parser(grammar, **runtime)
+    return shipped if shipped is not None else built_parser(grammar, **runtime)
+
+
 @functools.cache
 def fxr_parser() -> Lark:
-    """The one parser, made once per process: read from the tables shipped with the grammar when they were
-    built from it (:mod:`fxrules.lang.tables`), else built from the grammar."""
-    grammar = grammar_text()
-    shipped = shipped_parser(grammar)
-    return shipped if shipped is not None else built_parser(grammar)
+    """The parser of Lark trees with positions (what the formatter lays out), made once per process."""
+    return _parser(grammar_text())
 
 
-def shipped_parser(grammar: str) -> Lark | None:
-    """The parser of ``grammar`` read from the shipped tables, or None when they were not built from it."""
-    return load_parser(grammar, postlex=FxrIndenter(), propagate_positions=_keep_position)
-
-
-def built_parser(grammar: str) -> Lark:
-    """The parser of ``grammar``, built from it."""
-    return Lark(grammar, parser="lalr", postlex=FxrIndenter(), propagate_positions=_keep_position,
-                maybe_placeholders=True)
+@functools.cache
+def syntax_parser() -> SyntaxParser:
+    """The parser of syntax trees (what loading reads), made once per process."""
+    return SyntaxParser(functools.partial(_parser, grammar_text()))
 
 
 @functools.cache
 def grammar_keywords() -> frozenset[str]:
     """Every word the grammar spells out as a literal (``rule``, ``where``, ``None``, ...): no name may be one."""
-    return frozenset(terminal.pattern.value for terminal in fxr_parser().terminals
+    return frozenset(terminal.pattern.value for terminal in syntax_parser().lark.terminals
                      if terminal.pattern.type == "str" and terminal.pattern.value.isidentifier())
 
 
@@ -329,7 +345,7 @@ def _terminal_words(name: str) -> str:
     if name in _TERMINAL_WORDS:
         return _TERMINAL_WORDS[name]
     try:
-        pattern = fxr_parser().get_terminal(name).pattern
+        pattern = syntax_parser().lark.get_terminal(name).pattern
     except KeyError:
         return name.lower()
     return repr(pattern.value) if pattern.type == "str" else name.lower()
@@ -371,12 +387,12 @@ def _recent(error: UnexpectedToken) -> tuple[str, ...]:
 @functools.cache
 def _example_failures() -> tuple[tuple[str, tuple[int, ...], str, frozenset[str], tuple[str, ...]], ...]:
     """(message, parser state stack, token type, context, recent kinds) for every snippet of the table."""
-    parser = fxr_parser()
+    parser = syntax_parser()
     found: list[tuple[str, tuple[int, ...], str, frozenset[str], tuple[str, ...]]] = []
     for message, snippets in SYNTAX_ERRORS:
         for snippet in snippets:
             try:
-                parser.parse(snippet)
+                parser.parse(snippet, "<example>")
             except UnexpectedToken as error:
                 found.append((message, _stack(error), error.token.type, _context(error), _recent(error)))
             except (UnexpectedInput, _BadDedent):
@@ -447,6 +463,8 @@ def _end_of(value: object) -> tuple[int, int] | None:
         if value.type in {"_NL", "_INDENT", "_DEDENT"} or not value.end_line:
             return None
         return value.end_line, value.end_column or 1
+    if isinstance(value, Built):
+        return value.span.end_line or value.span.line, value.span.end_column or value.span.column
     meta = getattr(value, "meta", None)
     if meta is not None and not getattr(meta, "empty", True):
         return meta.end_line, meta.end_column
@@ -548,33 +566,20 @@ def _chunks(text: str) -> Iterator[tuple[int, str]]:
     yield start, "".join(lines[start:])
 
 
-def _parse_tree(text: str) -> Tree[Token]:
-    if not text.endswith("\n"):
-        text += "\n"
-    return fxr_parser().parse(text)
-
-
-NESTED_TOO_DEEPLY = "expressions are nested too deeply to read"
+def _parse(text: str, filename: str) -> File:
+    return syntax_parser().parse(text if text.endswith("\n") else text + "\n", filename)
 
 
 def _build(text: str, filename: str) -> File:
-    """Parse and build the syntax tree; a literal Python cannot hold, or nesting deeper than Python's
-    recursion allows, is a syntax error with a location rather than a crash."""
+    """Parse and build the syntax tree; a literal Python cannot hold is a syntax error with a location
+    rather than a crash."""
     try:
-        return to_syntax_tree(_parse_tree(text), filename)
-    except VisitError as error:
-        token = error.obj if isinstance(error.obj, Token) else None
-        meta = getattr(error.obj, "meta", None)
-        line = token.line if token is not None else getattr(meta, "line", 1)
-        column = token.column if token is not None else getattr(meta, "column", 1)
-        message = (NESTED_TOO_DEEPLY if isinstance(error.orig_exc, RecursionError)
-                   else f"this literal cannot be read: {error.orig_exc}")
-    except RecursionError:
-        line, column, message = 1, 1, NESTED_TOO_DEEPLY
-    sink = DiagnosticSink(text, filename)
-    sink.error(Span(filename, line or 1, column or 1), message)
-    sink.raise_if_any(FxrSyntaxError)
-    raise AssertionError("unreachable")
+        return _parse(text, filename)
+    except LiteralError as error:
+        sink = DiagnosticSink(text, filename)
+        sink.error(Span(filename, error.span.line, error.span.column), f"this literal cannot be read: {error}")
+        sink.raise_if_any(FxrSyntaxError)
+        raise AssertionError("unreachable") from None
 
 
 def parse_partial(text: str, filename: str = "<string>") -> tuple[File, list[Diagnostic]]:
@@ -597,7 +602,7 @@ def parse_partial(text: str, filename: str = "<string>") -> tuple[File, list[Dia
             sink.extend(error.diagnostics)
     if not sink.diagnostics:  # the chunks parse alone but not together: report the whole-file error
         try:
-            _parse_tree(text)
+            _parse(text, filename)
         except (UnexpectedInput, _BadDedent) as error:
             line, column, message = _syntax_diagnostic(error, text, 0)
             sink.error(Span(filename, line, column), message)

@@ -1,4 +1,4 @@
-"""The surface syntax tree of a ``.fxr`` file, built from Lark's parse tree.
+"""The surface syntax tree of a ``.fxr`` file, built while Lark parses it.
 
 These classes say what was *written*, with a span each; names are not yet
 resolved and nothing is checked beyond the grammar.  ``fxrules.lang.resolve``
@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
-from lark import Token, Transformer, Tree, v_args
+from lark import Token
 
 from fxrules.diagnostics import Span
 
@@ -275,7 +275,7 @@ class File:
     items: tuple[Item, ...]
 
 
-# ---------------------------------------------------------------- Lark tree -> syntax tree
+# ---------------------------------------------------------------- building the syntax tree
 
 
 def _string_value(token: Token) -> str:
@@ -297,48 +297,48 @@ def _string_value(token: Token) -> str:
     return "".join(out)
 
 
-@v_args(meta=True, inline=True)
-class ToSyntaxTree(Transformer[Token, File]):
-    """Builds syntax-tree objects bottom-up; every node gets its span from Lark's meta."""
+class SyntaxBuilder:
+    """Builds syntax-tree objects bottom-up, one method per grammar rule (or alias) that makes a node.
+
+    The parser calls a method when it reduces its rule, with the span of everything the rule read
+    (layout tokens left out) and the rule's children: tokens, ``None`` for an optional part not
+    written, and what the methods of the child rules returned.
+    """
 
     def __init__(self, filename: str) -> None:
-        super().__init__()
         self.filename = filename
-
-    def _span(self, meta: Any) -> Span:
-        return Span(self.filename, meta.line, meta.column, meta.end_line, meta.end_column)
 
     def _token_span(self, token: Token) -> Span:
         return Span(self.filename, token.line or 0, token.column or 0, token.end_line, token.end_column)
 
     # -- file structure
-    def start(self, meta: Any, *items: Item) -> File:
+    def start(self, span: Span | None, *items: Item) -> File:
         return File(self.filename, tuple(items))
 
-    def use_item(self, meta: Any, module: Dotted, alias: Token | None) -> Use:
-        return Use(module, str(alias) if alias else None, self._span(meta))
+    def use_item(self, span: Span, module: Dotted, alias: Token | None) -> Use:
+        return Use(module, str(alias) if alias else None, span)
 
-    def include_item(self, meta: Any, path: Token) -> Include:
-        return Include(_string_value(path), self._span(meta), self._token_span(path))
+    def include_item(self, span: Span, path: Token) -> Include:
+        return Include(_string_value(path), span, self._token_span(path))
 
-    def family_item(self, meta: Any, name: Token, *members: Dotted) -> FamilyDecl:
-        return FamilyDecl(str(name), members, self._span(meta))
+    def family_item(self, span: Span, name: Token, *members: Dotted) -> FamilyDecl:
+        return FamilyDecl(str(name), members, span)
 
-    def commutative_item(self, meta: Any, *targets: Dotted | None) -> CommutativeDecl:
-        return CommutativeDecl(tuple(t for t in targets if t is not None), self._span(meta))
+    def commutative_item(self, span: Span, *targets: Dotted | None) -> CommutativeDecl:
+        return CommutativeDecl(tuple(t for t in targets if t is not None), span)
 
-    def decorator(self, meta: Any, name: Token, arguments: tuple[list[Expr], list[Keyword]] | None) -> Decorator:
+    def decorator(self, span: Span, name: Token, arguments: tuple[list[Expr], list[Keyword]] | None) -> Decorator:
         args, keywords = arguments or ([], [])
-        return Decorator(str(name), tuple(args), tuple(keywords), self._span(meta))
+        return Decorator(str(name), tuple(args), tuple(keywords), span)
 
-    def rule_item(self, meta: Any, *children: Any) -> RuleDecl:
+    def rule_item(self, span: Span, *children: Any) -> RuleDecl:
         *decorators, name, body = children
         rule: RuleDecl = body
         return attrs.evolve(
-            rule, name=str(name), decorators=tuple(decorators), span=self._span(meta), name_span=self._token_span(name)
+            rule, name=str(name), decorators=tuple(decorators), span=span, name_span=self._token_span(name)
         )
 
-    def inline_body(self, meta: Any, rewrite: tuple[Expr, Expr, Expr | None]) -> RuleDecl:
+    def inline_body(self, span: Span, rewrite: tuple[Expr, Expr, Expr | None]) -> RuleDecl:
         pattern, replacement, guard = rewrite
         return RuleDecl(
             name="",
@@ -348,167 +348,162 @@ class ToSyntaxTree(Transformer[Token, File]):
             pattern=(Return((pattern,), pattern.span),),
             where=(guard,) if guard is not None else (),
             replace=(Return((replacement,), replacement.span),),
-            span=self._span(meta),
-            name_span=self._span(meta),
+            span=span,
+            name_span=span,
         )
 
-    def indented_inline_body(self, meta: Any, docstring: str | None,
+    def indented_inline_body(self, span: Span, docstring: str | None,
                              rewrite: tuple[Expr, Expr, Expr | None]) -> RuleDecl:
-        return attrs.evolve(self.inline_body(meta, rewrite), docstring=docstring)
+        return attrs.evolve(self.inline_body(span, rewrite), docstring=docstring)
 
-    def block_body(self, meta: Any, docstring: str | None, given: tuple[Declaration, ...] | None,
+    def block_body(self, span: Span, docstring: str | None, given: tuple[Declaration, ...] | None,
                    pattern: tuple[Statement, ...], where: tuple[Expr, ...] | None,
                    replace: tuple[Statement, ...]) -> RuleDecl:
-        span = self._span(meta)
         return RuleDecl("", (), docstring, given or (), pattern, where or (), replace, span, span)
 
-    def rewrite(self, meta: Any, pattern: Expr, replacement: Expr,
+    def rewrite(self, span: Span, pattern: Expr, replacement: Expr,
                 guard: Expr | None) -> tuple[Expr, Expr, Expr | None]:
         return pattern, replacement, guard
 
-    def docstring(self, meta: Any, text: Token) -> str:
+    def docstring(self, span: Span, text: Token) -> str:
         return _string_value(text)
 
-    def given(self, meta: Any, *declarations: Declaration) -> tuple[Declaration, ...]:
+    def given(self, span: Span, *declarations: Declaration) -> tuple[Declaration, ...]:
         return declarations
 
-    def declaration(self, meta: Any, name: Token, type_expr: TypeExpr, or_none: Span | None) -> Declaration:
-        return Declaration(str(name), type_expr, self._span(meta), or_none)
+    def declaration(self, span: Span, name: Token, type_expr: TypeExpr, or_none: Span | None) -> Declaration:
+        return Declaration(str(name), type_expr, span, or_none)
 
-    def or_none(self, meta: Any) -> Span:
-        return self._span(meta)
+    def or_none(self, span: Span) -> Span:
+        return span
 
-    def type_expr(self, meta: Any, name: Dotted, *args: TypeArg | None) -> TypeExpr:
+    def type_expr(self, span: Span, name: Dotted, *args: TypeArg | None) -> TypeExpr:
         present = tuple(a for a in args if a is not None)
-        return TypeExpr(name, present if args else None, self._span(meta))
+        return TypeExpr(name, present if args else None, span)
 
-    def dim_name(self, meta: Any, name: Token) -> DimName:
-        return DimName(str(name), self._span(meta))
+    def dim_name(self, span: Span, name: Token) -> DimName:
+        return DimName(str(name), span)
 
-    def dim_size(self, meta: Any, size: Token) -> DimSize:
-        return DimSize(int(str(size), 0), self._span(meta))
+    def dim_size(self, span: Span, size: Token) -> DimSize:
+        return DimSize(int(str(size), 0), span)
 
-    def dim_ellipsis(self, meta: Any) -> DimEllipsis:
-        return DimEllipsis(self._span(meta))
+    def dim_ellipsis(self, span: Span) -> DimEllipsis:
+        return DimEllipsis(span)
 
-    def type_keyword(self, meta: Any, name: Token, *values: Dotted) -> TypeKeyword:
-        return TypeKeyword(str(name), values, self._span(meta))
+    def type_keyword(self, span: Span, name: Token, *values: Dotted) -> TypeKeyword:
+        return TypeKeyword(str(name), values, span)
 
-    def pattern_section(self, meta: Any, *statements: Statement) -> tuple[Statement, ...]:
+    def pattern_section(self, span: Span, *statements: Statement) -> tuple[Statement, ...]:
         return statements
 
     replace_section = pattern_section
 
-    def where_section(self, meta: Any, *guards: Expr) -> tuple[Expr, ...]:
+    def where_section(self, span: Span, *guards: Expr) -> tuple[Expr, ...]:
         return guards
 
-    def assign(self, meta: Any, name: Token, value: Expr) -> Assign:
-        return Assign(str(name), value, self._span(meta))
+    def assign(self, span: Span, name: Token, value: Expr) -> Assign:
+        return Assign(str(name), value, span)
 
-    def return_(self, meta: Any, *values: Expr | None) -> Return:
-        return Return(tuple(v for v in values if v is not None), self._span(meta))
+    def return_(self, span: Span, *values: Expr | None) -> Return:
+        return Return(tuple(v for v in values if v is not None), span)
 
-    def dotted(self, meta: Any, *parts: Token | str) -> Dotted:
-        return Dotted(tuple(str(p) for p in parts), self._span(meta))
+    def dotted(self, span: Span, *parts: Token | str) -> Dotted:
+        return Dotted(tuple(str(p) for p in parts), span)
 
-    def attr_name(self, meta: Any, token: Token) -> str:
+    def attr_name(self, span: Span, token: Token) -> str:
         return str(token)
 
     # -- expressions
-    def or_test(self, meta: Any, *values: Expr) -> BoolOp:
-        return BoolOp("or", values, self._span(meta))
+    def or_test(self, span: Span, *values: Expr) -> BoolOp:
+        return BoolOp("or", values, span)
 
-    def and_test(self, meta: Any, *values: Expr) -> BoolOp:
-        return BoolOp("and", values, self._span(meta))
+    def and_test(self, span: Span, *values: Expr) -> BoolOp:
+        return BoolOp("and", values, span)
 
-    def not_(self, meta: Any, operand: Expr) -> Not:
-        return Not(operand, self._span(meta))
+    def not_(self, span: Span, operand: Expr) -> Not:
+        return Not(operand, span)
 
-    def comparison(self, meta: Any, left: Expr, *rest: Any) -> Compare:
-        return Compare(left, tuple(rest[0::2]), tuple(rest[1::2]), self._span(meta))
+    def comparison(self, span: Span, left: Expr, *rest: Any) -> Compare:
+        return Compare(left, tuple(rest[0::2]), tuple(rest[1::2]), span)
 
-    def comp_op(self, meta: Any, *tokens: Token) -> str:
+    def comp_op(self, span: Span, *tokens: Token) -> str:
         return " ".join(str(t) for t in tokens)
 
-    def alternatives(self, meta: Any, *options: Expr) -> Alternatives:
-        return Alternatives(options, self._span(meta))
+    def alternatives(self, span: Span, *options: Expr) -> Alternatives:
+        return Alternatives(options, span)
 
-    def _binary_chain(self, meta: Any, children: tuple[Any, ...]) -> Expr:
+    def _binary_chain(self, children: tuple[Any, ...]) -> Expr:
         result: Expr = children[0]
         for op, right in zip(children[1::2], children[2::2], strict=True):
             span = Span(self.filename, result.span.line, result.span.column, right.span.end_line, right.span.end_column)
             result = BinOp(str(op), result, right, span)
         return result
 
-    def arith(self, meta: Any, *children: Any) -> Expr:
-        return self._binary_chain(meta, children)
+    def arith(self, span: Span, *children: Any) -> Expr:
+        return self._binary_chain(children)
 
     term = arith
 
-    def power(self, meta: Any, base: Expr, exponent: Expr) -> BinOp:
-        return BinOp("**", base, exponent, self._span(meta))
+    def power(self, span: Span, base: Expr, exponent: Expr) -> BinOp:
+        return BinOp("**", base, exponent, span)
 
-    def unary(self, meta: Any, op: Token, operand: Expr) -> UnaryOp:
-        return UnaryOp(str(op), operand, self._span(meta))
+    def unary(self, span: Span, op: Token, operand: Expr) -> UnaryOp:
+        return UnaryOp(str(op), operand, span)
 
-    def call(self, meta: Any, func: Expr, arguments: tuple[list[Expr], list[Keyword]] | None) -> Call:
+    def call(self, span: Span, func: Expr, arguments: tuple[list[Expr], list[Keyword]] | None) -> Call:
         args, keywords = arguments or ([], [])
-        return Call(func, tuple(args), tuple(keywords), self._span(meta))
+        return Call(func, tuple(args), tuple(keywords), span)
 
-    def arguments(self, meta: Any, *items: Expr | Keyword | None) -> tuple[list[Expr], list[Keyword]]:
+    def arguments(self, span: Span, *items: Expr | Keyword | None) -> tuple[list[Expr], list[Keyword]]:
         args = [i for i in items if i is not None and not isinstance(i, Keyword)]
         keywords = [i for i in items if isinstance(i, Keyword)]
         return args, keywords
 
-    def keyword(self, meta: Any, name: Token, value: Expr) -> Keyword:
-        return Keyword(str(name), value, self._span(meta))
+    def keyword(self, span: Span, name: Token, value: Expr) -> Keyword:
+        return Keyword(str(name), value, span)
 
-    def subscript(self, meta: Any, value: Expr, index: tuple[Expr, ...]) -> Subscript:
-        return Subscript(value, index, self._span(meta))
+    def subscript(self, span: Span, value: Expr, index: tuple[Expr, ...]) -> Subscript:
+        return Subscript(value, index, span)
 
-    def subscripts(self, meta: Any, *items: Expr | None) -> tuple[Expr, ...]:
+    def subscripts(self, span: Span, *items: Expr | None) -> tuple[Expr, ...]:
         return tuple(i for i in items if i is not None)
 
-    def slice_(self, meta: Any, start: Expr | None, stop: Expr | None, step: Expr | None) -> SliceExpr:
-        return SliceExpr(start, stop, step, self._span(meta))
+    def slice_(self, span: Span, start: Expr | None, stop: Expr | None, step: Expr | None) -> SliceExpr:
+        return SliceExpr(start, stop, step, span)
 
-    def attribute(self, meta: Any, value: Expr, attr: str) -> Attribute:
-        return Attribute(value, attr, self._span(meta))
+    def attribute(self, span: Span, value: Expr, attr: str) -> Attribute:
+        return Attribute(value, attr, span)
 
-    def name(self, meta: Any, token: Token) -> Name:
-        return Name(str(token), self._span(meta))
+    def name(self, span: Span, token: Token) -> Name:
+        return Name(str(token), span)
 
-    def helper(self, meta: Any, name: Token, arguments: tuple[list[Expr], list[Keyword]] | None) -> HelperCall:
+    def helper(self, span: Span, name: Token, arguments: tuple[list[Expr], list[Keyword]] | None) -> HelperCall:
         args, keywords = arguments or ([], [])
-        return HelperCall(str(name), tuple(args), tuple(keywords), self._span(meta))
+        return HelperCall(str(name), tuple(args), tuple(keywords), span)
 
-    def int_(self, meta: Any, token: Token) -> Constant:
-        return Constant(int(str(token), 0), self._span(meta))
+    def int_(self, span: Span, token: Token) -> Constant:
+        return Constant(int(str(token), 0), span)
 
-    def float_(self, meta: Any, token: Token) -> Constant:
-        return Constant(float(str(token)), self._span(meta))
+    def float_(self, span: Span, token: Token) -> Constant:
+        return Constant(float(str(token)), span)
 
-    def string(self, meta: Any, token: Token) -> Constant:
-        return Constant(_string_value(token), self._span(meta))
+    def string(self, span: Span, token: Token) -> Constant:
+        return Constant(_string_value(token), span)
 
-    def none(self, meta: Any) -> Constant:
-        return Constant(None, self._span(meta))
+    def none(self, span: Span) -> Constant:
+        return Constant(None, span)
 
-    def true(self, meta: Any) -> Constant:
-        return Constant(True, self._span(meta))
+    def true(self, span: Span) -> Constant:
+        return Constant(True, span)
 
-    def false(self, meta: Any) -> Constant:
-        return Constant(False, self._span(meta))
+    def false(self, span: Span) -> Constant:
+        return Constant(False, span)
 
-    def ellipsis(self, meta: Any) -> EllipsisExpr:
-        return EllipsisExpr(self._span(meta))
+    def ellipsis(self, span: Span) -> EllipsisExpr:
+        return EllipsisExpr(span)
 
-    def tuple_(self, meta: Any, *items: Expr | None) -> TupleExpr:
-        return TupleExpr(tuple(i for i in items if i is not None), self._span(meta))
+    def tuple_(self, span: Span, *items: Expr | None) -> TupleExpr:
+        return TupleExpr(tuple(i for i in items if i is not None), span)
 
-    def list_(self, meta: Any, *items: Expr | None) -> ListExpr:
-        return ListExpr(tuple(i for i in items if i is not None), self._span(meta))
-
-
-def to_syntax_tree(tree: Tree[Token], filename: str) -> File:
-    return ToSyntaxTree(filename).transform(tree)
+    def list_(self, span: Span, *items: Expr | None) -> ListExpr:
+        return ListExpr(tuple(i for i in items if i is not None), span)
