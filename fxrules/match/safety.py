@@ -35,6 +35,7 @@ from fxrules.graph.metadata import (
     in_place_writer,
     may_write_in_place,
     view_base,
+    written_values,
 )
 from fxrules.graph.subgraphs import OUTSIDE
 from fxrules.lang.ir import OpKind, OpTemplate, Rule, walk
@@ -448,7 +449,8 @@ def _in_place_write(splice: Splice) -> Detail | None:
         for node in (output, existing):
             write = in_place_writer(node)
             if write is not None:
-                written = write.kwargs.get("out", write.args[0] if write.args else None)
+                aliases = alias_class(node)
+                written = next(value for value in written_values(write) if value in aliases)
                 where = f"'{node.name}'" if written is node else f"'{written}', a view of '{node.name}',"
                 return f"'{write.name}' writes into {where} in place, and the replacement would make " \
                        f"'{output.name}' share memory with '{existing.name}'"

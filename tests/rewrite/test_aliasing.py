@@ -41,6 +41,16 @@ WRITES: dict[str, Callable[[torch.Tensor], object]] = {
     "inplace relu by position": lambda t: F.relu(t.view(-1), True),
     "setitem": lambda t: t.__setitem__((slice(0, 1),), 0.0),
     "out=": lambda t: torch.add(torch.ones(3, 4), 1, out=t),
+    "out= tuple": lambda t: torch.max(torch.ones(3, 4), 0, out=(t[0], torch.zeros(4, dtype=torch.long))),
+    "keyword out of an aten overload": lambda t: torch.ops.aten.max.dim_max(
+        torch.ones(3, 4), 0, max=t[0], max_values=torch.zeros(4, dtype=torch.long)),
+    "list of foreach": lambda t: torch._foreach_add_([t.view(-1)], 1.0),
+    "list of aten foreach": lambda t: torch.ops.aten._foreach_mul_.Scalar([torch.ones(2), t[0]], 2.0),
+    "batch norm statistics": lambda t: F.batch_norm(torch.ones(2, 4), t[0], t[1], training=True, momentum=0.5),
+    "torch.batch_norm statistics": lambda t: torch.batch_norm(torch.ones(2, 4), None, None, t[0], t[1], True,
+                                                              0.5, 1e-5, False),
+    "aten batch norm statistics": lambda t: torch.ops.aten._native_batch_norm_legit.default(
+        torch.ones(2, 4), None, None, t[0], t[1], True, 0.5, 1e-5),
 }
 
 
@@ -117,6 +127,31 @@ def test_the_skip_names_the_write_and_the_view_it_goes_through() -> None:
     report, _ = rewrite_unobservably(f, [_input()], IDENTITY)
     assert report["same"].skipped[0].detail == ("'zero_' writes into 'getitem', a view of 'mul', in place, and the "
                                                 "replacement would make 'mul' share memory with 'x'")
+
+
+def test_the_skip_names_the_argument_a_call_writes_besides_its_first() -> None:
+    """A training batch norm writes its running statistics, not its input: the skip names the statistic."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 1.0
+        F.batch_norm(torch.ones(2, 4), torch.zeros(4), y[1], training=True)
+        return x + y
+    report, _ = rewrite_unobservably(f, [_input()], IDENTITY)
+    assert report["same"].skipped[0].detail == ("'batch_norm' writes into 'getitem', a view of 'mul', in place, and "
+                                                "the replacement would make 'mul' share memory with 'x'")
+
+
+@pytest.mark.parametrize("training", [False, None], ids=["training=False", "training left out"])
+def test_a_batch_norm_that_is_not_training_writes_nothing(training: bool | None) -> None:
+    """In eval mode (``F.batch_norm``'s default) the running statistics are only read: the identity fires, and the
+    call, whose result nothing uses, goes."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        y = x * 1.0
+        flag = {} if training is None else {"training": training}
+        F.batch_norm(torch.ones(2, 4), y[0], y[1].abs(), **flag)
+        return x + y
+    report, rewritten = rewrite_unobservably(f, [_input()], IDENTITY)
+    assert report.counts() == {"same": 1}
+    assert "batch_norm" not in rewritten.code
 
 
 def _relu_twice(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
