@@ -342,20 +342,25 @@ def written_values(node: torch.fx.Node) -> list[torch.fx.Node]:
     out=(values, indices))``), and every other argument its operator's schema declares written
     (``_native_batch_norm_legit``'s running statistics, ``max.dim_max``'s ``max=``), batch norm's running
     statistics among them (``F.batch_norm(x, mean, var, training=True)``; its schema does not say so)."""
-    args, kwargs = node.args, node.kwargs
-    found = [*_nodes_in(kwargs.get("out"))]
+    args = node.args
+    found = _nodes_in(node.kwargs.get("out"))
     if args and changes_an_argument(node):
         found += _nodes_in(args[0])
-    if node.op == "call_function":
-        try:
-            declared, statistics = _written_parameters(node.target)
-        except TypeError:  # an unhashable target: decided afresh
-            declared, statistics = _written_parameters.__wrapped__(node.target)
-        if statistics is not None and _argument(args, kwargs, statistics.flag) is not False:
-            declared += statistics.written
-        for parameter in declared:
-            found += _nodes_in(_argument(args, kwargs, parameter))
-    return found
+    return found + _declared_written(node) if node.op == "call_function" else found
+
+
+def _declared_written(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The nodes a function call gives the parameters :func:`_written_parameters` names."""
+    try:
+        declared, statistics = _written_parameters(node.target)
+    except TypeError:  # an unhashable target: decided afresh
+        declared, statistics = _written_parameters.__wrapped__(node.target)
+    if not declared and statistics is None:  # nearly every call
+        return []
+    args, kwargs = node.args, node.kwargs
+    if statistics is not None and _argument(args, kwargs, statistics.flag) is not False:
+        declared += statistics.written
+    return [value for parameter in declared for value in _nodes_in(_argument(args, kwargs, parameter))]
 
 
 def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], parameter: _Parameter) -> Any:
@@ -405,7 +410,11 @@ def _written_parameters(target: Any) -> tuple[tuple[_Parameter, ...], _RunningSt
         flag = parameters.get("training", parameters.get("use_input_stats"))
         written = tuple(parameters[name] for name in ("running_mean", "running_var") if name in parameters)
         statistics = _RunningStatistics(flag, written) if flag is not None and written else None
-    return tuple(declared), statistics
+    return (tuple(declared), statistics) if declared or statistics is not None else _NOTHING
+
+
+#: What :func:`_written_parameters` finds for nearly every target.
+_NOTHING: tuple[tuple[_Parameter, ...], _RunningStatistics | None] = ((), None)
 
 
 def _aten_schemas(target: Any) -> list[Any]:
@@ -438,7 +447,17 @@ def _parameters(target: Any, schemas: list[Any]) -> list[tuple[str, Any]]:
 
 def may_write_in_place(node: torch.fx.Node) -> bool:
     """Whether a node changes any of its arguments in place: every writer :func:`in_place_writer` finds is one."""
-    return changes_an_argument(node) or bool(written_values(node))
+    out = node.kwargs.get("out")
+    if (out is not None and _nodes_in(out)) or changes_an_argument(node):
+        return True
+    if node.op != "call_function":
+        return False
+    try:
+        if _written_parameters(node.target) is _NOTHING:  # nearly every call: nothing to look at
+            return False
+    except TypeError:  # an unhashable target: _declared_written decides afresh
+        pass
+    return bool(_declared_written(node))
 
 
 class GraphEffects:
@@ -496,13 +515,19 @@ def _writers(graph: torch.fx.Graph) -> list[torch.fx.Node]:
                 found.append(node)
             continue
         try:
-            mutates, position = _or_inplace_position(_target_mutates_first, op, target)
-            declared = op == "call_function" and _written_parameters(target) != ((), None)
+            writes, position = _or_inplace_position(_target_writes, op, target)
         except TypeError:  # an unhashable target: decided afresh
-            mutates, position, declared = may_write_in_place(node), None, False
-        if mutates or declared or (position is not None and len(node.args) > position and node.args[position] is True):
+            writes, position = may_write_in_place(node), None
+        if writes or (position is not None and len(node.args) > position and node.args[position] is True):
             found.append(node)
     return found
+
+
+@functools.cache
+def _target_writes(op: str, target: Any) -> bool:
+    """Whether a call of ``target`` may write into an argument whatever its arguments: it changes its first, or
+    its schema declares a parameter written (a normalization's statistics, written under a flag, count too)."""
+    return _target_mutates_first(op, target) or (op == "call_function" and _written_parameters(target) != _NOTHING)
 
 
 def in_place_writer(node: torch.fx.Node) -> torch.fx.Node | None:
