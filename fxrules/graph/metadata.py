@@ -346,7 +346,23 @@ def written_values(node: torch.fx.Node) -> list[torch.fx.Node]:
     found = _nodes_in(node.kwargs.get("out"))
     if args and changes_an_argument(node):
         found += _nodes_in(args[0])
+    if node.op == "call_module":
+        return found + _written_by_graph_module(node)
     return found + _declared_written(node) if node.op == "call_function" else found
+
+
+def _written_by_graph_module(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The arguments a call of a graph module (``split_module``'s parts, a nested trace) gives the inputs its
+    graph writes into in place; nothing for any other module."""
+    module = _submodule(node)
+    if not isinstance(module, torch.fx.GraphModule):
+        return []
+    args, kwargs = node.args, node.kwargs
+    found = []
+    for position, placeholder in enumerate(module.graph.find_nodes(op="placeholder")):
+        if in_place_writer(placeholder) is not None:
+            found += _nodes_in(args[position] if position < len(args) else kwargs.get(str(placeholder.target)))
+    return found
 
 
 def _declared_written(node: torch.fx.Node) -> list[torch.fx.Node]:
@@ -450,6 +466,8 @@ def may_write_in_place(node: torch.fx.Node) -> bool:
     out = node.kwargs.get("out")
     if (out is not None and _nodes_in(out)) or changes_an_argument(node):
         return True
+    if node.op == "call_module":
+        return bool(_written_by_graph_module(node))
     if node.op != "call_function":
         return False
     try:

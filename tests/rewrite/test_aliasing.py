@@ -12,7 +12,7 @@ import torch
 import torch.fx
 
 import fxrules
-from tests.side_effects import rewrite_unobservably, skip_reasons
+from tests.side_effects import assert_same, assert_same_state, observe, rewrite_unobservably, skip_reasons
 
 F = torch.nn.functional
 
@@ -152,6 +152,58 @@ def test_a_batch_norm_that_is_not_training_writes_nothing(training: bool | None)
     report, rewritten = rewrite_unobservably(f, [_input()], IDENTITY)
     assert report.counts() == {"same": 1}
     assert "batch_norm" not in rewritten.code
+
+
+class _AddOneInPlace(torch.nn.Module):
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        t.add_(1.0)
+        return t.sum()
+
+
+class _CallsAPart(torch.nn.Module):
+    def __init__(self, part: torch.nn.Module) -> None:
+        super().__init__()
+        self.part = part
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * 1.0
+        return x + self.part(y)
+
+
+class _KeepsModules(torch.fx.Tracer):
+    """Calls the graph modules and ``_AddOneInPlace`` as submodules (``split_module`` leaves such calls)."""
+
+    def is_leaf_module(self, m: torch.nn.Module, qualified_name: str) -> bool:
+        return isinstance(m, torch.fx.GraphModule | _AddOneInPlace) or super().is_leaf_module(m, qualified_name)
+
+
+def _with_part(part: Callable[[], torch.nn.Module]) -> torch.fx.GraphModule:
+    model = _CallsAPart(part())
+    return torch.fx.GraphModule(model, _KeepsModules().trace(model))
+
+
+def _rewritten_like_the_original(part: Callable[[], torch.nn.Module]) -> fxrules.Report:
+    original, rewritten = _with_part(part), _with_part(part)
+    report = fxrules.apply(rewritten, IDENTITY)
+    expected, actual = observe(original, [_input()]), observe(rewritten, [_input()])
+    assert_same(actual.outputs, expected.outputs, "outputs")
+    assert_same_state(actual.after_call, expected.after_call, "after the call:", 0.0)
+    return report
+
+
+def test_a_graph_module_called_as_a_submodule_writes_what_its_graph_writes() -> None:
+    """A submodule that is a graph module writing into its input (``t.add_(1)``) writes into the argument the call
+    gives it: the identity whose result that is stays."""
+    report = _rewritten_like_the_original(lambda: torch.fx.symbolic_trace(_AddOneInPlace()))
+    assert skip_reasons(report, "same") == {"in-place write": 1}
+
+
+@pytest.mark.xfail(strict=True, reason="a module whose forward is opaque (a leaf of a custom tracer) is assumed to "
+                                       "write nothing but what an `inplace=True` attribute says")
+def test_an_opaque_submodule_writing_into_its_input_is_a_write() -> None:
+    """What a leaf module's Python ``forward`` writes into cannot be read from the graph."""
+    report = _rewritten_like_the_original(_AddOneInPlace)
+    assert skip_reasons(report, "same") == {"in-place write": 1}
 
 
 def _relu_twice(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
