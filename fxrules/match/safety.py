@@ -35,6 +35,7 @@ from fxrules.graph.metadata import (
     in_place_writer,
     may_write_in_place,
     view_base,
+    writes_into,
     written_values,
 )
 from fxrules.graph.subgraphs import OUTSIDE
@@ -257,6 +258,27 @@ def _captured_late(splice: Splice) -> Detail | None:
             if isinstance(v, Node) and v not in match.nodes and v._sort_key > anchor._sort_key]
     if late:
         return f"captured {', '.join(late)} defined after the first output '{anchor.name}'"
+    return None
+
+
+def _written_between(splice: Splice) -> Detail | None:
+    """The match reads a capture where its matched users are, the replacement where the first output is: a write
+    into the capture (or a view or alias of it) between the two would reach the replacement only
+    (``r = x.relu(); x.add_(1); r.relu()`` made ``x.relu()`` after the write)."""
+    if not splice.effects.writers_exist():  # most graphs: no write anywhere
+        return None
+    match, before = splice.match, splice.anchor._sort_key
+    matched = set(match.nodes)
+    for value in match.bindings.values():
+        for capture in value if isinstance(value, list | tuple) else (value,):
+            if not isinstance(capture, Node) or capture in matched:
+                continue
+            read = min((user._sort_key for user in capture.users if user in matched), default=before)
+            for member in alias_class(capture):
+                for user in member.users:
+                    if read < user._sort_key < before and user not in matched and writes_into(user, member):
+                        return f"'{user.name}' writes into '{capture.name}' in place after the match reads it and " \
+                               f"before '{splice.anchor.name}', where the replacement would"
     return None
 
 
@@ -505,6 +527,9 @@ SAFETY_CHECKS = (
                 "the match contains a node another rewrite of the pass created", _overlap),
     SafetyCheck("captured_late", SkipReason.ORDER, Stage.EMIT,
                 "a pattern with several outputs captures a node defined after its first output", _captured_late),
+    SafetyCheck("written_between", SkipReason.IN_PLACE_WRITE, Stage.EMIT,
+                "a capture is written in place after a matched node reads it and before the output the replacement "
+                "goes before (the replacement would read the written value)", _written_between),
     SafetyCheck("no_change", SkipReason.NO_CHANGE, Stage.SPLICE,
                 "the replacement is the matched output itself, or computes it as the match does (the same "
                 "operations of the same arguments)", _no_change),

@@ -154,6 +154,42 @@ def test_a_batch_norm_that_is_not_training_writes_nothing(training: bool | None)
     assert "batch_norm" not in rewritten.code
 
 
+RELU_TWICE = fxrules.parse("rule relu_twice: relu(relu(x)) => relu(x)")
+
+
+@pytest.mark.parametrize("write", WRITES.values(), ids=list(WRITES))
+def test_a_capture_written_between_its_read_and_the_replacement_skips(write: Callable[[torch.Tensor], object]) -> None:
+    """``r = x.relu()``, a write into ``x`` (or a view of it), then ``r.relu()``: the replacement ``x.relu()`` would
+    go after the write and read the written ``x``."""
+    def f(x: torch.Tensor) -> torch.Tensor:
+        r = x.relu()
+        write(x)
+        return r.relu() + x
+    report, _ = rewrite_unobservably(f, [_input()], RELU_TWICE)
+    assert report.counts() == {}
+    assert skip_reasons(report, "relu_twice") == {"in-place write": 1}
+
+
+def test_a_write_before_the_match_reads_or_into_another_tensor_leaves_the_rule_firing() -> None:
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x.add_(1.0)
+        r = x.relu()
+        y.mul_(2.0)
+        return r.relu() + y
+    report, _ = rewrite_unobservably(f, [_input(), _input()], RELU_TWICE)
+    assert report.counts() == {"relu_twice": 1}
+
+
+def test_the_skip_names_the_write_between_the_read_and_the_replacement() -> None:
+    def f(x: torch.Tensor) -> torch.Tensor:
+        r = x.relu()
+        x.t().mul_(2.0)
+        return r.relu()
+    report, _ = rewrite_unobservably(f, [_input()], RELU_TWICE)
+    assert report["relu_twice"].skipped[0].detail == ("'mul_' writes into 'x' in place after the match reads it and "
+                                                      "before 'relu_1', where the replacement would")
+
+
 class _AddOneInPlace(torch.nn.Module):
     def forward(self, t: torch.Tensor) -> torch.Tensor:
         t.add_(1.0)
