@@ -29,6 +29,7 @@ rule plus_zero: add(x, 0.0) => x
 rule neg_neg: neg(neg(x)) => x
 rule t_t: x.t().t() => x
 rule contiguous: x.contiguous() => x
+rule relu_twice: relu(relu(x)) => relu(x)
 """)
 RULES = [IDENTITIES, "algebra.fxr", "cleanup.fxr"]
 
@@ -42,7 +43,7 @@ PRODUCE: dict[str, Op] = {
     "torch.clone": lambda v: torch.clone(v), "reshape chain": lambda v: v.reshape(16).reshape(4, 4),
     "dropout eval": lambda v: F.dropout(v, 0.5, False), "float": lambda v: v.float(),
     "to dtype": lambda v: v.to(torch.float32), "sub zero": lambda v: v - 0.0, "div one": lambda v: v / 1.0,
-    "halves": lambda v: torch.cat([v[0:2], v[2:4]]),
+    "halves": lambda v: torch.cat([v[0:2], v[2:4]]), "relu": lambda v: v.relu(), "neg": lambda v: torch.neg(v),
 }
 
 #: Each writes into a 4x4 value in place, directly or through views.
