@@ -263,22 +263,24 @@ def _captured_late(splice: Splice) -> Detail | None:
 
 def _written_between(splice: Splice) -> Detail | None:
     """The match reads a capture where its matched users are, the replacement where the first output is: a write
-    into the capture (or a view or alias of it) between the two would reach the replacement only
-    (``r = x.relu(); x.add_(1); r.relu()`` made ``x.relu()`` after the write)."""
+    into the capture (or a view or alias of it) between the two, either way, would reach only one of them
+    (``r = x.relu(); x.add_(1); r.relu()`` made ``x.relu()`` after the write; a later output of several reading
+    ``x`` after a write, the replacement before it)."""
     if not splice.effects.writers_exist():  # most graphs: no write anywhere
         return None
-    match, before = splice.match, splice.anchor._sort_key
+    match, anchor = splice.match, splice.anchor
     matched = set(match.nodes)
     for value in match.bindings.values():
         for capture in value if isinstance(value, list | tuple) else (value,):
             if not isinstance(capture, Node) or capture in matched:
                 continue
-            read = min((user._sort_key for user in capture.users if user in matched), default=before)
+            reads = [user._sort_key for user in capture.users if user in matched] + [anchor._sort_key]
+            first, last = min(reads), max(reads)
             for member in alias_class(capture):
                 for user in member.users:
-                    if read < user._sort_key < before and user not in matched and writes_into(user, member):
-                        return f"'{user.name}' writes into '{capture.name}' in place after the match reads it and " \
-                               f"before '{splice.anchor.name}', where the replacement would"
+                    if first < user._sort_key < last and user not in matched and writes_into(user, member):
+                        return f"'{user.name}' writes into '{capture.name}' in place between where the match reads " \
+                               f"it and '{anchor.name}', where the replacement would"
     return None
 
 
@@ -528,8 +530,8 @@ SAFETY_CHECKS = (
     SafetyCheck("captured_late", SkipReason.ORDER, Stage.EMIT,
                 "a pattern with several outputs captures a node defined after its first output", _captured_late),
     SafetyCheck("written_between", SkipReason.IN_PLACE_WRITE, Stage.EMIT,
-                "a capture is written in place after a matched node reads it and before the output the replacement "
-                "goes before (the replacement would read the written value)", _written_between),
+                "a capture is written in place between a matched node reading it and the output the replacement "
+                "goes before (the replacement would read another value)", _written_between),
     SafetyCheck("no_change", SkipReason.NO_CHANGE, Stage.SPLICE,
                 "the replacement is the matched output itself, or computes it as the match does (the same "
                 "operations of the same arguments)", _no_change),

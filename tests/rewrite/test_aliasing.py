@@ -180,14 +180,35 @@ def test_a_write_before_the_match_reads_or_into_another_tensor_leaves_the_rule_f
     assert report.counts() == {"relu_twice": 1}
 
 
+def test_a_capture_written_before_a_later_output_reads_it_skips() -> None:
+    """With two outputs the replacement goes before the first: a write into ``x`` between the first output and a
+    second that reads ``x`` would not reach the replacement's second value."""
+    rules = fxrules.parse("""
+rule two:
+    pattern:
+        a = torch.neg(x)
+        b = torch.relu(x)
+        return a, b
+    replace:
+        return torch.abs(x), torch.sigmoid(x)
+""")
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        a = torch.neg(x)
+        x.add_(1.0)
+        return a + torch.relu(x)
+    report, _ = rewrite_unobservably(f, [_input()], rules)
+    assert skip_reasons(report, "two") == {"in-place write": 1}
+
+
 def test_the_skip_names_the_write_between_the_read_and_the_replacement() -> None:
     def f(x: torch.Tensor) -> torch.Tensor:
         r = x.relu()
         x.t().mul_(2.0)
         return r.relu()
     report, _ = rewrite_unobservably(f, [_input()], RELU_TWICE)
-    assert report["relu_twice"].skipped[0].detail == ("'mul_' writes into 'x' in place after the match reads it and "
-                                                      "before 'relu_1', where the replacement would")
+    assert report["relu_twice"].skipped[0].detail == ("'mul_' writes into 'x' in place between where the match reads "
+                                                      "it and 'relu_1', where the replacement would")
 
 
 class _AddOneInPlace(torch.nn.Module):

@@ -131,7 +131,7 @@ rule relu_sigmoid:
     replace:
         return torch.abs(x), torch.sub(x, y)""", "captured exp defined after the first output 'neg'"),
     "written_between": Example(lambda: trace(written_between), "torch.relu(torch.relu(x)) => torch.relu(x)",
-                               "'add_' writes into 'x' in place after the match reads it"),
+                               "'add_' writes into 'x' in place between where the match reads it"),
     "no_change": Example(lambda: trace(lambda x: torch.relu(torch.neg(x))), """
     pattern:
         n = torch.neg(x)
