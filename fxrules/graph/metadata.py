@@ -507,6 +507,12 @@ class GraphEffects:
             self._writers = _writers(self.graph)
         return bool(self._writers)
 
+    def writers_between(self, first: Any, last: Any) -> bool:
+        """Whether the graph may hold an in-place writer strictly between two places (``Node._sort_key``s)."""
+        if self._writers is None:
+            self._writers = _writers(self.graph)
+        return any(first < writer._sort_key < last for writer in self._writers)
+
     def has_side_effects(self, node: torch.fx.Node, impure_random: bool = True) -> bool:
         """:func:`has_side_effects`."""
         target = node.target

@@ -276,6 +276,8 @@ def _written_between(splice: Splice) -> Detail | None:
                 continue
             reads = [user._sort_key for user in capture.users if user in matched] + [anchor._sort_key]
             first, last = min(reads), max(reads)
+            if not splice.effects.writers_between(first, last):  # no write there at all: no aliases to search
+                continue
             for member in alias_class(capture):
                 for user in member.users:
                     if first < user._sort_key < last and user not in matched and writes_into(user, member):
