@@ -331,9 +331,19 @@ def _result_aliases(user: torch.fx.Node, node: torch.fx.Node) -> bool:
 def writes_into(user: torch.fx.Node, node: torch.fx.Node) -> bool:
     """Whether ``user`` changes ``node`` in place: as any argument it writes into (:func:`written_values`)."""
     kwargs, args = user.kwargs, user.args
-    if node is kwargs.get("out") or (args and args[0] is node and changes_an_argument(user)):
-        return True  # the usual writes, without building the list
-    return any(value is node for value in written_values(user))
+    out = kwargs.get("out")
+    if node is out or (args and args[0] is node and changes_an_argument(user)):
+        return True  # the usual writes, without building a list
+    if isinstance(out, list | tuple) or (args and isinstance(args[0], list | tuple)):
+        return any(value is node for value in written_values(user))
+    if user.op == "call_function":
+        try:
+            if _written_parameters(user.target) is _NOTHING:  # nearly every call
+                return False
+        except TypeError:  # an unhashable target: _declared_written decides afresh
+            pass
+        return any(value is node for value in _declared_written(user))
+    return user.op == "call_module" and any(value is node for value in _written_by_graph_module(user))
 
 
 def written_values(node: torch.fx.Node) -> list[torch.fx.Node]:
@@ -539,19 +549,14 @@ def _writers(graph: torch.fx.Graph) -> list[torch.fx.Node]:
                 found.append(node)
             continue
         try:
-            writes, position = _or_inplace_position(_target_writes, op, target)
+            mutates, position = _or_inplace_position(_target_mutates_first, op, target)
+            declared = op == "call_function" and _written_parameters(target) is not _NOTHING
         except TypeError:  # an unhashable target: decided afresh
-            writes, position = may_write_in_place(node), None
-        if writes or (position is not None and len(node.args) > position and node.args[position] is True):
+            mutates, position, declared = may_write_in_place(node), None, False
+        if mutates or (position is not None and len(node.args) > position and node.args[position] is True) \
+                or (declared and _declared_written(node)):
             found.append(node)
     return found
-
-
-@functools.cache
-def _target_writes(op: str, target: Any) -> bool:
-    """Whether a call of ``target`` may write into an argument whatever its arguments: it changes its first, or
-    its schema declares a parameter written (a normalization's statistics, written under a flag, count too)."""
-    return _target_mutates_first(op, target) or (op == "call_function" and _written_parameters(target) != _NOTHING)
 
 
 def in_place_writer(node: torch.fx.Node) -> torch.fx.Node | None:
