@@ -18,6 +18,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+import attrs
 import torch
 import torch.fx
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
@@ -178,8 +179,7 @@ def _inplace_position(target: Any) -> int | None:
 def has_side_effects(node: torch.fx.Node, impure_random: bool = True) -> bool:
     """Whether a node must stay even when nothing uses its result: ``Node.is_impure``, or a write into an
     argument, which ``is_impure`` does not see (``x.add_(1)``)."""
-    return node.is_impure(impure_random) or changes_an_argument(node) \
-        or isinstance(node.kwargs.get("out"), torch.fx.Node)
+    return node.is_impure(impure_random) or may_write_in_place(node)
 
 
 # ---------------------------------------------------------------- aliasing: which values share memory
@@ -329,14 +329,163 @@ def _result_aliases(user: torch.fx.Node, node: torch.fx.Node) -> bool:
 
 
 def writes_into(user: torch.fx.Node, node: torch.fx.Node) -> bool:
-    """Whether ``user`` changes ``node`` in place: as its first argument, or as its ``out=`` tensor."""
-    return node is user.kwargs.get("out") or (changes_an_argument(user) and bool(user.args) and user.args[0] is node)
+    """Whether ``user`` changes ``node`` in place: as any argument it writes into (:func:`written_values`)."""
+    kwargs, args = user.kwargs, user.args
+    out = kwargs.get("out")
+    if node is out or (args and args[0] is node and changes_an_argument(user)):
+        return True  # the usual writes, without building a list
+    if isinstance(out, list | tuple) or (args and isinstance(args[0], list | tuple)):
+        return any(value is node for value in written_values(user))
+    if user.op == "call_function":
+        try:
+            if _written_parameters(user.target) is _NOTHING:  # nearly every call
+                return False
+        except TypeError:  # an unhashable target: _declared_written decides afresh
+            pass
+        return any(value is node for value in _declared_written(user))
+    return user.op == "call_module" and any(value is node for value in _written_by_graph_module(user))
+
+
+def written_values(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The argument nodes a call writes into in place: its first argument when it changes it (``x.add_(1)``; each
+    tensor of a list, ``torch._foreach_add_([x], 1)``), its ``out=`` tensors (one, or a tuple: ``torch.sort(x,
+    out=(values, indices))``), and every other argument its operator's schema declares written
+    (``_native_batch_norm_legit``'s running statistics, ``max.dim_max``'s ``max=``), batch norm's running
+    statistics among them (``F.batch_norm(x, mean, var, training=True)``; its schema does not say so)."""
+    args = node.args
+    found = _nodes_in(node.kwargs.get("out"))
+    if args and changes_an_argument(node):
+        found += _nodes_in(args[0])
+    if node.op == "call_module":
+        return found + _written_by_graph_module(node)
+    return found + _declared_written(node) if node.op == "call_function" else found
+
+
+def _written_by_graph_module(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The arguments a call of a graph module (``split_module``'s parts, a nested trace) gives the inputs its
+    graph writes into in place; nothing for any other module."""
+    module = _submodule(node)
+    if not isinstance(module, torch.fx.GraphModule):
+        return []
+    args, kwargs = node.args, node.kwargs
+    found = []
+    for position, placeholder in enumerate(module.graph.find_nodes(op="placeholder")):
+        if in_place_writer(placeholder) is not None:
+            found += _nodes_in(args[position] if position < len(args) else kwargs.get(str(placeholder.target)))
+    return found
+
+
+def _declared_written(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The nodes a function call gives the parameters :func:`_written_parameters` names."""
+    try:
+        declared, statistics = _written_parameters(node.target)
+    except TypeError:  # an unhashable target: decided afresh
+        declared, statistics = _written_parameters.__wrapped__(node.target)
+    if not declared and statistics is None:  # nearly every call
+        return []
+    args, kwargs = node.args, node.kwargs
+    if statistics is not None and _argument(args, kwargs, statistics.flag) is not False:
+        declared += statistics.written
+    return [value for parameter in declared for value in _nodes_in(_argument(args, kwargs, parameter))]
+
+
+def _argument(args: tuple[Any, ...], kwargs: dict[str, Any], parameter: _Parameter) -> Any:
+    """The value a call gives ``parameter``: by position, else by keyword, else its default."""
+    position, name, default = parameter
+    return args[position] if position is not None and position < len(args) else kwargs.get(name, default)
+
+
+def _nodes_in(value: Any) -> list[torch.fx.Node]:
+    """``value`` if it is a node, the nodes of a list or tuple of them."""
+    if isinstance(value, torch.fx.Node):
+        return [value]
+    return [item for item in value if isinstance(item, torch.fx.Node)] if isinstance(value, list | tuple) else []
+
+
+#: A parameter: its position (None for a keyword-only one), name and default (None when it has none).
+_Parameter = tuple[int | None, str, Any]
+
+
+@attrs.frozen
+class _RunningStatistics:
+    """Where a normalization writes its running statistics in place, and the flag under which it does."""
+
+    flag: _Parameter  # ``training`` (batch norm), ``use_input_stats`` (instance norm)
+    written: tuple[_Parameter, ...]
+
+
+#: Calls that update their ``running_mean`` and ``running_var`` in place (when training, or using the input's
+#: statistics), which their schemas do not declare.
+_RUNNING_STATISTICS = frozenset({"batch_norm", "instance_norm", "native_batch_norm", "_batch_norm_impl_index",
+                                 "cudnn_batch_norm", "miopen_batch_norm"})
+
+
+@functools.cache
+def _written_parameters(target: Any) -> tuple[tuple[_Parameter, ...], _RunningStatistics | None]:
+    """The parameters a function call writes into: those its aten schemas (all overloads' when the target is a
+    packet or a torch function) declare written, and a normalization's running statistics.  Nothing for nearly
+    every target."""
+    schemas = _aten_schemas(target)
+    declared = dict.fromkeys((None if argument.kwarg_only else position, argument.name, None)
+                             for schema in schemas for position, argument in enumerate(schema.arguments)
+                             if argument.alias_info is not None and argument.alias_info.is_write)
+    statistics = None
+    if _plain_name("call_function", target) in _RUNNING_STATISTICS:
+        parameters = {name: (position, name, default)
+                      for position, (name, default) in enumerate(_parameters(target, schemas))}
+        flag = parameters.get("training", parameters.get("use_input_stats"))
+        written = tuple(parameters[name] for name in ("running_mean", "running_var") if name in parameters)
+        statistics = _RunningStatistics(flag, written) if flag is not None and written else None
+    return (tuple(declared), statistics) if declared or statistics is not None else _NOTHING
+
+
+#: What :func:`_written_parameters` finds for nearly every target.
+_NOTHING: tuple[tuple[_Parameter, ...], _RunningStatistics | None] = ((), None)
+
+
+def _aten_schemas(target: Any) -> list[Any]:
+    """An aten overload's schema; every overload's of a packet, or of the aten operator a torch function (whose
+    module is torch's, ``torch.batch_norm``) is named after."""
+    schema = getattr(target, "_schema", None)
+    if schema is not None:
+        return [schema]
+    packet = target
+    if not isinstance(target, torch._ops.OpOverloadPacket):
+        name, module = getattr(target, "__name__", None), getattr(target, "__module__", None) or ""
+        from_torch = module == "torch" or module.startswith("torch.")
+        packet = getattr(torch.ops.aten, name, None) if from_torch and isinstance(name, str) \
+            and name.isidentifier() and not name.startswith("__") else None
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        return []
+    return [getattr(packet, overload)._schema for overload in packet.overloads()]
+
+
+def _parameters(target: Any, schemas: list[Any]) -> list[tuple[str, Any]]:
+    """A call's parameters in order, (name, default; True, where a flag would be, when it has none): its Python
+    signature's, else its first schema's."""
+    try:
+        return [(name, True if parameter.default is inspect.Parameter.empty else parameter.default)
+                for name, parameter in inspect.signature(target).parameters.items()]
+    except (TypeError, ValueError):
+        return [(argument.name, argument.default_value if argument.has_default_value() else True)
+                for argument in schemas[0].arguments] if schemas else []
 
 
 def may_write_in_place(node: torch.fx.Node) -> bool:
-    """Whether a node changes any of its arguments in place (its first argument, or an ``out=`` tensor): every
-    writer :func:`in_place_writer` finds is one."""
-    return isinstance(node.kwargs.get("out"), torch.fx.Node) or changes_an_argument(node)
+    """Whether a node changes any of its arguments in place: every writer :func:`in_place_writer` finds is one."""
+    out = node.kwargs.get("out")
+    if (out is not None and _nodes_in(out)) or changes_an_argument(node):
+        return True
+    if node.op == "call_module":
+        return bool(_written_by_graph_module(node))
+    if node.op != "call_function":
+        return False
+    try:
+        if _written_parameters(node.target) is _NOTHING:  # nearly every call: nothing to look at
+            return False
+    except TypeError:  # an unhashable target: _declared_written decides afresh
+        pass
+    return bool(_declared_written(node))
 
 
 class GraphEffects:
@@ -368,6 +517,12 @@ class GraphEffects:
             self._writers = _writers(self.graph)
         return bool(self._writers)
 
+    def writers_between(self, first: Any, last: Any) -> bool:
+        """Whether the graph may hold an in-place writer strictly between two places (``Node._sort_key``s)."""
+        if self._writers is None:
+            self._writers = _writers(self.graph)
+        return any(first < writer._sort_key < last for writer in self._writers)
+
     def has_side_effects(self, node: torch.fx.Node, impure_random: bool = True) -> bool:
         """:func:`has_side_effects`."""
         target = node.target
@@ -379,12 +534,13 @@ class GraphEffects:
             impure = self._impure[target, impure_random] = node.is_impure(impure_random)
         except TypeError:  # an unhashable target
             impure = node.is_impure(impure_random)
-        return impure or changes_an_argument(node) or isinstance(node.kwargs.get("out"), torch.fx.Node)
+        return impure or may_write_in_place(node)
 
 
 def _writers(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     """:func:`may_write_in_place` of every node, decided once per (op, target) for the nodes without keyword
-    arguments or modules (nearly all): a write through ``inplace=True`` by position is read from the arguments."""
+    arguments or modules (nearly all): a write through ``inplace=True`` by position is read from the arguments,
+    and a call whose schema declares a written parameter counts whatever it is given there."""
     found = []
     for node in graph.nodes:
         op, target = node.op, node.target
@@ -394,9 +550,11 @@ def _writers(graph: torch.fx.Graph) -> list[torch.fx.Node]:
             continue
         try:
             mutates, position = _or_inplace_position(_target_mutates_first, op, target)
+            declared = op == "call_function" and _written_parameters(target) is not _NOTHING
         except TypeError:  # an unhashable target: decided afresh
-            mutates, position = may_write_in_place(node), None
-        if mutates or (position is not None and len(node.args) > position and node.args[position] is True):
+            mutates, position, declared = may_write_in_place(node), None, False
+        if mutates or (position is not None and len(node.args) > position and node.args[position] is True) \
+                or (declared and _declared_written(node)):
             found.append(node)
     return found
 

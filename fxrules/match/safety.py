@@ -35,6 +35,8 @@ from fxrules.graph.metadata import (
     in_place_writer,
     may_write_in_place,
     view_base,
+    writes_into,
+    written_values,
 )
 from fxrules.graph.subgraphs import OUTSIDE
 from fxrules.lang.ir import OpKind, OpTemplate, Rule, walk
@@ -259,6 +261,31 @@ def _captured_late(splice: Splice) -> Detail | None:
     return None
 
 
+def _written_between(splice: Splice) -> Detail | None:
+    """The match reads a capture where its matched users are, the replacement where the first output is: a write
+    into the capture (or a view or alias of it) between the two, either way, would reach only one of them
+    (``r = x.relu(); x.add_(1); r.relu()`` made ``x.relu()`` after the write; a later output of several reading
+    ``x`` after a write, the replacement before it)."""
+    if not splice.effects.writers_exist():  # most graphs: no write anywhere
+        return None
+    match, anchor = splice.match, splice.anchor
+    matched = set(match.nodes)
+    for value in match.bindings.values():
+        for capture in value if isinstance(value, list | tuple) else (value,):
+            if not isinstance(capture, Node) or capture in matched:
+                continue
+            reads = [user._sort_key for user in capture.users if user in matched] + [anchor._sort_key]
+            first, last = min(reads), max(reads)
+            if not splice.effects.writers_between(first, last):  # no write there at all: no aliases to search
+                continue
+            for member in alias_class(capture):
+                for user in member.users:
+                    if first < user._sort_key < last and user not in matched and writes_into(user, member):
+                        return f"'{user.name}' writes into '{capture.name}' in place between where the match reads " \
+                               f"it and '{anchor.name}', where the replacement would"
+    return None
+
+
 # ---------------------------------------------------------------- the splice stage
 
 
@@ -448,7 +475,8 @@ def _in_place_write(splice: Splice) -> Detail | None:
         for node in (output, existing):
             write = in_place_writer(node)
             if write is not None:
-                written = write.kwargs.get("out", write.args[0] if write.args else None)
+                aliases = alias_class(node)
+                written = next(value for value in written_values(write) if value in aliases)
                 where = f"'{node.name}'" if written is node else f"'{written}', a view of '{node.name}',"
                 return f"'{write.name}' writes into {where} in place, and the replacement would make " \
                        f"'{output.name}' share memory with '{existing.name}'"
@@ -503,6 +531,9 @@ SAFETY_CHECKS = (
                 "the match contains a node another rewrite of the pass created", _overlap),
     SafetyCheck("captured_late", SkipReason.ORDER, Stage.EMIT,
                 "a pattern with several outputs captures a node defined after its first output", _captured_late),
+    SafetyCheck("written_between", SkipReason.IN_PLACE_WRITE, Stage.EMIT,
+                "a capture is written in place between a matched node reading it and the output the replacement "
+                "goes before (the replacement would read another value)", _written_between),
     SafetyCheck("no_change", SkipReason.NO_CHANGE, Stage.SPLICE,
                 "the replacement is the matched output itself, or computes it as the match does (the same "
                 "operations of the same arguments)", _no_change),

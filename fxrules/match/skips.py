@@ -79,7 +79,11 @@ class SkipReason(str, enum.Enum):
         "* 1 => x`) or a view of it (`reshape(reshape(x, a), b) => reshape(x, b)`, where the first reshape "
         "copied), and the graph writes into either in place, directly or through any view or alias of it (`y "
         "= x * 1; y.add_(1)`, `y[0:1].zero_()`, `x.t().mul_(2)`, `F.relu(y, inplace=True)`, an "
-        "`nn.ReLU(inplace=True)` call, `out=y`): the write would reach both")
+        "`nn.ReLU(inplace=True)` call, `out=y`, `y` in an `out=` tuple or a `_foreach_*_` list, any argument an "
+        "aten schema declares written, the running statistics `F.batch_norm(z, y, v, training=True)` updates): "
+        "the write would reach both; or the graph writes into a capture between a matched node reading it and "
+        "the output the replacement goes before (`r = x.relu(); x.add_(1); r.relu()`): the replacement would "
+        "read another value")
     ALIAS = (
         "alias",
         "such a replacement, where the output (or a view of it) is returned and the existing value is, or "

@@ -94,6 +94,12 @@ def uses_late(x: torch.Tensor) -> torch.Tensor:
     return torch.sigmoid(s) + torch.neg(torch.exp(s))
 
 
+def written_between(x: torch.Tensor) -> torch.Tensor:
+    r = torch.relu(x)
+    x.add_(1.0)
+    return torch.relu(r)
+
+
 EXAMPLES = {
     "escaping_user": Example(lambda: trace(escaping), "torch.neg(torch.neg(x)) => x",
                              "'neg' is also used by output outside the match"),
@@ -124,6 +130,8 @@ rule relu_sigmoid:
         return a, torch.add(x, y)
     replace:
         return torch.abs(x), torch.sub(x, y)""", "captured exp defined after the first output 'neg'"),
+    "written_between": Example(lambda: trace(written_between), "torch.relu(torch.relu(x)) => torch.relu(x)",
+                               "'add_' writes into 'x' in place between where the match reads it"),
     "no_change": Example(lambda: trace(lambda x: torch.relu(torch.neg(x))), """
     pattern:
         n = torch.neg(x)
