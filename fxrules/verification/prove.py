@@ -96,6 +96,8 @@ QUICK_SECONDS = 0.5
 UNINTERPRETED_TRIES = 4
 #: Sizes of the one-dimensional inputs a counterexample is replayed with (the first that reproduces it).
 REPLAY_SIZES = (1, 64)
+#: z3's reason for an "unknown" answer when a SIGINT (Ctrl-C) arrived while it solved: it does not raise.
+INTERRUPTED = "interrupted from keyboard"
 #: Guard functions and attributes about the graph's structure and autograd, not values: taken as holding,
 #: as verify takes them.
 STRUCTURAL = frozenset({"num_users", "is_computed", "is_mutated", "requires_grad"})
@@ -596,6 +598,8 @@ class _Prover:
         solver.set("timeout", max(1, int(min(remaining, QUICK_SECONDS if quick else remaining) * 1000)))
         solver.add(*assertions)
         answer = solver.check()
+        if answer == z3.unknown and solver.reason_unknown() == INTERRUPTED:
+            raise KeyboardInterrupt  # z3 took the SIGINT (Ctrl-C) meant for the process
         if answer == z3.sat:
             return solver.model()
         if answer == z3.unsat or quick:

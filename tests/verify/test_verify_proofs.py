@@ -7,8 +7,10 @@ in the pytest plugin."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -149,6 +151,31 @@ def test_without_z3_verify_reports_what_sampling_alone_reports(tmp_path: Path,
     data = json.loads(_without_z3(*arguments, "--json", cwd=tmp_path))
     assert data["proving"] is False
     assert [(r["verdict"], r["proof"]) for r in data["rules"]] == [("sound", ""), ("sound", "")]
+
+
+# ---------------------------------------------------------------- Ctrl-C
+
+
+#: True, and more than a minute of solver time: the prover is in z3 for as long as the test needs.
+TIMES_ONE = ("rule times_one:\n    given:\n        x: Tensor[dtype=float64]\n        y: Tensor[dtype=float64]\n"
+             "    pattern:\n        return (x * y) * 1.0\n    replace:\n        return x * y\n")
+
+
+def test_ctrl_c_while_the_solver_runs_stops_verify() -> None:
+    """z3 takes the SIGINT that arrives while it solves and answers "unknown": verify stops with
+    KeyboardInterrupt, as it does when Ctrl-C arrives while it samples, rather than going on to the examples."""
+    script = ("import sys, fxrules\nrules = fxrules.parse(sys.argv[1])\nprint('proving', flush=True)\n"
+              "print(fxrules.verify(rules, max_examples=5, prove_timeout=120))\n")
+    with subprocess.Popen([sys.executable, "-c", script, TIMES_ONE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}) as process:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "proving\n"
+        time.sleep(3)  # into the solver: the configurations before it take milliseconds
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGINT, err  # as Python exits on an uncaught KeyboardInterrupt
+    assert err.splitlines()[-1] == "KeyboardInterrupt"
+    assert out == ""
 
 
 # ---------------------------------------------------------------- the pytest plugin
