@@ -612,7 +612,7 @@ def _proved_or_sampled(rule: Rule, options: VerifyOptions, helpers: Mapping[str,
     said = proof.outcome.value + (f" (dtypes {', '.join(proof.dtypes)})" if proof.dtypes else "") + (
         f": {proof.reason}" if proof.reason else "")
     if proof.outcome is proving.Outcome.REFUTED and proof.counterexample is not None:
-        unsound = _replayed(rule, proof.counterexample.values, helpers)
+        unsound = _replayed(rule, proof.counterexample.values, helpers, options.draws.dtypes)
         if unsound is not None:
             return attrs.evolve(unsound, proof=said)
     verdict = attrs.evolve(_sampled(rule, options, helpers), proof=said)
@@ -626,11 +626,13 @@ def _sampled(rule: Rule, options: VerifyOptions, helpers: Mapping[str, Callable[
     return _verify_rule(rule, options, helpers)
 
 
-def _replayed(rule: Rule, values: Mapping[str, Any], helpers: Mapping[str, Callable[..., Any]]) -> RuleVerdict | None:
+def _replayed(rule: Rule, values: Mapping[str, Any], helpers: Mapping[str, Callable[..., Any]],
+              dtypes: tuple[torch.dtype, ...] | None) -> RuleVerdict | None:
     """The prover's counterexample run through verify's checks as a drawn example is: unsound if they find the
     difference too; None if they do not (different bits within the tolerance), or if it is no input verify
-    draws (a large finite value for a rule with ``@finite_inputs()``): the examples then decide."""
-    if not in_drawn_domain(rule, values):
+    draws (a large finite value for a rule with ``@finite_inputs()``, a dtype outside ``dtypes``): the examples
+    then decide."""
+    if not in_drawn_domain(rule, values, dtypes):
         return None
     for choice in alternative_choices(rule):
         example = example_of(rule, values, choice)

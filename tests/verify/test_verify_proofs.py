@@ -75,6 +75,25 @@ def test_a_wrong_provable_rule_is_unsound_with_the_provers_counterexample_which_
     assert (pattern.signbit().tolist(), replacement.signbit().tolist()) == ([False], [True])
 
 
+#: Wrong for a float x (trunc(0.5) is 0.0), right for an integer x.
+TRUNC_ONE = ("rule trunc_one:\n    given:\n        x: Tensor[dtype=int32|float32]\n"
+             "    pattern:\n        return torch.div(x, 1, rounding_mode='trunc')\n"
+             "    replace:\n        return x.clone()\n")
+
+
+def test_a_refutation_on_a_dtype_verify_is_not_asked_to_draw_leaves_the_verdict_to_the_examples() -> None:
+    """dtypes= says which dtypes verify draws: a prover counterexample of another dtype is not reported, and
+    verify says what sampling alone says; with that dtype among them, the counterexample makes it unsound."""
+    rules = fxrules.parse(TRUNC_ONE, filename="trunc.fxr")
+    proving, sampling = (fxrules.verify(rules, max_examples=20, dtypes="int32", prove=prove) for prove in (True, False))
+    assert str(proving) == str(sampling) == ("trunc.fxr:1:6: trunc_one: sound (20 examples)\n"
+                                             "1 rule: 1 sound, 0 unsound, 0 inconclusive, 0 errors (seed 0)")
+    assert proving["trunc_one"].proof.startswith("refuted: the solver found the outputs differ (x: float32)")
+    verdict = fxrules.verify(rules, max_examples=20, dtypes="float32")["trunc_one"]
+    assert verdict.verdict is Verdict.UNSOUND
+    assert verdict.counterexample is not None and verdict.counterexample.found_by_prover
+
+
 def test_a_rule_outside_the_provers_subset_is_sound_on_examples_as_without_the_prover() -> None:
     rules = fxrules.parse(MATMUL, filename="mm.fxr")
     proving, sampling = (fxrules.verify(rules, max_examples=20, prove=prove) for prove in (True, False))
