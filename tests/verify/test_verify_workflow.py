@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,44 @@ def test_verify_runs_when_hypothesis_internals_it_pins_are_missing(monkeypatch: 
     monkeypatch.setattr(providers.HypothesisProvider, "_local_constants", property(lambda _: providers.Constants()))
     report = fxrules.verify(fxrules.parse(UNSOUND), max_examples=20, prove=False)
     assert report["relu_is_abs"].verdict is Verdict.UNSOUND
+
+
+def test_verify_calls_overlapping_in_threads_put_back_the_callers_settings() -> None:
+    """verify runs torch on one thread and keeps hypothesis's files in a directory of its own while any call is
+    inside: when calls overlap in two threads (the first in is out first), the caller's thread count and
+    hypothesis directory are back after both, not the other call's (a deleted temporary directory)."""
+    home = "__hypothesis_home_directory"  # hypothesis's private global, which set_hypothesis_home_dir sets
+    before = (torch.get_num_threads(), getattr(hypothesis.configuration, home, None))
+    first_inside, second_inside, first_done = threading.Event(), threading.Event(), threading.Event()
+
+    def first_waits(_: object) -> bool:
+        first_inside.set()
+        return second_inside.wait(60)
+
+    def second_waits(_: object) -> bool:
+        second_inside.set()
+        return first_done.wait(60)
+
+    def run(gate: Callable[[object], bool], done: threading.Event | None = None) -> None:
+        rule = fxrules.parse("rule gated:\n    pattern:\n        return torch.relu(x)\n    where:\n        gate(x)\n"
+                             "    replace:\n        return torch.clamp_min(x, 0)\n")
+        fxrules.verify(rule, max_examples=2, predicates={"gate": gate})
+        if done is not None:
+            done.set()
+
+    torch.set_num_threads(2)
+    try:
+        first = threading.Thread(target=run, args=(first_waits, first_done))
+        second = threading.Thread(target=run, args=(second_waits,))
+        first.start()
+        assert first_inside.wait(60)
+        second.start()
+        first.join(60)
+        second.join(60)
+        assert first_done.is_set() and not second.is_alive()
+        assert (torch.get_num_threads(), getattr(hypothesis.configuration, home, None)) == (2, before[1])
+    finally:
+        torch.set_num_threads(before[0])
 
 
 def test_json_output_carries_the_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
