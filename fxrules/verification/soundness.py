@@ -533,6 +533,7 @@ class _Shared:
     depth: int = 0
     found: tuple[int, Any] = (1, None)
     home: tempfile.TemporaryDirectory[str] | None = None
+    warnings: warnings.catch_warnings[None] | None = None
 
 
 _SHARED = _Shared()
@@ -542,34 +543,31 @@ _SHARED = _Shared()
 def _process_settings() -> Iterator[None]:
     """Inputs are tiny: torch's intra-op threads only cost (4x slower on a busy 2-core machine), so torch runs
     on one.  Hypothesis caches what it reads of the caller's own modules in ``.hypothesis/`` under the working
-    directory, database or not: while verify runs, that storage is a temporary directory, removed after.  Both
-    settings are the process's; the caller's are put back."""
+    directory, database or not: while verify runs, that storage is a temporary directory, removed after.  Torch's
+    warnings about the drawn inputs (a complex value cast to real, a convolution of 0 channels) are the point of
+    drawing them, not news to the user: they are silenced.  All three settings are the process's; the caller's
+    are put back."""
     with _SHARED.lock:
         if not _SHARED.depth:
             _SHARED.found = (torch.get_num_threads(), getattr(hypothesis_configuration, HOME_GLOBAL, None))
             _SHARED.home = tempfile.TemporaryDirectory(prefix="fxrules-verify-")
             torch.set_num_threads(1)
             hypothesis_configuration.set_hypothesis_home_dir(_SHARED.home.name)
+            _SHARED.warnings = warnings.catch_warnings()
+            _SHARED.warnings.__enter__()
+            warnings.simplefilter("ignore")
         _SHARED.depth += 1
     try:
         yield
     finally:
         with _SHARED.lock:
             _SHARED.depth -= 1
-            if not _SHARED.depth and _SHARED.home is not None:
+            if not _SHARED.depth and _SHARED.home is not None and _SHARED.warnings is not None:
+                _SHARED.warnings.__exit__(None, None, None)
                 threads, home = _SHARED.found
                 torch.set_num_threads(threads)
                 hypothesis_configuration.set_hypothesis_home_dir(home)
                 _SHARED.home.cleanup()
-
-
-@contextlib.contextmanager
-def _quiet() -> Iterator[None]:
-    """Torch's warnings about the drawn inputs (a complex value cast to real, a convolution of 0 channels) are
-    the point of drawing them, not news to the user: they are silenced."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
 
 
 def verify_rule(rule: Rule, *, max_examples: int = DEFAULT_EXAMPLES, seed_value: int | None = DEFAULT_SEED,
@@ -595,7 +593,7 @@ def verify_checked(rule: Rule, options: VerifyOptions, helpers: Mapping[str, Cal
         return _verdict(rule, Verdict.ERROR, unknown)
     every = {**bundled_helpers.BUNDLED, **(helpers or {})}
     try:
-        with _process_settings(), _quiet(), without_local_constants(), \
+        with _process_settings(), without_local_constants(), \
                 torch.random.fork_rng(devices=[]), using_predicates(predicates or {}):
             verdict = _proved_or_sampled(rule, options, every)
     except FxrError as error:

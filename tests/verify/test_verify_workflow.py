@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import threading
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -166,10 +167,11 @@ def test_verify_runs_when_hypothesis_internals_it_pins_are_missing(monkeypatch: 
 
 def test_verify_calls_overlapping_in_threads_put_back_the_callers_settings() -> None:
     """verify runs torch on one thread and keeps hypothesis's files in a directory of its own while any call is
-    inside: when calls overlap in two threads (the first in is out first), the caller's thread count and
-    hypothesis directory are back after both, not the other call's (a deleted temporary directory)."""
+    inside, and silences torch's warnings: when calls overlap in two threads (the first in is out first), the
+    caller's thread count, hypothesis directory and warning filters are back after both, not the other call's (a
+    deleted temporary directory, every warning ignored)."""
     home = "__hypothesis_home_directory"  # hypothesis's private global, which set_hypothesis_home_dir sets
-    before = (torch.get_num_threads(), getattr(hypothesis.configuration, home, None))
+    before = (torch.get_num_threads(), getattr(hypothesis.configuration, home, None), list(warnings.filters))
     first_inside, second_inside, first_done = threading.Event(), threading.Event(), threading.Event()
 
     def first_waits(_: object) -> bool:
@@ -198,6 +200,7 @@ def test_verify_calls_overlapping_in_threads_put_back_the_callers_settings() -> 
         second.join(60)
         assert first_done.is_set() and not second.is_alive()
         assert (torch.get_num_threads(), getattr(hypothesis.configuration, home, None)) == (2, before[1])
+        assert warnings.filters == before[2]
     finally:
         torch.set_num_threads(before[0])
 
