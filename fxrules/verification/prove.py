@@ -96,6 +96,8 @@ QUICK_SECONDS = 0.5
 UNINTERPRETED_TRIES = 4
 #: Sizes of the one-dimensional inputs a counterexample is replayed with (the first that reproduces it).
 REPLAY_SIZES = (1, 64)
+#: z3's reason for an "unknown" answer when a SIGINT (Ctrl-C) arrived while it solved: it does not raise.
+INTERRUPTED = "interrupted from keyboard"
 #: Guard functions and attributes about the graph's structure and autograd, not values: taken as holding,
 #: as verify takes them.
 STRUCTURAL = frozenset({"num_users", "is_computed", "is_mutated", "requires_grad"})
@@ -491,7 +493,7 @@ class _Prover:
         ran = _concrete_run(graphs, inputs)
         if ran is None:
             return  # outside the pattern's domain
-        self.elements.choices = itertools.count()  # the same names in each configuration: one cache key
+        self.elements.choices = {}  # the same names in each configuration: one cache key
         self.elements.applications = Applications(self.z3)
         scalars = {name: _Scalar(dtype, self.elements.fresh(name, dtype)) for name, dtype in config.dtypes
                    if name in config.scalars}
@@ -596,6 +598,8 @@ class _Prover:
         solver.set("timeout", max(1, int(min(remaining, QUICK_SECONDS if quick else remaining) * 1000)))
         solver.add(*assertions)
         answer = solver.check()
+        if answer == z3.unknown and solver.reason_unknown() == INTERRUPTED:
+            raise KeyboardInterrupt  # z3 took the SIGINT (Ctrl-C) meant for the process
         if answer == z3.sat:
             return solver.model()
         if answer == z3.unsat or quick:
@@ -751,7 +755,7 @@ class _Elements:
     def __init__(self, z3: types.ModuleType) -> None:
         self.z3 = z3
         self.rne = z3.RNE()
-        self.choices = itertools.count()
+        self.choices: dict[str, Any] = {}
         self.applications = Applications(z3)
 
     def sort(self, dtype: torch.dtype) -> Any:
@@ -771,9 +775,12 @@ class _Elements:
             return (self.z3.Const(f"{name}.real", part), self.z3.Const(f"{name}.imag", part))
         return self.z3.Const(name, self.sort(dtype))
 
-    def choice(self) -> Any:
-        """A boolean the solver may pick: where torch's result depends on the kernel it picks (by size)."""
-        return self.z3.Bool(f"kernel_choice_{next(self.choices)}")
+    def choice(self, key: str) -> Any:
+        """A boolean the solver may pick: where torch's result depends on the kernel it picks (by size).  The
+        same ``key`` (the same computation, hence the same sizes and kernel) gets the same boolean."""
+        if key not in self.choices:
+            self.choices[key] = self.z3.Bool(f"kernel_choice_{len(self.choices)}")
+        return self.choices[key]
 
     def constant(self, value: bool | int | float, dtype: torch.dtype) -> Any:
         """A Python number converted to ``dtype`` as torch converts a scalar (round to nearest even)."""
@@ -1094,7 +1101,12 @@ class _Operation:
             return a, via_result, compute
         if not isinstance(b_value, _Tensor):
             return a, self.operand(b_value, compute) if op in ("mul", "div") else via_result, compute
-        return a, self.z3.If(self.elements.choice(), self.operand(b_value, compute), via_result), compute
+        return a, self.z3.If(self.choice("other"), self.operand(b_value, compute), via_result), compute
+
+    def choice(self, slot: str) -> Any:
+        """Which way this operation's kernel goes at ``slot``: the same for the same computation on either side
+        (equal computations run on equal sizes, so on the same kernel)."""
+        return self.elements.choice(f"{_computation(self.node)} {slot}")
 
     def rounded(self, term: Any, compute: torch.dtype) -> Any:
         return self.elements.cast(term, compute, self.dtype)
@@ -1188,7 +1200,7 @@ class _Operation:
         x = self.operand(symbolic["input"], self.dtype)
         if self.dtype in COMPLEX_PARTS:  # the vectorized kernel computes 0 - x: neg(-0.0) and neg(0.0) are 0.0
             zero = self.elements.constant(0.0, COMPLEX_PARTS[self.dtype])
-            vectorized = self.z3.Bool(f"kernel_choice_{next(self.elements.choices)}")
+            vectorized = self.choice("neg")
             return tuple(self.z3.If(vectorized, self.z3.fpSub(self.elements.rne, zero, p), self.z3.fpNeg(p)) for p in x)
         return self.z3.fpNeg(x) if self.dtype in FLOAT_SORTS else -x
 
@@ -1257,18 +1269,18 @@ class _Operation:
         for name, bound in bounds:
             limit = self.operand(bound, self.dtype)
             past = self.less(result, limit) if name == "min" else self.less(limit, result)
-            result = z3.If(past, limit, self.tie(result, limit) if isinstance(bound, _Tensor) else result)
+            result = z3.If(past, limit, self.tie(result, limit, name) if isinstance(bound, _Tensor) else result)
         if self.dtype in FLOAT_SORTS:
             nan = z3.fpNaN(self.elements.sort(self.dtype))
             bound_terms = [self.operand(b, self.dtype) for _, b in bounds]
             result = z3.If(z3.Or(*(z3.fpIsNaN(t) for t in (x, *bound_terms))), nan, result)
         return result
 
-    def tie(self, a: Any, b: Any) -> Any:
+    def tie(self, a: Any, b: Any, slot: str) -> Any:
         """Where neither of a, b is less: a float kernel returns either (it picks by size: -0.0 or 0.0)."""
         if self.dtype not in FLOAT_SORTS:
             return a
-        return self.z3.If(self.elements.choice(), a, b)
+        return self.z3.If(self.choice(slot), a, b)
 
     def op_clamp_min(self, concrete: Mapping[str, Any], symbolic: Mapping[str, Any]) -> Any:
         return self.op_clamp(concrete, {**symbolic, "max": None})
@@ -1289,7 +1301,7 @@ class _Operation:
             return z3.Or(a, b) if larger else z3.And(a, b)
         first = self.less(b, a) if larger else self.less(a, b)
         second = self.less(a, b) if larger else self.less(b, a)
-        result = z3.If(first, a, z3.If(second, b, self.tie(a, b)))
+        result = z3.If(first, a, z3.If(second, b, self.tie(a, b, "tie")))
         if self.dtype in FLOAT_SORTS:
             nan = z3.fpNaN(self.elements.sort(self.dtype))
             return z3.If(z3.Or(z3.fpIsNaN(a), z3.fpIsNaN(b)), nan, result)

@@ -33,6 +33,7 @@ import keyword
 import math
 import os
 import tempfile
+import threading
 import time
 import types
 import warnings
@@ -519,33 +520,54 @@ def _tensor_source(value: torch.Tensor) -> str:
     return f"torch.empty_strided({tuple(value.shape)}, {value.stride()}, dtype={value.dtype}).copy_({literal(value)})"
 
 
-@contextlib.contextmanager
-def _private_hypothesis_storage() -> Iterator[None]:
-    """Hypothesis caches what it reads of the caller's own modules in ``.hypothesis/`` under the working
-    directory, database or not: while verify runs, that storage is a temporary directory, removed after, and
-    the caller's setting (which hypothesis keeps in a private global) is put back."""
-    previous = getattr(hypothesis_configuration, "__hypothesis_home_directory", None)
-    with tempfile.TemporaryDirectory(prefix="fxrules-verify-") as home:
-        hypothesis_configuration.set_hypothesis_home_dir(home)
-        try:
-            yield
-        finally:
-            hypothesis_configuration.set_hypothesis_home_dir(previous)
+#: The private global in which hypothesis keeps its storage directory (``set_hypothesis_home_dir`` sets it).
+HOME_GLOBAL = "__hypothesis_home_directory"
+
+
+@attrs.define
+class _Shared:
+    """What verify changes for the whole process while any call is inside (calls in several threads overlap):
+    the first call in changes it, the last one out puts back what the first found."""
+
+    lock: threading.Lock = attrs.Factory(threading.Lock)
+    depth: int = 0
+    found: tuple[int, Any] = (1, None)
+    home: tempfile.TemporaryDirectory[str] | None = None
+    warnings: warnings.catch_warnings[None] | None = None
+
+
+_SHARED = _Shared()
 
 
 @contextlib.contextmanager
-def _one_thread() -> Iterator[None]:
-    """Inputs are tiny: torch's intra-op threads only cost (4x slower on a busy 2-core machine). Torch's
-    warnings about the drawn inputs (a complex value cast to real, a convolution of 0 channels) are the
-    point of drawing them, not news to the user: they are silenced."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with warnings.catch_warnings():
+def _process_settings() -> Iterator[None]:
+    """Inputs are tiny: torch's intra-op threads only cost (4x slower on a busy 2-core machine), so torch runs
+    on one.  Hypothesis caches what it reads of the caller's own modules in ``.hypothesis/`` under the working
+    directory, database or not: while verify runs, that storage is a temporary directory, removed after.  Torch's
+    warnings about the drawn inputs (a complex value cast to real, a convolution of 0 channels) are the point of
+    drawing them, not news to the user: they are silenced.  All three settings are the process's; the caller's
+    are put back."""
+    with _SHARED.lock:
+        if not _SHARED.depth:
+            _SHARED.found = (torch.get_num_threads(), getattr(hypothesis_configuration, HOME_GLOBAL, None))
+            _SHARED.home = tempfile.TemporaryDirectory(prefix="fxrules-verify-")
+            torch.set_num_threads(1)
+            hypothesis_configuration.set_hypothesis_home_dir(_SHARED.home.name)
+            _SHARED.warnings = warnings.catch_warnings()
+            _SHARED.warnings.__enter__()
             warnings.simplefilter("ignore")
-            yield
+        _SHARED.depth += 1
+    try:
+        yield
     finally:
-        torch.set_num_threads(threads)
+        with _SHARED.lock:
+            _SHARED.depth -= 1
+            if not _SHARED.depth and _SHARED.home is not None and _SHARED.warnings is not None:
+                _SHARED.warnings.__exit__(None, None, None)
+                threads, home = _SHARED.found
+                torch.set_num_threads(threads)
+                hypothesis_configuration.set_hypothesis_home_dir(home)
+                _SHARED.home.cleanup()
 
 
 def verify_rule(rule: Rule, *, max_examples: int = DEFAULT_EXAMPLES, seed_value: int | None = DEFAULT_SEED,
@@ -571,7 +593,7 @@ def verify_checked(rule: Rule, options: VerifyOptions, helpers: Mapping[str, Cal
         return _verdict(rule, Verdict.ERROR, unknown)
     every = {**bundled_helpers.BUNDLED, **(helpers or {})}
     try:
-        with _one_thread(), _private_hypothesis_storage(), without_local_constants(), \
+        with _process_settings(), without_local_constants(), \
                 torch.random.fork_rng(devices=[]), using_predicates(predicates or {}):
             verdict = _proved_or_sampled(rule, options, every)
     except FxrError as error:
@@ -612,7 +634,7 @@ def _proved_or_sampled(rule: Rule, options: VerifyOptions, helpers: Mapping[str,
     said = proof.outcome.value + (f" (dtypes {', '.join(proof.dtypes)})" if proof.dtypes else "") + (
         f": {proof.reason}" if proof.reason else "")
     if proof.outcome is proving.Outcome.REFUTED and proof.counterexample is not None:
-        unsound = _replayed(rule, proof.counterexample.values, helpers)
+        unsound = _replayed(rule, proof.counterexample.values, helpers, options.draws.dtypes)
         if unsound is not None:
             return attrs.evolve(unsound, proof=said)
     verdict = attrs.evolve(_sampled(rule, options, helpers), proof=said)
@@ -626,11 +648,13 @@ def _sampled(rule: Rule, options: VerifyOptions, helpers: Mapping[str, Callable[
     return _verify_rule(rule, options, helpers)
 
 
-def _replayed(rule: Rule, values: Mapping[str, Any], helpers: Mapping[str, Callable[..., Any]]) -> RuleVerdict | None:
+def _replayed(rule: Rule, values: Mapping[str, Any], helpers: Mapping[str, Callable[..., Any]],
+              dtypes: tuple[torch.dtype, ...] | None) -> RuleVerdict | None:
     """The prover's counterexample run through verify's checks as a drawn example is: unsound if they find the
     difference too; None if they do not (different bits within the tolerance), or if it is no input verify
-    draws (a large finite value for a rule with ``@finite_inputs()``): the examples then decide."""
-    if not in_drawn_domain(rule, values):
+    draws (a large finite value for a rule with ``@finite_inputs()``, a dtype outside ``dtypes``): the examples
+    then decide."""
+    if not in_drawn_domain(rule, values, dtypes):
         return None
     for choice in alternative_choices(rule):
         example = example_of(rule, values, choice)

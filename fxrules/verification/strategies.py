@@ -105,9 +105,13 @@ def edge_values(dtype: torch.dtype, finite: bool) -> tuple[float, ...]:
 MODERATE_MAGNITUDE = max(abs(value) for value in FINITE_SPECIALS)
 
 
-def in_drawn_domain(rule: Rule, values: Mapping[str, Any]) -> bool:
-    """Whether ``values`` are inputs of the kind verify draws for ``rule``: any value, except that a rule with
-    ``@finite_inputs()`` takes only finite floats of a moderate size (:data:`MODERATE_MAGNITUDE`)."""
+def in_drawn_domain(rule: Rule, values: Mapping[str, Any], dtypes: tuple[torch.dtype, ...] | None = None) -> bool:
+    """Whether ``values`` are inputs of the kind verify draws for ``rule``: tensors and dtypes of ``dtypes``
+    (the draw settings' dtypes; None: any), any value, except that a rule with ``@finite_inputs()`` takes
+    only finite floats of a moderate size (:data:`MODERATE_MAGNITUDE`)."""
+    if dtypes is not None and any((value.dtype if isinstance(value, torch.Tensor) else value) not in dtypes
+                                  for value in values.values() if isinstance(value, torch.Tensor | torch.dtype)):
+        return False
     if not rule.finite_inputs:
         return True
     floats = [value for value in values.values()

@@ -138,6 +138,20 @@ def test_double_neg_is_refuted_on_complex_tensors_where_vectorized_neg_loses_the
     assert not same_bits(torch.view_as_real(torch.neg(torch.neg(x))), torch.view_as_real(x))
 
 
+@pytest.mark.parametrize(("given", "pattern", "replacement"), [
+    ("x: Tensor[dtype=float16]\n        y: Tensor[dtype=int64]", "torch.maximum(x - y, x - y)", "x - y"),
+    ("x: Tensor[dtype=float16]", "torch.minimum(x, torch.abs(x)).contiguous()", "torch.minimum(x, torch.abs(x))"),
+], ids=["mixed_dtype_operand", "tie_of_zeros"])
+def test_the_same_computation_on_both_sides_takes_the_same_kernel(given: str, pattern: str, replacement: str) -> None:
+    """Where torch's result depends on the kernel it picks by size (which zero a tie of maximum returns, how a
+    float16 kernel reads an int64 operand), the same computation on both sides picks the same kernel: a rule
+    that repeats it is proved, not a solver/torch mismatch."""
+    source = f"rule same:\n    given:\n        {given}\n    pattern:\n        return {pattern}\n" \
+             f"    replace:\n        return {replacement}\n"
+    (result,) = fxrules.prove(fxrules.parse(source), timeout=60).results
+    assert result.outcome.value == "proved", str(result)
+
+
 def test_a_zero_tolerance_proves_equality_but_for_the_sign_of_a_zero(tmp_path: Path) -> None:
     """``@tolerance(atol=0.0, rtol=0.0)`` claims exact outputs but for the sign of a zero: the bundled
     double_neg, which says so, is proved on every dtype neg takes, complex ones included, while ``x + 0.0``

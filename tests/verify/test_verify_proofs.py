@@ -7,8 +7,10 @@ in the pytest plugin."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,25 @@ def test_a_wrong_provable_rule_is_unsound_with_the_provers_counterexample_which_
     pattern, replacement = namespace["outputs"]
     assert pattern.tolist() == replacement.tolist() == [0.0]
     assert (pattern.signbit().tolist(), replacement.signbit().tolist()) == ([False], [True])
+
+
+#: Wrong for a float x (trunc(0.5) is 0.0), right for an integer x.
+TRUNC_ONE = ("rule trunc_one:\n    given:\n        x: Tensor[dtype=int32|float32]\n"
+             "    pattern:\n        return torch.div(x, 1, rounding_mode='trunc')\n"
+             "    replace:\n        return x.clone()\n")
+
+
+def test_a_refutation_on_a_dtype_verify_is_not_asked_to_draw_leaves_the_verdict_to_the_examples() -> None:
+    """dtypes= says which dtypes verify draws: a prover counterexample of another dtype is not reported, and
+    verify says what sampling alone says; with that dtype among them, the counterexample makes it unsound."""
+    rules = fxrules.parse(TRUNC_ONE, filename="trunc.fxr")
+    proving, sampling = (fxrules.verify(rules, max_examples=20, dtypes="int32", prove=prove) for prove in (True, False))
+    assert str(proving) == str(sampling) == ("trunc.fxr:1:6: trunc_one: sound (20 examples)\n"
+                                             "1 rule: 1 sound, 0 unsound, 0 inconclusive, 0 errors (seed 0)")
+    assert proving["trunc_one"].proof.startswith("refuted: the solver found the outputs differ (x: float32)")
+    verdict = fxrules.verify(rules, max_examples=20, dtypes="float32")["trunc_one"]
+    assert verdict.verdict is Verdict.UNSOUND
+    assert verdict.counterexample is not None and verdict.counterexample.found_by_prover
 
 
 def test_a_rule_outside_the_provers_subset_is_sound_on_examples_as_without_the_prover() -> None:
@@ -149,6 +170,33 @@ def test_without_z3_verify_reports_what_sampling_alone_reports(tmp_path: Path,
     data = json.loads(_without_z3(*arguments, "--json", cwd=tmp_path))
     assert data["proving"] is False
     assert [(r["verdict"], r["proof"]) for r in data["rules"]] == [("sound", ""), ("sound", "")]
+
+
+# ---------------------------------------------------------------- Ctrl-C
+
+
+#: True, and seconds of solver time for each of its 16 configurations (four float64 divisions to bit-blast): the
+#: prover is in z3 for most of the time the test waits.
+TIMES_ONE = ("rule times_one:\n    given:\n" + "".join(f"        {name}: Tensor[dtype=float64]\n" for name in "xyzw")
+             + "    pattern:\n        return ((x / y) / (z / w)) * 1.0\n"
+             + "    replace:\n        return (x / y) / (z / w)\n")
+
+
+def test_ctrl_c_while_the_solver_runs_stops_verify() -> None:
+    """z3 takes the SIGINT that arrives while it solves and answers "unknown": verify stops with
+    KeyboardInterrupt, as it does when Ctrl-C arrives while it samples, rather than going on to the examples."""
+    script = ("import sys, fxrules\nrules = fxrules.parse(sys.argv[1])\nprint('proving', flush=True)\n"
+              "print(fxrules.verify(rules, max_examples=5, prove_timeout=120))\n")
+    with subprocess.Popen([sys.executable, "-c", script, TIMES_ONE], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}) as process:
+        assert process.stdout is not None
+        assert process.stdout.readline() == "proving\n"
+        time.sleep(2)  # into the solver: torch's runs of each configuration take milliseconds
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    assert process.returncode == -signal.SIGINT, err  # as Python exits on an uncaught KeyboardInterrupt
+    assert err.splitlines()[-1] == "KeyboardInterrupt"
+    assert out == ""
 
 
 # ---------------------------------------------------------------- the pytest plugin

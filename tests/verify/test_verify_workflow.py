@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -161,6 +163,46 @@ def test_verify_runs_when_hypothesis_internals_it_pins_are_missing(monkeypatch: 
     monkeypatch.setattr(providers.HypothesisProvider, "_local_constants", property(lambda _: providers.Constants()))
     report = fxrules.verify(fxrules.parse(UNSOUND), max_examples=20, prove=False)
     assert report["relu_is_abs"].verdict is Verdict.UNSOUND
+
+
+def test_verify_calls_overlapping_in_threads_put_back_the_callers_settings() -> None:
+    """verify runs torch on one thread and keeps hypothesis's files in a directory of its own while any call is
+    inside, and silences torch's warnings: when calls overlap in two threads (the first in is out first), the
+    caller's thread count, hypothesis directory and warning filters are back after both, not the other call's (a
+    deleted temporary directory, every warning ignored)."""
+    home = "__hypothesis_home_directory"  # hypothesis's private global, which set_hypothesis_home_dir sets
+    before = (torch.get_num_threads(), getattr(hypothesis.configuration, home, None), list(warnings.filters))
+    first_inside, second_inside, first_done = threading.Event(), threading.Event(), threading.Event()
+
+    def first_waits(_: object) -> bool:
+        first_inside.set()
+        return second_inside.wait(60)
+
+    def second_waits(_: object) -> bool:
+        second_inside.set()
+        return first_done.wait(60)
+
+    def run(gate: Callable[[object], bool], done: threading.Event | None = None) -> None:
+        rule = fxrules.parse("rule gated:\n    pattern:\n        return torch.relu(x)\n    where:\n        gate(x)\n"
+                             "    replace:\n        return torch.clamp_min(x, 0)\n")
+        fxrules.verify(rule, max_examples=2, predicates={"gate": gate})
+        if done is not None:
+            done.set()
+
+    torch.set_num_threads(2)
+    try:
+        first = threading.Thread(target=run, args=(first_waits, first_done))
+        second = threading.Thread(target=run, args=(second_waits,))
+        first.start()
+        assert first_inside.wait(60)
+        second.start()
+        first.join(60)
+        second.join(60)
+        assert first_done.is_set() and not second.is_alive()
+        assert (torch.get_num_threads(), getattr(hypothesis.configuration, home, None)) == (2, before[1])
+        assert warnings.filters == before[2]
+    finally:
+        torch.set_num_threads(before[0])
 
 
 def test_json_output_carries_the_seed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -340,7 +382,7 @@ def test_plugin_flag_collects_the_named_paths_only(pytester: pytest.Pytester) ->
 
 def test_plugin_flag_with_paths_given_runs_both(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_plain="def test_plain():\n    pass\n")
-    write(pytester.path / "rules.fxr", "rule good: torch.neg(torch.neg(x)) => x\n")
+    write(pytester.path / "rules.fxr", "rule good: torch.relu(torch.relu(x)) => torch.relu(x)\n")
     result = pytester.runpytest("test_plain.py", "--fxrules", "rules.fxr", "--fxrules-examples", "10")
     result.assert_outcomes(passed=2)
 
