@@ -10,21 +10,16 @@ import pytest
 import torch
 import torch.nn.functional
 
-import fxrules
 from fxrules.cli import main
 from fxrules.verification.axioms import PATH_FREE, TRANSCENDENTALS
-from fxrules.verification.prove import Outcome, RuleProof
+from fxrules.verification.prove import Outcome
+from tests.verify.proving import prove_one
 
 pytest.importorskip("z3")
 
 FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 KERNELS = {name: getattr(torch.nn.functional if name in ("silu", "mish") else torch, name)
            for name in TRANSCENDENTALS}
-
-
-def prove_one(source: str, timeout: float = 30) -> RuleProof:
-    (result,) = fxrules.prove(fxrules.parse(textwrap.dedent(source)), timeout=timeout).results
-    return result
 
 
 def every_value(dtype: torch.dtype) -> torch.Tensor:

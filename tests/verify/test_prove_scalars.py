@@ -3,20 +3,13 @@ constrained by the guards that read them."""
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 import torch
 
-import fxrules
 from fxrules.verification.prove import Outcome, RuleProof
+from tests.verify.proving import prove_one
 
 pytest.importorskip("z3")
-
-
-def prove_one(source: str, timeout: float = 30) -> RuleProof:
-    (result,) = fxrules.prove(fxrules.parse(textwrap.dedent(source)), timeout=timeout).results
-    return result
 
 
 def clamp_relu(dtype: str, kind: str, guard: str) -> str:

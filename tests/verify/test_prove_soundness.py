@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import textwrap
-
 import pytest
 import torch
 
-import fxrules
 from fxrules.verification.prove import Outcome
+from tests.verify.proving import prove_one
 
 pytest.importorskip("z3")
-
-
-def prove_one(source: str) -> fxrules.verification.prove.RuleProof:
-    rules = fxrules.parse(textwrap.dedent(source))
-    (result,) = fxrules.prove(rules, timeout=20).results
-    return result
 
 
 def test_where_method_reads_self_as_the_input_not_the_condition() -> None:
