@@ -130,10 +130,15 @@ def test_double_neg_is_refuted_on_complex_tensors_where_vectorized_neg_loses_the
     path = tmp_path / "neg.fxr"
     path.write_text("rule double_neg: neg(neg(x)) => x\n", encoding="utf-8")
     result = fxrules.prove(path)["double_neg"]
-    assert result.outcome.value == "refuted"
-    assert result.reason == "the solver found the outputs differ (x: complex64)"
+    # Which zero z3 offers depends on its state: -0+0j replays as a refutation; +0+0j differs only where the
+    # two negations take different kernel paths (a strided input), which replay on contiguous tensors does
+    # not reach, so it is reported as the model differing from torch. Never a proof.
+    assert result.outcome.value in ("refuted", "solver/torch mismatch"), str(result)
+    assert result.reason.startswith("the solver found the outputs differ")
+    assert result.reason.endswith("(x: complex64)")
     assert result.counterexample is not None
-    assert result.counterexample.problem == "the sign of a zero differs (-0.0 and 0.0)"
+    if result.outcome.value == "refuted":
+        assert result.counterexample.problem == "the sign of a zero differs (-0.0 and 0.0)"
     x = torch.full((64,), complex(-0.0, 0.0), dtype=torch.complex64)
     assert not same_bits(torch.view_as_real(torch.neg(torch.neg(x))), torch.view_as_real(x))
 
