@@ -358,8 +358,6 @@ class Incremental(Scheduler):
             return self._satisfiers_by_key[(node.op, node.target)]
         except KeyError:
             pass
-        except TypeError:  # an unhashable target: not kept
-            return self._satisfiers_of(rules_at(node))
         found = self._satisfiers_by_key[(node.op, node.target)] = self._satisfiers_of(rules_at(node))
         return found
 

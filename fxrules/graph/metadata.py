@@ -119,11 +119,9 @@ def mutates_first_argument(node: torch.fx.Node) -> bool:
 
 
 def _per_target(decide: Callable[[str, Any], bool], node: torch.fx.Node) -> bool:
-    """``decide(op, target)``, cached: the aliasing checks ask it for every node near every match."""
-    try:
-        return decide(node.op, node.target)
-    except TypeError:  # an unhashable target: decided afresh
-        return bool(decide.__wrapped__(node.op, node.target))  # type: ignore[attr-defined]  # functools.cache keeps it
+    """``decide(op, target)``, cached: the aliasing checks ask it for every node near every match (a graph's
+    targets are hashable: FX files every node by its target)."""
+    return decide(node.op, node.target)
 
 
 @functools.cache
@@ -266,10 +264,7 @@ def _may_return_first(node: torch.fx.Node) -> bool:
     if op == "call_module":
         module = _submodule(node)
         return isinstance(module, ALIASING_MODULES) or getattr(module, "inplace", False) is True
-    try:
-        returns, position = _or_inplace_position(_target_may_return_first, op, node.target)
-    except TypeError:  # an unhashable target: decided afresh
-        returns, position = _or_inplace_position.__wrapped__(_target_may_return_first, op, node.target)
+    returns, position = _or_inplace_position(_target_may_return_first, op, node.target)
     return returns or node.kwargs.get("inplace") is True \
         or (position is not None and len(node.args) > position and node.args[position] is True)
 
@@ -337,11 +332,6 @@ def writes_into(user: torch.fx.Node, node: torch.fx.Node) -> bool:
     if isinstance(out, list | tuple) or (args and isinstance(args[0], list | tuple)):
         return any(value is node for value in written_values(user))
     if user.op == "call_function":
-        try:
-            if _written_parameters(user.target) is _NOTHING:  # nearly every call
-                return False
-        except TypeError:  # an unhashable target: _declared_written decides afresh
-            pass
         return any(value is node for value in _declared_written(user))
     return user.op == "call_module" and any(value is node for value in _written_by_graph_module(user))
 
@@ -377,10 +367,7 @@ def _written_by_graph_module(node: torch.fx.Node) -> list[torch.fx.Node]:
 
 def _declared_written(node: torch.fx.Node) -> list[torch.fx.Node]:
     """The nodes a function call gives the parameters :func:`_written_parameters` names."""
-    try:
-        declared, statistics = _written_parameters(node.target)
-    except TypeError:  # an unhashable target: decided afresh
-        declared, statistics = _written_parameters.__wrapped__(node.target)
+    declared, statistics = _written_parameters(node.target)
     if not declared and statistics is None:  # nearly every call
         return []
     args, kwargs = node.args, node.kwargs
@@ -478,14 +465,7 @@ def may_write_in_place(node: torch.fx.Node) -> bool:
         return True
     if node.op == "call_module":
         return bool(_written_by_graph_module(node))
-    if node.op != "call_function":
-        return False
-    try:
-        if _written_parameters(node.target) is _NOTHING:  # nearly every call: nothing to look at
-            return False
-    except TypeError:  # an unhashable target: _declared_written decides afresh
-        pass
-    return bool(_declared_written(node))
+    return node.op == "call_function" and bool(_declared_written(node))
 
 
 class GraphEffects:
@@ -532,8 +512,6 @@ class GraphEffects:
             impure = self._impure[target, impure_random]
         except KeyError:
             impure = self._impure[target, impure_random] = node.is_impure(impure_random)
-        except TypeError:  # an unhashable target
-            impure = node.is_impure(impure_random)
         return impure or may_write_in_place(node)
 
 
@@ -548,11 +526,8 @@ def _writers(graph: torch.fx.Graph) -> list[torch.fx.Node]:
             if may_write_in_place(node):
                 found.append(node)
             continue
-        try:
-            mutates, position = _or_inplace_position(_target_mutates_first, op, target)
-            declared = op == "call_function" and _written_parameters(target) is not _NOTHING
-        except TypeError:  # an unhashable target: decided afresh
-            mutates, position, declared = may_write_in_place(node), None, False
+        mutates, position = _or_inplace_position(_target_mutates_first, op, target)
+        declared = op == "call_function" and _written_parameters(target) is not _NOTHING
         if mutates or (position is not None and len(node.args) > position and node.args[position] is True) \
                 or (declared and _declared_written(node)):
             found.append(node)
@@ -591,10 +566,7 @@ def returns_its_input(node: torch.fx.Node) -> bool:
         module = _submodule(node)
         return isinstance(module, torch.nn.Identity) or (
             isinstance(module, torch.nn.modules.dropout._DropoutNd) and not module.training)
-    try:
-        name = _cached_plain_name(node.op, node.target)
-    except TypeError:  # an unhashable target
-        name = _plain_name(node.op, node.target)
+    name = _cached_plain_name(node.op, node.target)
     if name == "dropout":
         training = node.kwargs.get("training", node.kwargs.get("train", node.args[2] if len(node.args) > 2 else True))
         return training is False

@@ -902,10 +902,7 @@ class _FamilyOperation(_Operation):
         """The first function or method member the node calls: its target, or the target's overload packet."""
         by_target = self.by_target
         target = node.target
-        try:
-            exact = by_target.get((node.op, target))
-        except TypeError:  # an unhashable target is no member's (members are functions, methods, operators)
-            return None
+        exact = by_target.get((node.op, target))
         packet = getattr(target, "overloadpacket", None)
         of_packet = by_target.get((node.op, packet)) if packet is not None else None
         if exact is None or (of_packet is not None and of_packet[0] < exact[0]):

@@ -44,7 +44,7 @@ class RuleIndex:
             if all(narrowed_sets[rule.name] is not None for rule in rules):
                 continue
             op, target = key
-            if op in {"call_module", "get_attr"} or _unhashable(target):
+            if op in {"call_module", "get_attr"}:
                 calling = [n for n in nodes.with_op(op) if self.rules_at(n)]
             else:  # every node found calls the target or one of its overloads: some rule anchors there
                 calling = nodes.calling(op, target)
@@ -61,8 +61,6 @@ class RuleIndex:
         except KeyError:
             rules = self._cache[key] = self._lookup(node)
             return rules
-        except TypeError:  # an unhashable target
-            return self._lookup(node)
 
     def _lookup(self, node: torch.fx.Node) -> tuple[Rule, ...]:
         found = {rule.name: rule for key in node_keys(self.gm, node) for rule in self.by_anchor.get(key, ())}
@@ -151,11 +149,3 @@ class NodeIndex:
 @functools.cache
 def _overloads(packet: torch._ops.OpOverloadPacket) -> tuple[torch._ops.OpOverload, ...]:
     return tuple(getattr(packet, name) for name in packet.overloads())
-
-
-def _unhashable(target: Any) -> bool:
-    try:
-        hash(target)
-    except TypeError:
-        return True
-    return False

@@ -50,10 +50,7 @@ class Satisfiers:
         if value.op == "get_attr":
             return self.attributes
         keys, target = self.keys, value.target
-        try:
-            if (value.op, target) in keys:
-                return True
-        except TypeError:  # an unhashable target: it may
+        if (value.op, target) in keys:
             return True
         packet = getattr(target, "overloadpacket", None)
         return packet is not None and (value.op, packet) in keys
