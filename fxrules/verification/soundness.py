@@ -132,6 +132,8 @@ class RuleVerdict:
     proved: tuple[str, ...] = ()
     #: What the prover said of the rule ("" when it was not asked): its outcome and reason.
     proof: str = ""
+    #: When the prover refuted the rule but verify's checks did not confirm its counterexample: why not.
+    unconfirmed: str = ""
 
     @property
     def sound(self) -> bool:
@@ -142,11 +144,13 @@ class RuleVerdict:
         head = f"{self.location}: {self.rule}: "
         if self.verdict in (Verdict.SOUND, Verdict.PROVED):
             proved = f"proved ({'; '.join(self.proved)}), " if self.verdict is Verdict.PROVED else ""
-            if not self.aliasing:
-                return head + proved + f"sound ({self.examples} examples)"
-            changes = "; ".join(self.aliasing)
-            return (head + proved + f"sound ({self.examples} examples; aliasing changes: {changes})\n"
-                    f"  {ALIASING_CONTRACT}")
+            changes = f"; aliasing changes: {'; '.join(self.aliasing)}" if self.aliasing else ""
+            lines = [head + proved + f"sound ({self.examples} examples{changes})"]
+            if self.aliasing:
+                lines.append(f"  {ALIASING_CONTRACT}")
+            if self.unconfirmed:
+                lines.append(f"  the prover: {self.proof}; {self.unconfirmed}")
+            return "\n".join(lines)
         if self.verdict in (Verdict.INCONCLUSIVE, Verdict.ERROR):
             return head + f"{self.verdict.value}: {self.reason}"
         assert self.counterexample is not None
@@ -633,11 +637,13 @@ def _proved_or_sampled(rule: Rule, options: VerifyOptions, helpers: Mapping[str,
     proof = proving.prove_rule(rule, z3, options.prove_timeout or proving.DEFAULT_TIMEOUT, helpers)
     said = proof.outcome.value + (f" (dtypes {', '.join(proof.dtypes)})" if proof.dtypes else "") + (
         f": {proof.reason}" if proof.reason else "")
+    unconfirmed = ""
     if proof.outcome is proving.Outcome.REFUTED and proof.counterexample is not None:
-        unsound = _replayed(rule, proof.counterexample.values, helpers, options.draws.dtypes)
-        if unsound is not None:
-            return attrs.evolve(unsound, proof=said)
-    verdict = attrs.evolve(_sampled(rule, options, helpers), proof=said)
+        replayed = _replayed(rule, proof.counterexample.values, helpers, options.draws.dtypes)
+        if isinstance(replayed, RuleVerdict):
+            return attrs.evolve(replayed, proof=said)
+        unconfirmed = replayed
+    verdict = attrs.evolve(_sampled(rule, options, helpers), proof=said, unconfirmed=unconfirmed)
     if verdict.verdict is Verdict.SOUND and proof.outcome is proving.Outcome.PROVED:
         return attrs.evolve(verdict, verdict=Verdict.PROVED, proved=proof.dtypes)
     return verdict
@@ -649,13 +655,14 @@ def _sampled(rule: Rule, options: VerifyOptions, helpers: Mapping[str, Callable[
 
 
 def _replayed(rule: Rule, values: Mapping[str, Any], helpers: Mapping[str, Callable[..., Any]],
-              dtypes: tuple[torch.dtype, ...] | None) -> RuleVerdict | None:
+              dtypes: tuple[torch.dtype, ...] | None) -> RuleVerdict | str:
     """The prover's counterexample run through verify's checks as a drawn example is: unsound if they find the
-    difference too; None if they do not (different bits within the tolerance), or if it is no input verify
-    draws (a large finite value for a rule with ``@finite_inputs()``, a dtype outside ``dtypes``): the examples
-    then decide."""
+    difference too; else why not (different bits within the tolerance, or no input verify draws: a large
+    finite value for a rule with ``@finite_inputs()``, a dtype outside ``dtypes``), and the examples decide."""
     if not in_drawn_domain(rule, values, dtypes):
-        return None
+        return "its counterexample is not an input verify draws (a dtype outside the ones drawn, or a value " \
+               "outside @finite_inputs())"
+    why_not = "no alternative of the pattern takes its counterexample"
     for choice in alternative_choices(rule):
         example = example_of(rule, values, choice)
         if example is None:  # the pattern of this choice of alternatives rejects it
@@ -665,9 +672,11 @@ def _replayed(rule: Rule, values: Mapping[str, Any], helpers: Mapping[str, Calla
         except _Disagreement as found:
             return RuleVerdict(rule.name, str(rule.span), Verdict.UNSOUND, 0, found.problem,
                                attrs.evolve(_counterexample(rule, found), found_by_prover=True))
-        except (_RuleError, _UncomparableError):
-            return None
-    return None
+        except (_RuleError, _UncomparableError) as error:
+            return f"its counterexample could not be checked on tensors ({error})"
+        why_not = "verify's checks find no difference on its counterexample (the outputs differ within the " \
+                  "rule's tolerance)"
+    return why_not
 
 
 def _verdict(rule: Rule, verdict: Verdict, reason: str, examples_run: int = 0) -> RuleVerdict:
