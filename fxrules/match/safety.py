@@ -38,6 +38,7 @@ from fxrules.graph.metadata import (
     writes_into,
     written_values,
 )
+from fxrules.graph.autocast import AutocastRegions, casts, changed_dtype, describe
 from fxrules.graph.subgraphs import OUTSIDE
 from fxrules.lang.ir import OpKind, OpTemplate, Rule, walk
 from fxrules.match.skips import Skip, SkipReason
@@ -114,6 +115,7 @@ class Splice:
     operation_name: Callable[[Node], str | None]
     effects: GraphEffects  # of the graph's nodes, but those made for this splice
     grad_modes: Mapping[Node, bool | str] | None = None  # where the graph has grad-mode regions
+    autocast: AutocastRegions | None = None  # where the graph runs under autocast
     values: list[Any] | tuple[()] = ()
     created: list[Node] | tuple[()] = ()
     _pairs: list[tuple[Node, Node]] | None = attrs.field(default=None, init=False)
@@ -466,6 +468,24 @@ def _enabled(mode: bool | str) -> str:
     return "enabled" if mode is True else "disabled"
 
 
+def _autocast(splice: Splice) -> Detail | None:
+    """Autocast casts the inputs of the operations on its lists, so a rewrite that keeps a dtype elsewhere may
+    change it there (``matmul(a, w) + b => addmm(b, a, w)``: bfloat16 in place of float32).  The match may not
+    span two autocast states; in one that casts, the match and the replacement run on fake tensors under it,
+    and every output must keep its dtypes.  New nodes go before the anchor, in its state."""
+    regions = splice.autocast
+    if regions is None:
+        return None
+    match, states = splice.match, regions.states(splice.anchor)
+    for node in match.nodes:
+        if node.op != "get_attr" and regions.states(node) != states:
+            return f"'{node.name}' is computed {describe(regions.states(node))} and the replacement would be " \
+                   f"computed {describe(states)}"
+    if not any(casts(state) for state in states):
+        return None
+    return changed_dtype(match.nodes, match.outputs, splice.values, splice.created, states)
+
+
 def _in_place_write(splice: Splice) -> Detail | None:
     """The write would reach both the output and the value it would share memory with."""
     pairs = splice.pairs()
@@ -548,6 +568,9 @@ SAFETY_CHECKS = (
     SafetyCheck("grad_mode", SkipReason.GRAD_MODE, Stage.SPLICE,
                 "the match spans two grad modes, or a value computed without grad would replace one used where "
                 "grad is enabled", _grad_mode),
+    SafetyCheck("autocast", SkipReason.AUTOCAST, Stage.SPLICE,
+                "the match spans two autocast states, or in an autocast region an output's dtype under autocast "
+                "would change", _autocast),
     SafetyCheck("in_place_write", SkipReason.IN_PLACE_WRITE, Stage.SPLICE,
                 "an output would share memory with an existing value, and the graph writes into either in place",
                 _in_place_write),

@@ -36,6 +36,7 @@ from fxrules.graph.metadata import (
 )
 from fxrules.graph.module_data import UnreadableAttribute, read_module_attribute
 from fxrules.graph.sizes import SYMBOLIC, DynamicSize, dynamic_size, is_size_error, literal
+from fxrules.graph.autocast import autocast_regions
 from fxrules.graph.subgraphs import NO_NEW_TENSORS, OUTSIDE, TOP_LEVEL, CallContext, grad_modes
 from fxrules.lang.bounds import LiteralTooLarge, bounded
 from fxrules.lang.ir import (
@@ -115,6 +116,7 @@ class Rewriter:
         self.transaction = transaction
         self.with_metadata = any(has_metadata(n) for n in graph.find_nodes(op="placeholder"))
         self.effects = GraphEffects(graph)  # told of every node a rewrite creates or redirects
+        self.autocast = autocast_regions(graph, context.autocast)
 
     @functools.cached_property
     def level(self) -> Level:
@@ -139,7 +141,7 @@ class Rewriter:
         mark = self.transaction.mark(self.graph)
         try:  # a skip halfway (a helper's value unknown, no aten spelling...) leaves nothing behind
             splice.values, splice.created = self._emit(match, splice.anchor)
-            splice.grad_modes = self.grad_modes
+            splice.grad_modes, splice.autocast = self.grad_modes, self.autocast
             run_checks(SPLICE_CHECKS, splice)
         except Skip:
             self.transaction.undo_since(mark, self.graph)
