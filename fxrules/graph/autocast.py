@@ -83,7 +83,7 @@ def autocast_regions(graph: torch.fx.Graph, outer: tuple[State, ...] = ()) -> Au
         if node.target is _ENTER:
             open_regions[node] = region(node.args, node.kwargs)
         elif node.args:
-            open_regions.pop(node.args[0], None)  # type: ignore[call-overload]
+            open_regions.pop(node.args[0], None)
         inner.append(tuple(open_regions.values()))
     return AutocastRegions(outer, [n._sort_key for n in switches], inner)
 
@@ -124,7 +124,7 @@ def changed_dtype(matched: Iterable[Node], outputs: Sequence[Node], values: Sequ
                 was, now = _dtypes(before[output]), _dtypes(_result(value, before, after))
                 if was != now:
                     return f"'{output.name}' is {was} {describe([state])}, and its replacement would be {now}"
-        except Exception as error:  # noqa: BLE001 - any failure leaves the dtypes unknown: refuse
+        except Exception as error:  # any failure leaves the dtypes unknown: refuse
             return f"the dtypes {describe([state])} are unknown: {error}"
     return None
 

@@ -27,6 +27,7 @@ import torch
 import torch.fx
 from torch.fx.operator_schemas import normalize_function
 
+from fxrules.graph.autocast import AutocastRegions, casts, changed_dtype, describe
 from fxrules.graph.metadata import (
     GraphEffects,
     alias_class,
@@ -38,7 +39,6 @@ from fxrules.graph.metadata import (
     writes_into,
     written_values,
 )
-from fxrules.graph.autocast import AutocastRegions, casts, changed_dtype, describe
 from fxrules.graph.subgraphs import OUTSIDE
 from fxrules.lang.ir import OpKind, OpTemplate, Rule, walk
 from fxrules.match.skips import Skip, SkipReason

@@ -28,6 +28,7 @@ import torch
 import torch.fx
 
 from fxrules.diagnostics import FxrApplyError
+from fxrules.graph.autocast import autocast_regions
 from fxrules.graph.metadata import (
     GraphEffects,
     has_metadata,
@@ -36,7 +37,6 @@ from fxrules.graph.metadata import (
 )
 from fxrules.graph.module_data import UnreadableAttribute, read_module_attribute
 from fxrules.graph.sizes import SYMBOLIC, DynamicSize, dynamic_size, is_size_error, literal
-from fxrules.graph.autocast import autocast_regions
 from fxrules.graph.subgraphs import NO_NEW_TENSORS, OUTSIDE, TOP_LEVEL, CallContext, grad_modes
 from fxrules.lang.bounds import LiteralTooLarge, bounded
 from fxrules.lang.ir import (
