@@ -46,8 +46,12 @@ _PARAMETERS = inspect.signature(torch.amp.autocast)
 
 
 def region(args: Sequence[Any], kwargs: dict[str, Any] | None = None) -> Autocast:
-    """The region of ``torch.autocast(*args, **kwargs)``, its defaults filled in as torch fills them."""
-    bound = _PARAMETERS.bind(*args, **(kwargs or {}))
+    """The region of ``torch.autocast(*args, **kwargs)``, its defaults filled in as torch fills them (arguments
+    torch would refuse make a region that cannot be entered: every rewrite in it is refused)."""
+    try:
+        bound = _PARAMETERS.bind(*args, **(kwargs or {}))
+    except TypeError:
+        return Autocast(args, kwargs, True)
     bound.apply_defaults()
     return Autocast(bound.arguments["device_type"], bound.arguments["dtype"], bound.arguments["enabled"])
 

@@ -1,0 +1,174 @@
+"""Rewrites inside ``torch.autocast`` regions: a rewrite that would change a dtype there is skipped with reason
+``autocast``, one that keeps every dtype still fires, and the program computes what it computes eagerly.
+
+The regions come from Dynamo (``_enter_autocast`` / ``_exit_autocast`` calls), ``torch.export``
+(``wrap_with_autocast`` subgraphs) and hand-written symbolic graphs with the same calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.fx
+from torch.fx.passes.shape_prop import ShapeProp
+
+import fxrules
+from fxrules.integrations.pipelines import Backend, RulesArgument
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
+
+ADDMM_DETAIL = "'add' is torch.float32 in autocast(cpu, torch.bfloat16), and its replacement would be torch.bfloat16"
+
+#: matmul * 1 => matmul keeps the product's dtype (bfloat16 either way); relu(matmul(a, b)) => relu(a) drops the
+#: matmul autocast casts, so the result would be float32 (a rule written only to remove a listed operation).
+RULES = fxrules.parse('''
+rule times_one:
+    torch.matmul(a, b) * 1 => torch.matmul(a, b)
+
+rule drop_matmul:
+    torch.relu(torch.matmul(a, b)) => torch.relu(a)
+''')
+
+
+def _skips(report: fxrules.Report) -> dict[str, list[tuple[str, str]]]:
+    """Rule name -> (reason, detail) of its kept skipped matches."""
+    return {rule.name: [(str(s.reason), s.detail) for s in rule.skipped] for rule in report.rules if rule.skipped}
+
+
+def _compiled(fn: Callable[..., torch.Tensor], rules: RulesArgument) -> tuple[Callable[..., torch.Tensor], Backend]:
+    backend = fxrules.backend(rules, then="eager")
+    return torch.compile(fn, backend=backend), backend
+
+
+def _fusable(a: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return torch.matmul(a, w) + b
+
+
+def _double_neg(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return torch.matmul(torch.neg(torch.neg(x)), w)
+
+
+INPUTS = (torch.randn(4, 4), torch.randn(4, 4), torch.randn(4))
+
+
+def test_dynamo_region_refuses_a_fusion_that_changes_the_dtype() -> None:
+    """matmul + bias is float32 under autocast; addmm would be bfloat16: skipped, and the output is eager's."""
+    compiled, backend = _compiled(_fusable, "fusions.fxr")
+    result = compiled(*INPUTS)
+    assert result.dtype == torch.float32
+    torch.testing.assert_close(result, _fusable(*INPUTS), rtol=0, atol=0)
+    assert _skips(backend.reports[0]) == {"addmm": [("autocast", ADDMM_DETAIL)]}
+
+
+def test_dynamo_region_still_fires_a_rewrite_that_keeps_dtypes() -> None:
+    """neg(neg(x)) => x inside the region: neg is on no autocast list, the matmul after it sees x either way."""
+    compiled, backend = _compiled(_double_neg, "algebra.fxr")
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    result = compiled(x, w)
+    assert backend.reports[0].counts() == {"double_neg": 1}
+    assert result.dtype == torch.bfloat16
+    torch.testing.assert_close(result, _double_neg(x, w), rtol=0, atol=0)
+
+
+def test_dynamo_region_keeps_a_listed_operation_whose_dtype_stays() -> None:
+    """matmul(a, b) * 1 => matmul(a, b) makes a new matmul: bfloat16 under autocast, as the product was."""
+    def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return torch.matmul(a, b) * 1
+
+    compiled, backend = _compiled(fn, RULES)
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    result = compiled(a, b)
+    assert backend.reports[0].counts() == {"times_one": 1}
+    assert result.dtype == torch.bfloat16
+    torch.testing.assert_close(result, fn(a, b), rtol=0, atol=0)
+
+
+def test_dynamo_region_refuses_removing_an_operation_autocast_casts() -> None:
+    """relu(matmul(a, b)) is bfloat16 under autocast; relu(a) would be float32."""
+    def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return torch.relu(torch.matmul(a, b))
+
+    compiled, backend = _compiled(fn, RULES)
+    assert compiled(torch.randn(4, 4), torch.randn(4, 4)).dtype == torch.bfloat16
+    assert _skips(backend.reports[0]) == {"drop_matmul": [(
+        "autocast",
+        "'relu' is torch.bfloat16 in autocast(cpu, torch.bfloat16), and its replacement would be torch.float32")]}
+
+
+def test_a_match_spanning_the_region_boundary_is_refused() -> None:
+    """The replacement would run where its output is, not where the first neg was."""
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = torch.neg(x)
+        return torch.neg(y)
+
+    compiled, backend = _compiled(fn, "algebra.fxr")
+    x = torch.randn(4)
+    torch.testing.assert_close(compiled(x), fn(x), rtol=0, atol=0)
+    assert _skips(backend.reports[0]) == {"double_neg": [(
+        "autocast",
+        "'y' is computed in autocast(cpu, torch.bfloat16) and the replacement would be computed outside autocast")]}
+
+
+def test_a_disabled_region_inside_autocast_lets_a_fusion_fire() -> None:
+    """``torch.autocast(enabled=False)`` inside the region: nothing is cast there, and addmm fires."""
+    def fn(a: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16), torch.autocast("cpu", enabled=False):
+            return torch.matmul(a, w) + b
+
+    compiled, backend = _compiled(fn, "fusions.fxr")
+    result = compiled(*INPUTS)
+    assert backend.reports[0].counts() == {"addmm": 1}
+    assert result.dtype == torch.float32
+    torch.testing.assert_close(result, fn(*INPUTS))
+
+
+class _Fusable(torch.nn.Module):
+    def forward(self, a: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return _fusable(a, w, b)
+
+
+def test_exported_region_refuses_a_fusion_that_changes_the_dtype() -> None:
+    """The subgraph of ``wrap_with_autocast`` runs in its region: addmm is skipped there, with the same detail."""
+    result = fxrules.apply_program(torch.export.export(_Fusable(), INPUTS), "fusions.fxr")
+    output = result.program.module()(*INPUTS)
+    assert output.dtype == torch.float32
+    torch.testing.assert_close(output, _fusable(*INPUTS), rtol=0, atol=0)
+    assert _skips(result.report) == {"addmm": [("autocast", ADDMM_DETAIL)]}
+
+
+def _in_symbolic_region(fn: Callable[..., torch.Tensor]) -> torch.fx.GraphModule:
+    """``fn`` traced, its matmul to its output between hand-written ``_enter_autocast`` and ``_exit_autocast``
+    calls."""
+    gm = torch.fx.symbolic_trace(fn)
+    graph = gm.graph
+    with graph.inserting_before(next(iter(graph.find_nodes(op="call_function", target=torch.matmul)))):
+        enter = graph.call_function(torch.amp.autocast_mode._enter_autocast, ("cpu", torch.bfloat16, True, None))
+    with graph.inserting_before(graph.output_node()):
+        graph.call_function(torch.amp.autocast_mode._exit_autocast, (enter,))
+    gm.recompile()
+    return gm
+
+
+def test_symbolic_region_with_shape_metadata_refuses_the_fusion() -> None:
+    """ShapeProp runs the region (its metadata says bfloat16 for the product); the fusion is refused."""
+    gm = _in_symbolic_region(lambda a, w, b: torch.matmul(a, w) + b)
+    ShapeProp(gm).propagate(*INPUTS)
+    report = fxrules.apply(gm, "fusions.fxr")
+    assert _skips(report) == {"addmm": [("autocast", ADDMM_DETAIL)]}
+    assert gm(*INPUTS).dtype == torch.float32
+
+
+def test_symbolic_region_without_metadata_refuses_every_rewrite_it_cannot_check() -> None:
+    """Without metadata the dtypes under autocast are unknown: matmul * 1 is kept, and the skip says why."""
+    gm = _in_symbolic_region(lambda a, b: torch.matmul(a, b) * 1)
+    report = fxrules.apply(gm, RULES)
+    assert report.counts() == {}
+    assert _skips(report) == {"times_one": [(
+        "autocast", "the dtypes in autocast(cpu, torch.bfloat16) are unknown: node 'a' has no shape metadata")]}
