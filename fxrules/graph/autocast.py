@@ -73,10 +73,22 @@ class AutocastRegions:
         return tuple(outer + local for outer in self.outer)
 
 
+#: The device types torch.autocast knows, the one a backend extension registers last.
+_DEVICES = ("cpu", "cuda", "xpu", "mps", "hpu", "mtia", "xla", "ipu")
+
+
+def ambient() -> State:
+    """The autocast regions open now (``torch.autocast`` around ``apply``).  A ``torch.compile`` backend runs in
+    those of the call it compiles for, and Dynamo guards on them: the graph runs in them too."""
+    devices = (*_DEVICES, torch._C._get_privateuse1_backend_name())
+    return tuple(Autocast(device, torch.get_autocast_dtype(device), True) for device in devices
+                 if torch.is_autocast_enabled(device))
+
+
 def autocast_regions(graph: torch.fx.Graph, outer: tuple[State, ...] = ()) -> AutocastRegions | None:
-    """The autocast states of ``graph``'s nodes when it is run in the ``outer`` states, or None when no node of
-    it runs under autocast."""
-    outer = tuple(dict.fromkeys(outer or ((),)))
+    """The autocast states of ``graph``'s nodes when it is run in the ``outer`` states (none given: the
+    :func:`ambient` one), or None when no node of it runs under autocast."""
+    outer = tuple(dict.fromkeys(outer or (ambient(),)))
     switches = sorted([*graph.find_nodes(op="call_function", target=_ENTER),
                        *graph.find_nodes(op="call_function", target=_EXIT)], key=lambda n: n._sort_key)
     if not switches and outer == ((),):

@@ -172,3 +172,45 @@ def test_symbolic_region_without_metadata_refuses_every_rewrite_it_cannot_check(
     assert report.counts() == {}
     assert _skips(report) == {"times_one": [(
         "autocast", "the dtypes in autocast(cpu, torch.bfloat16) are unknown: node 'a' has no shape metadata")]}
+
+
+def _fuse_in_cond(p: torch.Tensor, a: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    def branch(a: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(a, w) + b
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        return torch.cond(p, branch, branch, (a, w, b))
+
+
+class _FuseInCond(torch.nn.Module):
+    def forward(self, p: torch.Tensor, a: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return _fuse_in_cond(p, a, w, b)
+
+
+def test_branches_of_a_cond_called_in_the_region_run_in_it() -> None:
+    """Both branches of ``torch.cond`` inside the region keep matmul + bias, in Dynamo and in export (which keeps
+    the region as enter and exit calls around the cond)."""
+    inputs = (torch.tensor(True), *INPUTS)
+    compiled, backend = _compiled(_fuse_in_cond, "fusions.fxr")
+    assert compiled(*inputs).dtype == torch.float32
+    assert _skips(backend.reports[0]) == {"addmm": [("autocast", ADDMM_DETAIL)] * 2}
+    result = fxrules.apply_program(torch.export.export(_FuseInCond(), inputs), "fusions.fxr")
+    output = result.program.module()(*inputs)
+    torch.testing.assert_close(output, _fuse_in_cond(*inputs), rtol=0, atol=0)
+    assert _skips(result.report) == {"addmm": [("autocast", ADDMM_DETAIL)] * 2}
+
+
+def test_a_graph_compiled_inside_autocast_runs_in_it() -> None:
+    """Called inside ``torch.autocast``, Dynamo's graph has no region of its own but runs in the caller's (and is
+    guarded on it): the fusion is refused there, and fires in the graph compiled for a call outside it."""
+    def fn(a: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.matmul(a, w) + b
+
+    compiled, backend = _compiled(fn, "fusions.fxr")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        result = compiled(*INPUTS)
+        torch.testing.assert_close(result, fn(*INPUTS), rtol=0, atol=0)
+    assert result.dtype == torch.float32
+    assert _skips(backend.reports[0]) == {"addmm": [("autocast", ADDMM_DETAIL)]}
+    compiled(*INPUTS)
+    assert [report.counts() for report in backend.reports] == [{}, {"addmm": 1}]
