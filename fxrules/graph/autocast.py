@@ -129,27 +129,41 @@ def changed_dtype(matched: Iterable[Node], outputs: Sequence[Node], values: Sequ
                   created: Sequence[Node], states: tuple[State, ...]) -> str | None:
     """Why replacing ``outputs`` by ``values`` (``created`` made for them) changes a dtype in ``states``: the
     matched nodes and the new ones are run on fake tensors (from the metadata of what they read) in each
-    state, and each output must keep the dtypes of its tensors.  None when every output keeps them."""
+    state.  Each output must keep the dtypes of its tensors, and a new node that autocast casts (it computes
+    another dtype than it would on the same inputs without autocast) must have a matched node of the same
+    operation computing that dtype: else the replacement would compute in a precision the match did not.
+    None when all of that holds."""
     in_order = sorted(matched, key=lambda n: n._sort_key)
     for state in states:
         try:
             with entered(state):
                 before = run_on_fake(in_order)
-                after = run_on_fake(created)
+                after = run_on_fake(created, before)
             for output, value in zip(outputs, values, strict=True):
-                was, now = _dtypes(before[output]), _dtypes(_result(value, before, after))
+                was = _dtypes(before[output])
+                now = _dtypes(after[value] if isinstance(value, Node) and value in after else fake_value(value))
                 if was != now:
                     return f"'{output.name}' is {was} {describe([state])}, and its replacement would be {now}"
+            cast = _cast_anew(in_order, created, before, after, state)
         except Exception as error:  # any failure leaves the dtypes unknown: refuse
             return f"the dtypes {describe([state])} are unknown: {error}"
+        if cast is not None:
+            return cast
     return None
 
 
-def _result(value: Any, before: dict[Node, Any], after: dict[Node, Any]) -> Any:
-    """A replacement value as the fake run sees it: new, matched, or an existing node by its metadata."""
-    if not isinstance(value, Node):
-        return value
-    return after[value] if value in after else before[value] if value in before else fake_value(value)
+def _cast_anew(matched: list[Node], created: Sequence[Node], before: dict[Node, Any], after: dict[Node, Any],
+               state: State) -> str | None:
+    """Why a new node autocast casts in ``state`` computes in a precision no matched node of its operation did."""
+    for node in created:
+        with entered(tuple(Autocast(entry.device_type, None, False) for entry in state)):
+            plain = _dtypes(run_on_fake([node], after)[node])
+        cast = _dtypes(after[node])
+        if cast != plain and not any(m.op == node.op and m.target == node.target and _dtypes(before[m]) == cast
+                                     for m in matched):
+            return f"autocast would run the replacement's '{node.name}' in {cast} (it would be {plain} without " \
+                   f"autocast), and no node of the match with its target is {cast}"
+    return None
 
 
 def _dtypes(value: Any) -> str:

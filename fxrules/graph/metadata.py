@@ -15,7 +15,7 @@ import functools
 import inspect
 import operator
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -662,12 +662,14 @@ def infer_metadata(node: torch.fx.Node) -> None:
             node.meta["tensor_meta"] = type(result)(_extract_tensor_metadata(r) for r in result)
 
 
-def run_on_fake(nodes: Sequence[torch.fx.Node]) -> dict[torch.fx.Node, Any]:
+def run_on_fake(nodes: Sequence[torch.fx.Node],
+                known: Mapping[torch.fx.Node, Any] | None = None) -> dict[torch.fx.Node, Any]:
     """The results of ``nodes`` (in order) run on fake tensors, as :func:`infer_metadata` runs one node: each
-    reads the results of those before it, and any other node's metadata.  Never runs anything on real values:
+    reads the results of those before it, the ``known`` fake values, and any other node's metadata.  Never
+    runs anything on real values:
     raises :class:`MissingMetadata` for an input without metadata, ``TypeError`` for a node that is not a tensor
     operation (a module, a Python function) nor an ``operator`` function, and whatever the run raises."""
-    results: dict[torch.fx.Node, Any] = {}
+    results: dict[torch.fx.Node, Any] = dict(known or {})
     if not nodes:
         return results
     mode, _ = _mode_for(nodes[0])

@@ -471,8 +471,9 @@ def _enabled(mode: bool | str) -> str:
 def _autocast(splice: Splice) -> Detail | None:
     """Autocast casts the inputs of the operations on its lists, so a rewrite that keeps a dtype elsewhere may
     change it there (``matmul(a, w) + b => addmm(b, a, w)``: bfloat16 in place of float32).  The match may not
-    span two autocast states; in one that casts, the match and the replacement run on fake tensors under it,
-    and every output must keep its dtypes.  New nodes go before the anchor, in its state."""
+    span two autocast states; in one that casts, the match and the replacement run on fake tensors under it:
+    every output must keep its dtypes, and a new node autocast casts must have a matched counterpart of that
+    dtype (:func:`~fxrules.graph.autocast.changed_dtype`).  New nodes go before the anchor, in its state."""
     regions = splice.autocast
     if regions is None:
         return None

@@ -22,13 +22,17 @@ pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 ADDMM_DETAIL = "'add' is torch.float32 in autocast(cpu, torch.bfloat16), and its replacement would be torch.bfloat16"
 
 #: matmul * 1 => matmul keeps the product's dtype (bfloat16 either way); relu(matmul(a, b)) => relu(a) drops the
-#: matmul autocast casts, so the result would be float32 (a rule written only to remove a listed operation).
+#: matmul autocast casts, so the result would be float32; add_mm adds one, whose bfloat16 result the float32
+#: addend makes float32 again (the last two are written only to remove or add a listed operation).
 RULES = fxrules.parse('''
 rule times_one:
     torch.matmul(a, b) * 1 => torch.matmul(a, b)
 
 rule drop_matmul:
     torch.relu(torch.matmul(a, b)) => torch.relu(a)
+
+rule add_mm:
+    torch.relu(x) + c => torch.relu(torch.mm(x, x)) + c
 ''')
 
 
@@ -99,6 +103,21 @@ def test_dynamo_region_refuses_removing_an_operation_autocast_casts() -> None:
     assert _skips(backend.reports[0]) == {"drop_matmul": [(
         "autocast",
         "'relu' is torch.bfloat16 in autocast(cpu, torch.bfloat16), and its replacement would be torch.float32")]}
+
+
+def test_dynamo_region_refuses_a_new_operation_autocast_casts_though_the_output_dtype_stays() -> None:
+    """relu(x) + c and relu(mm(x, x)) + c are both float32, but the new mm would compute in bfloat16 where no
+    operation of the match did."""
+    def fn(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return torch.relu(x) + c
+
+    compiled, backend = _compiled(fn, RULES)
+    x, c = torch.randn(4, 4), torch.randn(4, 4)
+    torch.testing.assert_close(compiled(x, c), fn(x, c), rtol=0, atol=0)
+    assert _skips(backend.reports[0]) == {"add_mm": [(
+        "autocast", "autocast would run the replacement's 'mm' in torch.bfloat16 (it would be torch.float32 without "
+                    "autocast), and no node of the match with its target is torch.bfloat16")]}
 
 
 def test_a_match_spanning_the_region_boundary_is_refused() -> None:
