@@ -125,6 +125,11 @@ def entered(state: State) -> Iterator[None]:
         yield
 
 
+def running(regions: AutocastRegions | None, node: Node) -> contextlib.AbstractContextManager[None]:
+    """Run the body in the autocast state ``node`` runs in (the first, where its graph runs in several)."""
+    return entered(regions.states(node)[0]) if regions is not None else contextlib.nullcontext()
+
+
 def changed_dtype(matched: Iterable[Node], outputs: Sequence[Node], values: Sequence[Any],
                   created: Sequence[Node], states: tuple[State, ...]) -> str | None:
     """Why replacing ``outputs`` by ``values`` (``created`` made for them) changes a dtype in ``states``: the

@@ -28,7 +28,7 @@ import torch
 import torch.fx
 
 from fxrules.diagnostics import FxrApplyError
-from fxrules.graph.autocast import autocast_regions
+from fxrules.graph.autocast import autocast_regions, running
 from fxrules.graph.metadata import (
     GraphEffects,
     has_metadata,
@@ -195,7 +195,8 @@ class Rewriter:
             if shape:
                 node.meta.update(shape)
             elif self.with_metadata:
-                infer_metadata(node)
+                with running(self.autocast, match.anchor):  # computed as it runs: autocast may cast it
+                    infer_metadata(node)
 
     def _redirect(self, output: torch.fx.Node, value: Any, created: list[torch.fx.Node]) -> list[torch.fx.Node]:
         """Make the live users of ``output`` (but the replacement's own nodes) use ``value``; those users."""

@@ -8,6 +8,7 @@ The regions come from Dynamo (``_enter_autocast`` / ``_exit_autocast`` calls), `
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
@@ -90,6 +91,29 @@ def test_dynamo_region_keeps_a_listed_operation_whose_dtype_stays() -> None:
     assert backend.reports[0].counts() == {"times_one": 1}
     assert result.dtype == torch.bfloat16
     torch.testing.assert_close(result, fn(a, b), rtol=0, atol=0)
+
+
+def test_a_new_interior_node_in_the_region_gets_the_dtype_autocast_gives_it() -> None:
+    """The new matmul inside relu(matmul(a, b)) replaces no output: its metadata is computed, under autocast
+    (bfloat16, as it runs), so later rules and checks read the dtype it has."""
+    def fn(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return torch.relu(torch.matmul(a, b)) * 1
+
+    graphs: list[torch.fx.GraphModule] = []
+
+    def keep(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+        graphs.append(gm)
+        return gm.forward
+
+    rules = fxrules.parse("rule relu_times_one:\n    torch.relu(torch.matmul(a, b)) * 1 => "
+                          "torch.relu(torch.matmul(a, b))\n")
+    backend = fxrules.backend(rules, then=keep)
+    a, b = torch.randn(4, 4), torch.randn(4, 4)
+    torch.testing.assert_close(torch.compile(fn, backend=backend)(a, b), fn(a, b), rtol=0, atol=0)
+    assert backend.reports[0].counts() == {"relu_times_one": 1}
+    [matmul] = [n for n in graphs[0].graph.nodes if n.target is torch.matmul]
+    assert "fxrules" in matmul.meta and matmul.meta["val"].dtype == torch.bfloat16
 
 
 def test_dynamo_region_refuses_removing_an_operation_autocast_casts() -> None:
