@@ -51,7 +51,7 @@ def region(args: Sequence[Any], kwargs: dict[str, Any] | None = None) -> Autocas
     try:
         bound = _PARAMETERS.bind(*args, **(kwargs or {}))
     except TypeError:
-        return Autocast(args, kwargs, True)
+        return Autocast(tuple(args), tuple((kwargs or {}).items()), True)
     bound.apply_defaults()
     return Autocast(bound.arguments["device_type"], bound.arguments["dtype"], bound.arguments["enabled"])
 

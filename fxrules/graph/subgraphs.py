@@ -45,13 +45,12 @@ def higher_order_subgraphs(gm: torch.fx.GraphModule, prefix: str = "",
     """The subgraphs higher-order operators call (autocast and grad-mode regions, ``torch.cond`` branches...),
     innermost first, by path, with how they are called (``gm`` itself run in the ``autocast`` states)."""
     found: dict[str, tuple[torch.fx.GraphModule, CallContext]] = {}
-    regions = None
+    regions = autocast_regions(gm.graph, autocast)
     for node in gm.graph.find_nodes(op="get_attr"):
         callers = [user for user in node.users if isinstance(user.target, torch._ops.HigherOrderOperator)]
         subgraph = operator.attrgetter(str(node.target))(gm) if callers else None
         path = f"{prefix}{node.target}"
         if isinstance(subgraph, torch.fx.GraphModule) and path not in found:
-            regions = regions or autocast_regions(gm.graph, autocast)
             context = _call_context(callers, regions)
             found.update((p, (m, c)) for p, m, c in higher_order_subgraphs(subgraph, f"{path}.", context.autocast))
             found[path] = (subgraph, context)

@@ -7,7 +7,7 @@ The regions come from Dynamo (``_enter_autocast`` / ``_exit_autocast`` calls), `
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -102,7 +102,7 @@ def test_a_new_interior_node_in_the_region_gets_the_dtype_autocast_gives_it() ->
 
     graphs: list[torch.fx.GraphModule] = []
 
-    def keep(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
+    def keep(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Callable[..., Any]:
         graphs.append(gm)
         return gm.forward
 
@@ -257,3 +257,20 @@ def test_a_graph_compiled_inside_autocast_runs_in_it() -> None:
     assert _skips(backend.reports[0]) == {"addmm": [("autocast", ADDMM_DETAIL)]}
     compiled(*INPUTS)
     assert [report.counts() for report in backend.reports] == [{}, {"addmm": 1}]
+
+
+def test_a_region_torch_would_refuse_refuses_every_rewrite_in_it() -> None:
+    """An ``_enter_autocast`` call with arguments ``torch.autocast`` does not take cannot be entered: nothing in
+    its region is known, so double_neg there is skipped, and apply neither fails nor changes the graph."""
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    enter = graph.call_function(torch.amp.autocast_mode._enter_autocast, ("cpu", torch.bfloat16, True, None, 5))
+    out = graph.call_function(torch.neg, (graph.call_function(torch.neg, (x,)),))
+    graph.call_function(torch.amp.autocast_mode._exit_autocast, (enter,))
+    graph.output(out)
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    code = gm.code
+    report = fxrules.apply(gm, "algebra.fxr")
+    [(reason, detail)] = _skips(report)["double_neg"]
+    assert reason == "autocast" and detail.startswith("the dtypes in autocast(('cpu', torch.bfloat16, True, None, 5)")
+    assert gm.code == code
