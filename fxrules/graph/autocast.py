@@ -73,7 +73,7 @@ class AutocastRegions:
         return tuple(outer + local for outer in self.outer)
 
 
-#: The device types torch.autocast knows, the one a backend extension registers last.
+#: The device types torch.autocast knows by name (the privateuse1 one, which an extension may rename, is asked).
 _DEVICES = ("cpu", "cuda", "xpu", "mps", "hpu", "mtia", "xla", "ipu")
 
 

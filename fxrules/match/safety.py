@@ -570,8 +570,8 @@ SAFETY_CHECKS = (
                 "the match spans two grad modes, or a value computed without grad would replace one used where "
                 "grad is enabled", _grad_mode),
     SafetyCheck("autocast", SkipReason.AUTOCAST, Stage.SPLICE,
-                "the match spans two autocast states, or in an autocast region an output's dtype under autocast "
-                "would change", _autocast),
+                "the match spans two autocast states, or under autocast an output's dtype would change, or a new "
+                "node would be cast to a dtype no matched node of its operation computes in", _autocast),
     SafetyCheck("in_place_write", SkipReason.IN_PLACE_WRITE, Stage.SPLICE,
                 "an output would share memory with an existing value, and the graph writes into either in place",
                 _in_place_write),
