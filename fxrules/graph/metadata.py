@@ -15,7 +15,7 @@ import functools
 import inspect
 import operator
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -660,6 +660,32 @@ def infer_metadata(node: torch.fx.Node) -> None:
             node.meta["val"] = type(result)(result)
         else:
             node.meta["tensor_meta"] = type(result)(_extract_tensor_metadata(r) for r in result)
+
+
+def run_on_fake(nodes: Sequence[torch.fx.Node],
+                known: Mapping[torch.fx.Node, Any] | None = None) -> dict[torch.fx.Node, Any]:
+    """The results of ``nodes`` (in order) run on fake tensors, as :func:`infer_metadata` runs one node: each
+    reads the results of those before it, the ``known`` fake values, and any other node's metadata.  Never
+    runs anything on real values:
+    raises :class:`MissingMetadata` for an input without metadata, ``TypeError`` for a node that is not a tensor
+    operation (a module, a Python function) nor an ``operator`` function, and whatever the run raises."""
+    results: dict[torch.fx.Node, Any] = dict(known or {})
+    if not nodes:
+        return results
+    mode, _ = _mode_for(nodes[0])
+
+    def argument(value: Any) -> Any:
+        return results[value] if isinstance(value, torch.fx.Node) and value in results else _fake_input(value, mode)
+
+    for node in nodes:
+        args = torch.fx.node.map_aggregate(node.args, argument)
+        kwargs = torch.fx.node.map_aggregate(node.kwargs, argument)
+        if not (_is_tensor_operation(node, args, kwargs)
+                or (node.op == "call_function" and getattr(node.target, "__module__", None) == "_operator")):
+            raise TypeError(f"'{node.name}' is not a tensor operation")
+        with _without_fallback_kernels(mode), mode, symbolic_config.patch(backed_size_oblivious=True):  # type: ignore[attr-defined]
+            results[node] = _run(node, args, kwargs)
+    return results
 
 
 def _mode_for(node: torch.fx.Node) -> tuple[FakeTensorMode, bool]:

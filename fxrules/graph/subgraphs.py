@@ -14,6 +14,8 @@ import attrs
 import torch
 import torch.fx
 
+from fxrules.graph.autocast import AutocastRegions, State, autocast_regions, region
+
 #: ``GraphModule.meta`` key of a subgraph that may not receive new tensor attributes (in an exported
 #: program only the root graph's tensors can become inputs); its value says why.
 NO_NEW_TENSORS = "fxrules_no_new_tensors"
@@ -30,32 +32,40 @@ class CallContext:
 
     alias_free: bool = False  # an operator of ALIAS_FREE calls it: its outputs may not alias (torch.cond)
     grad_enabled: bool | None = None  # the grad mode ``wrap_with_set_grad_enabled`` runs it in, if it does
+    #: the autocast regions it runs in (its callers' and ``wrap_with_autocast``'s), one state per way it is called
+    autocast: tuple[State, ...] = ()
 
 
 #: The module ``apply`` was given: no operator of the graph calls it.
 TOP_LEVEL = CallContext()
 
 
-def higher_order_subgraphs(gm: torch.fx.GraphModule,
-                           prefix: str = "") -> list[tuple[str, torch.fx.GraphModule, CallContext]]:
+def higher_order_subgraphs(gm: torch.fx.GraphModule, prefix: str = "",
+                           autocast: tuple[State, ...] = ()) -> list[tuple[str, torch.fx.GraphModule, CallContext]]:
     """The subgraphs higher-order operators call (autocast and grad-mode regions, ``torch.cond`` branches...),
-    innermost first, by path, with how they are called."""
+    innermost first, by path, with how they are called (``gm`` itself run in the ``autocast`` states)."""
     found: dict[str, tuple[torch.fx.GraphModule, CallContext]] = {}
+    regions = autocast_regions(gm.graph, autocast)
     for node in gm.graph.find_nodes(op="get_attr"):
         callers = [user for user in node.users if isinstance(user.target, torch._ops.HigherOrderOperator)]
         subgraph = operator.attrgetter(str(node.target))(gm) if callers else None
         path = f"{prefix}{node.target}"
         if isinstance(subgraph, torch.fx.GraphModule) and path not in found:
-            found.update((p, (m, c)) for p, m, c in higher_order_subgraphs(subgraph, f"{path}."))
-            found[path] = (subgraph, _call_context(callers))
+            context = _call_context(callers, regions)
+            found.update((p, (m, c)) for p, m, c in higher_order_subgraphs(subgraph, f"{path}.", context.autocast))
+            found[path] = (subgraph, context)
     return [(path, subgraph, context) for path, (subgraph, context) in found.items()]
 
 
-def _call_context(callers: list[torch.fx.Node]) -> CallContext:
+def _call_context(callers: list[torch.fx.Node], regions: AutocastRegions | None) -> CallContext:
+    """How ``callers`` run their subgraph, given the autocast ``regions`` of their graph."""
     grad_modes = [c.args[0] for c in callers if c.target is torch.ops.higher_order.wrap_with_set_grad_enabled
                   and c.args and isinstance(c.args[0], bool)]
+    autocast = [state + ((region(c.args[:3]),) if c.target is torch.ops.higher_order.wrap_with_autocast else ())
+                for c in callers for state in (regions.states(c) if regions is not None else ((),))]
     return CallContext(alias_free=any(c.target.name() in ALIAS_FREE for c in callers),  # type: ignore[union-attr]
-                       grad_enabled=grad_modes[0] if grad_modes else None)
+                       grad_enabled=grad_modes[0] if grad_modes else None,
+                       autocast=tuple(dict.fromkeys(autocast)) if any(autocast) else ())
 
 
 #: The grad mode of a value that no computation of the graph makes (an input, an attribute): it may require grad.

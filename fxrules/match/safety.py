@@ -27,6 +27,7 @@ import torch
 import torch.fx
 from torch.fx.operator_schemas import normalize_function
 
+from fxrules.graph.autocast import AutocastRegions, casts, changed_dtype, describe
 from fxrules.graph.metadata import (
     GraphEffects,
     alias_class,
@@ -114,6 +115,7 @@ class Splice:
     operation_name: Callable[[Node], str | None]
     effects: GraphEffects  # of the graph's nodes, but those made for this splice
     grad_modes: Mapping[Node, bool | str] | None = None  # where the graph has grad-mode regions
+    autocast: AutocastRegions | None = None  # where the graph runs under autocast
     values: list[Any] | tuple[()] = ()
     created: list[Node] | tuple[()] = ()
     _pairs: list[tuple[Node, Node]] | None = attrs.field(default=None, init=False)
@@ -466,6 +468,25 @@ def _enabled(mode: bool | str) -> str:
     return "enabled" if mode is True else "disabled"
 
 
+def _autocast(splice: Splice) -> Detail | None:
+    """Autocast casts the inputs of the operations on its lists, so a rewrite that keeps a dtype elsewhere may
+    change it there (``matmul(a, w) + b => addmm(b, a, w)``: bfloat16 in place of float32).  The match may not
+    span two autocast states; in one that casts, the match and the replacement run on fake tensors under it:
+    every output must keep its dtypes, and a new node autocast casts must have a matched counterpart of that
+    dtype (:func:`~fxrules.graph.autocast.changed_dtype`).  New nodes go before the anchor, in its state."""
+    regions = splice.autocast
+    if regions is None:
+        return None
+    match, states = splice.match, regions.states(splice.anchor)
+    for node in match.nodes:
+        if node.op != "get_attr" and regions.states(node) != states:
+            return f"'{node.name}' is computed {describe(regions.states(node))} and the replacement would be " \
+                   f"computed {describe(states)}"
+    if not any(casts(state) for state in states):
+        return None
+    return changed_dtype(match.nodes, match.outputs, splice.values, splice.created, states)
+
+
 def _in_place_write(splice: Splice) -> Detail | None:
     """The write would reach both the output and the value it would share memory with."""
     pairs = splice.pairs()
@@ -548,6 +569,9 @@ SAFETY_CHECKS = (
     SafetyCheck("grad_mode", SkipReason.GRAD_MODE, Stage.SPLICE,
                 "the match spans two grad modes, or a value computed without grad would replace one used where "
                 "grad is enabled", _grad_mode),
+    SafetyCheck("autocast", SkipReason.AUTOCAST, Stage.SPLICE,
+                "the match spans two autocast states, or under autocast an output's dtype would change, or a new "
+                "node would be cast to a dtype no matched node of its operation computes in", _autocast),
     SafetyCheck("in_place_write", SkipReason.IN_PLACE_WRITE, Stage.SPLICE,
                 "an output would share memory with an existing value, and the graph writes into either in place",
                 _in_place_write),

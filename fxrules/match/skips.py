@@ -110,6 +110,15 @@ class SkipReason(str, enum.Enum):
         "replacement output computed without grad, and used where grad is not disabled, would become a value "
         "that may require it (`neg(neg(x)) => x` inside `torch.no_grad()`, the result used after it): the "
         "values are equal, but gradients would not be")
+    AUTOCAST = (
+        "autocast",
+        "the graph runs under `torch.autocast` (Dynamo's enter and exit calls, the subgraph of `wrap_with_autocast`"
+        " in an exported program, a graph compiled inside the region), and the match spans two autocast states, "
+        "or under autocast an output of the replacement would have another dtype than the matched one "
+        "(`matmul(a, w) + b => addmm(b, a, w)`: autocast runs `addmm` in bfloat16 on CPU, and the bias made the "
+        "sum float32), or a new node would compute in a dtype autocast casts it to that no node of the match "
+        "with its operation computed in, or the dtypes cannot be found (a node without metadata, an operation "
+        "that cannot run on fake tensors)")
     FILTERED = (
         "filtered",
         "the caller's filter refused the match (`fxrules.replace_pattern` keeps torch's matching rules this way)")

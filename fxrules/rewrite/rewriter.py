@@ -28,6 +28,7 @@ import torch
 import torch.fx
 
 from fxrules.diagnostics import FxrApplyError
+from fxrules.graph.autocast import autocast_regions, running
 from fxrules.graph.metadata import (
     GraphEffects,
     has_metadata,
@@ -115,6 +116,7 @@ class Rewriter:
         self.transaction = transaction
         self.with_metadata = any(has_metadata(n) for n in graph.find_nodes(op="placeholder"))
         self.effects = GraphEffects(graph)  # told of every node a rewrite creates or redirects
+        self.autocast = autocast_regions(graph, context.autocast)
 
     @functools.cached_property
     def level(self) -> Level:
@@ -139,7 +141,7 @@ class Rewriter:
         mark = self.transaction.mark(self.graph)
         try:  # a skip halfway (a helper's value unknown, no aten spelling...) leaves nothing behind
             splice.values, splice.created = self._emit(match, splice.anchor)
-            splice.grad_modes = self.grad_modes
+            splice.grad_modes, splice.autocast = self.grad_modes, self.autocast
             run_checks(SPLICE_CHECKS, splice)
         except Skip:
             self.transaction.undo_since(mark, self.graph)
@@ -193,7 +195,8 @@ class Rewriter:
             if shape:
                 node.meta.update(shape)
             elif self.with_metadata:
-                infer_metadata(node)
+                with running(self.autocast, match.anchor):  # computed as it runs: autocast may cast it
+                    infer_metadata(node)
 
     def _redirect(self, output: torch.fx.Node, value: Any, created: list[torch.fx.Node]) -> list[torch.fx.Node]:
         """Make the live users of ``output`` (but the replacement's own nodes) use ``value``; those users."""

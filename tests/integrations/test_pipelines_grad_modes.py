@@ -293,24 +293,24 @@ class _AddmmUnderAutocast(nn.Module):
         return _addmm_under_autocast(a, w, b)
 
 
-AUTOCAST_BUG = ("BUG: inside an autocast region (Dynamo's _enter_autocast calls, export's wrap_with_autocast "
-                "subgraphs) fusions.fxr's addmm turns matmul + bias into torch.addmm, which autocast runs in "
-                "bfloat16: the output's dtype changes from float32 to bfloat16 (the node's metadata still says "
-                "float32). The rewriter would have to compare the replacement's dtype under autocast")
-
-
-@pytest.mark.xfail(strict=True, reason=AUTOCAST_BUG)
 def test_backend_keeps_the_dtype_of_a_fusion_under_autocast() -> None:
+    """In Dynamo's autocast region matmul + bias stays: autocast would run the fused addmm in bfloat16."""
     backend = fxrules.backend("fusions.fxr", then="eager")
     inputs = (torch.randn(4, 4), torch.randn(4, 4), torch.randn(4))
-    assert torch.compile(_addmm_under_autocast, backend=backend)(*inputs).dtype == torch.float32
+    result = torch.compile(_addmm_under_autocast, backend=backend)(*inputs)
+    assert result.dtype == torch.float32
+    torch.testing.assert_close(result, _addmm_under_autocast(*inputs))
+    assert _skips(backend.reports[0]) == {"addmm": ["autocast"]}
 
 
-@pytest.mark.xfail(strict=True, reason=AUTOCAST_BUG)
 def test_exported_program_keeps_the_dtype_of_a_fusion_under_autocast() -> None:
+    """In the subgraph of export's wrap_with_autocast matmul + bias stays, as in Dynamo's region."""
     inputs = (torch.randn(4, 4), torch.randn(4, 4), torch.randn(4))
     result = fxrules.apply_program(torch.export.export(_AddmmUnderAutocast(), inputs), "fusions.fxr")
-    assert result.program.module()(*inputs).dtype == torch.float32
+    output = result.program.module()(*inputs)
+    assert output.dtype == torch.float32
+    torch.testing.assert_close(output, _addmm_under_autocast(*inputs))
+    assert _skips(result.report) == {"addmm": ["autocast"]}
 
 
 def test_an_identity_used_only_inside_its_no_grad_region_still_fires() -> None:

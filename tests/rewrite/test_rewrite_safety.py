@@ -3,6 +3,7 @@ example with its own skip reason and detail, the list is the docs' table, and ev
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ import attrs
 import pytest
 import torch
 import torch.fx
+from torch.fx.passes.shape_prop import ShapeProp
 
 import fxrules
 from fxrules.match.safety import SAFETY_CHECKS, Stage, checks_table
@@ -65,6 +67,20 @@ def no_grad_graph() -> torch.fx.GraphModule:
     graph.call_function(torch._C._set_grad_enabled, (True,))
     graph.output(graph.call_function(torch.relu, (inner,)))
     return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+def autocast_graph() -> torch.fx.GraphModule:
+    """``matmul(a, w) + b`` under ``torch.autocast("cpu")``, as Dynamo's graphs spell it, with ShapeProp's
+    metadata (the product bfloat16, the sum float32)."""
+    graph = torch.fx.Graph()
+    a, w, b = graph.placeholder("a"), graph.placeholder("w"), graph.placeholder("b")
+    enter = graph.call_function(torch.amp.autocast_mode._enter_autocast, ("cpu", torch.bfloat16, True, None))
+    out = graph.call_function(operator.add, (graph.call_function(torch.matmul, (a, w)), b))
+    graph.call_function(torch.amp.autocast_mode._exit_autocast, (enter,))
+    graph.output(out)
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    ShapeProp(gm).propagate(torch.randn(2, 3), torch.randn(3, 4), torch.randn(4))
+    return gm
 
 
 def in_place(x: torch.Tensor) -> torch.Tensor:
@@ -154,6 +170,9 @@ rule relu_sigmoid:
     "literal_receiver": Example(lambda: trace(lambda y: torch.mul(1, y).contiguous()), "torch.mul(x, _) => x",
                                 "calls .contiguous() on 'mul'"),
     "grad_mode": Example(no_grad_graph, "torch.neg(torch.neg(x)) => x", "computed with grad disabled"),
+    "autocast": Example(autocast_graph, "torch.matmul(a, w) + b => torch.addmm(b, a, w)",
+                        "'add' is torch.float32 in autocast(cpu, torch.bfloat16), and its replacement would be "
+                        "torch.bfloat16"),
     "in_place_write": Example(lambda: trace(in_place), "x * 1 => x", "'add_' writes into 'mul' in place"),
     "alias": Example(lambda: trace(lambda x: x * 1.0), "x * 1.0 => x", "share memory with the graph input 'x'"),
 }
