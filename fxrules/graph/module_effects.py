@@ -8,6 +8,7 @@ each module is read for what it may do (:class:`ModuleEffects`), conservatively:
 * a module of ``torch.nn``'s own classes: what its attributes say (``inplace=True``: its input; a
   normalization tracking running statistics, in training mode: those buffers; ``nn.Embedding(max_norm=...)``:
   its weight), and what its children do;
+* torch.export's ``_guards_fn``: it checks its inputs, writes nothing, and stays;
 * anything else, or any module with hooks (its own or global ones), a lazy module (which makes its parameters
   when first called) or a function of user code among its attributes: it may write every tensor argument and
   all of its state, return its first argument itself, and is never removed as dead code.
@@ -60,11 +61,17 @@ class ModuleEffects:
 #: A module whose forward fxrules cannot read.
 OPAQUE = ModuleEffects(every_argument=True, state=("",), impure=True, returns_argument=True)
 
+#: Classes of torch outside ``torch.nn`` whose calls only check their inputs (by module and name: importing
+#: ``torch.export`` would slow ``import fxrules``): what ``ExportedProgram.module()`` calls first.
+_CHECKS_ONLY = frozenset({("torch.export._unlift", "GuardsFn")})
+
 
 def effects_of(module: torch.nn.Module) -> ModuleEffects:
     """What a call of ``module`` may do, as the module stands now (its training flag, its hooks)."""
     if _runs_unknown_code(module):
         return OPAQUE
+    if (type(module).__module__, type(module).__qualname__) in _CHECKS_ONLY:
+        return ModuleEffects(impure=True)
     if isinstance(module, torch.fx.GraphModule):
         return _graph_module_effects(module)
     children = [(name, effects_of(child), child) for name, child in module.named_children()]
@@ -88,7 +95,7 @@ def _runs_unknown_code(module: torch.nn.Module) -> bool:
     if isinstance(module, torch.fx.GraphModule):
         if cls is not torch.fx.GraphModule and cls.__bases__ != (torch.fx.GraphModule,):
             return True
-    elif not cls.__module__.startswith("torch.nn.modules."):
+    elif not cls.__module__.startswith("torch.nn.modules.") and (cls.__module__, cls.__qualname__) not in _CHECKS_ONLY:
         return True
     return any(callable(value) and not isinstance(value, type | torch.nn.Module) and not _of_torch(value)
                for value in vars(module).values())
