@@ -80,8 +80,11 @@ def effects_of(module: torch.nn.Module) -> ModuleEffects:
                          for _, effects, child in children)
     if isinstance(module, torch.nn.Sequential):  # returns its input only if every step may
         returns = bool(children) and all(effects.returns_argument for _, effects, _ in children)
-    else:
-        returns = isinstance(module, metadata.ALIASING_MODULES) or _inplace(module)
+    else:  # torch's other modules apply their dropouts to values they compute, but a child fxrules cannot
+        # read (a layer of user code in an nn.TransformerEncoder) may return what it is given: their input
+        returns = isinstance(module, metadata.ALIASING_MODULES) or _inplace(module) or any(
+            effects.returns_argument and not isinstance(child, metadata.ALIASING_MODULES) and not _inplace(child)
+            for _, effects, child in children)
     return ModuleEffects(every_argument, (), tuple(state), any(effects.impure for _, effects, _ in children), returns)
 
 

@@ -212,6 +212,26 @@ def test_a_leaf_module_may_return_its_input_itself() -> None:
                                                 "would make 'mul' share memory with 'm'")
 
 
+@pytest.mark.parametrize(("make", "detail"), [
+    pytest.param(lambda: nn.Sequential(nn.Identity(), nn.Dropout(0.5).eval()),
+                 "'mul' is returned, and the replacement would make it share memory with the graph input 'x': a "
+                 "caller writing into the result would change it", id="a Sequential of aliasing steps"),
+    pytest.param(lambda: nn.Sequential(_Returns()),
+                 "'m' writes into 'x', a view of 'm', in place, and the replacement would make 'mul' share memory "
+                 "with 'm'", id="a Sequential of user code"),
+])
+def test_a_container_may_return_its_input_itself(make: Callable[[], nn.Module], detail: str) -> None:
+    """``return m(x) * 1``: made ``return m(x)``, the caller would get ``x`` itself."""
+    root = nn.Module()
+    root.m = make()
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.output(graph.call_function(operator.mul, (graph.call_module("m", (x,)), 1)))
+    report, _ = _applied(torch.fx.GraphModule(root, graph), IDENTITY, [_features()])
+    assert report.counts() == {}
+    assert report["same"].skipped[0].detail == detail
+
+
 def _unused_call_and_identity(module: nn.Module) -> torch.fx.GraphModule:
     """``m(x)``, its result unused, and ``return (x + 0.5) * 1``: the identity fires, and the commit removes dead
     code."""
