@@ -74,6 +74,11 @@ def effects_of(module: torch.nn.Module) -> ModuleEffects:
         return ModuleEffects(impure=True)
     if isinstance(module, torch.fx.GraphModule):
         return _graph_module_effects(module)
+    return _torch_module_effects(module)
+
+
+def _torch_module_effects(module: torch.nn.Module) -> ModuleEffects:
+    """A module of ``torch.nn``'s own classes: what it writes of its own state, and what its children do."""
     children = [(name, effects_of(child), child) for name, child in module.named_children()]
     state = [*_own_state(module), *(_below(name, path) for name, effects, _ in children for path in effects.state)]
     every_argument = any(effects.every_argument or effects.placeholders or _inplace(child)
