@@ -25,6 +25,8 @@ from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental import _config as symbolic_config
 from torch.fx.passes.shape_prop import TensorMetadata, _extract_tensor_metadata
 
+from fxrules.graph import module_effects
+
 
 class MissingMetadata(Exception):  # noqa: N818 - it is a condition, not a failure
     """A rule needs shape or dtype metadata that the graph does not carry."""
@@ -142,19 +144,11 @@ def _target_mutates_first(op: str, target: Any) -> bool:
 
 def changes_an_argument(node: torch.fx.Node) -> bool:
     """Whether a node changes its first argument in place (``x.add_(1)``, ``F.relu(x, inplace=True)``, a
-    ``nn.ReLU(inplace=True)`` submodule), which FX's ``Node.is_impure`` does not see: such a node is not
-    dead when nothing uses its result."""
+    ``nn.ReLU(inplace=True)`` submodule, one whose code fxrules cannot read), which FX's ``Node.is_impure``
+    does not see: such a node is not dead when nothing uses its result."""
     if node.op == "call_module":
-        return getattr(_submodule(node), "inplace", False) is True
+        return module_effects.changes_first_argument(node)
     return mutates_first_argument(node) or _inplace_argument(node)
-
-
-def _submodule(node: torch.fx.Node) -> torch.nn.Module | None:
-    module = node.graph.owning_module
-    try:
-        return module.get_submodule(str(node.target)) if module is not None else None
-    except AttributeError:
-        return None
 
 
 def _inplace_argument(node: torch.fx.Node) -> bool:
@@ -262,8 +256,7 @@ def aliased_inputs(node: torch.fx.Node) -> tuple[torch.fx.Node, ...]:
 def _may_return_first(node: torch.fx.Node) -> bool:
     op = node.op
     if op == "call_module":
-        module = _submodule(node)
-        return isinstance(module, ALIASING_MODULES) or getattr(module, "inplace", False) is True
+        return module_effects.may_return_first(node)
     returns, position = _or_inplace_position(_target_may_return_first, op, node.target)
     return returns or node.kwargs.get("inplace") is True \
         or (position is not None and len(node.args) > position and node.args[position] is True)
@@ -333,7 +326,7 @@ def writes_into(user: torch.fx.Node, node: torch.fx.Node) -> bool:
         return any(value is node for value in written_values(user))
     if user.op == "call_function":
         return any(value is node for value in _declared_written(user))
-    return user.op == "call_module" and any(value is node for value in _written_by_graph_module(user))
+    return user.op == "call_module" and any(value is node for value in module_effects.written_by(user))
 
 
 def written_values(node: torch.fx.Node) -> list[torch.fx.Node]:
@@ -346,23 +339,9 @@ def written_values(node: torch.fx.Node) -> list[torch.fx.Node]:
     found = _nodes_in(node.kwargs.get("out"))
     if args and changes_an_argument(node):
         found += _nodes_in(args[0])
-    if node.op == "call_module":
-        return found + _written_by_graph_module(node)
+    if node.op == "call_module":  # the arguments and the state of the module it may write
+        return found + module_effects.written_by(node)
     return found + _declared_written(node) if node.op == "call_function" else found
-
-
-def _written_by_graph_module(node: torch.fx.Node) -> list[torch.fx.Node]:
-    """The arguments a call of a graph module (``split_module``'s parts, a nested trace) gives the inputs its
-    graph writes into in place; nothing for any other module."""
-    module = _submodule(node)
-    if not isinstance(module, torch.fx.GraphModule):
-        return []
-    args, kwargs = node.args, node.kwargs
-    found = []
-    for position, placeholder in enumerate(module.graph.find_nodes(op="placeholder")):
-        if in_place_writer(placeholder) is not None:
-            found += _nodes_in(args[position] if position < len(args) else kwargs.get(str(placeholder.target)))
-    return found
 
 
 def _declared_written(node: torch.fx.Node) -> list[torch.fx.Node]:
@@ -464,7 +443,7 @@ def may_write_in_place(node: torch.fx.Node) -> bool:
     if (out is not None and _nodes_in(out)) or changes_an_argument(node):
         return True
     if node.op == "call_module":
-        return bool(_written_by_graph_module(node))
+        return module_effects.may_write(node)
     return node.op == "call_function" and bool(_declared_written(node))
 
 
@@ -538,10 +517,17 @@ def in_place_writer(node: torch.fx.Node) -> torch.fx.Node | None:
     """A node that changes ``node``'s memory in place, directly or through any view or alias of it
     (``x[0:1].zero_()``, ``x.t().add_(1)``, ``y = x.view(-1); y.mul_(2)``), or None."""
     for member in alias_class(node):
-        for user in member.users:
+        for user in member.users if member.op != "get_attr" else possible_writers(member):
             if writes_into(user, member):
                 return user
     return None
+
+
+def possible_writers(node: torch.fx.Node) -> list[torch.fx.Node]:
+    """The nodes that may write into ``node`` itself: its users, and for an attribute, the module calls that
+    may write it, which need not use it (a training ``nn.BatchNorm1d`` writes its running statistics)."""
+    users = list(node.users)
+    return users + module_effects.attribute_writers(node) if node.op == "get_attr" else users
 
 
 def written_in_place(node: torch.fx.Node) -> bool:
@@ -563,7 +549,7 @@ def returns_its_input(node: torch.fx.Node) -> bool:
     (``F.dropout(x, p, training=False)``, ``torch.dropout(x, p, False)``, an eval-mode ``nn.Dropout``),
     ``nn.Identity``, and ``x.to(d)`` of an ``x`` whose metadata says it has dtype ``d`` already."""
     if node.op == "call_module":
-        module = _submodule(node)
+        module = module_effects.submodule(node)
         return isinstance(module, torch.nn.Identity) or (
             isinstance(module, torch.nn.modules.dropout._DropoutNd) and not module.training)
     name = _cached_plain_name(node.op, node.target)

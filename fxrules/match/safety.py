@@ -35,6 +35,7 @@ from fxrules.graph.metadata import (
     changes_an_argument,
     in_place_writer,
     may_write_in_place,
+    possible_writers,
     view_base,
     writes_into,
     written_values,
@@ -281,7 +282,7 @@ def _written_between(splice: Splice) -> Detail | None:
             if not splice.effects.writers_between(first, last):  # no write there at all: no aliases to search
                 continue
             for member in alias_class(capture):
-                for user in member.users:
+                for user in possible_writers(member):
                     if first < user._sort_key < last and user not in matched and writes_into(user, member):
                         return f"'{user.name}' writes into '{capture.name}' in place between where the match reads " \
                                f"it and '{anchor.name}', where the replacement would"

@@ -57,8 +57,9 @@ class SkipReason(str, enum.Enum):
     IMPURE = (
         "impure",
         "the match would delete an impure node (`Node.is_impure()`) whose target the pattern does not name "
-        "explicitly, or a node with an effect beyond its result (an in-place write, `copy_`, `out=`) that the "
-        "replacement does not perform on the same tensor")
+        "explicitly, or a node with an effect beyond its result (an in-place write, `copy_`, `out=`, a submodule "
+        "call that may write, *What a module call writes*) that the replacement does not perform on the same "
+        "tensor")
     CYCLE = (
         "cycle",
         "a capture depends on one of the match's own nodes, so the rewrite would create a cycle")
@@ -80,7 +81,8 @@ class SkipReason(str, enum.Enum):
         "copied), and the graph writes into either in place, directly or through any view or alias of it (`y "
         "= x * 1; y.add_(1)`, `y[0:1].zero_()`, `x.t().mul_(2)`, `F.relu(y, inplace=True)`, an "
         "`nn.ReLU(inplace=True)` call, `out=y`, `y` in an `out=` tuple or a `_foreach_*_` list, any argument an "
-        "aten schema declares written, the running statistics `F.batch_norm(z, y, v, training=True)` updates): "
+        "aten schema declares written, the running statistics `F.batch_norm(z, y, v, training=True)` updates, "
+        "a submodule call that may write `y` or the attribute `y` reads, *What a module call writes*): "
         "the write would reach both; or the graph writes into a capture between a matched node reading it and "
         "the output the replacement goes before (`r = x.relu(); x.add_(1); r.relu()`): the replacement would "
         "read another value")

@@ -255,8 +255,6 @@ def test_a_graph_module_called_as_a_submodule_writes_what_its_graph_writes() -> 
     assert skip_reasons(report, "same") == {"in-place write": 1}
 
 
-@pytest.mark.xfail(strict=True, reason="a module whose forward is opaque (a leaf of a custom tracer) is assumed to "
-                                       "write nothing but what an `inplace=True` attribute says")
 def test_an_opaque_submodule_writing_into_its_input_is_a_write() -> None:
     """What a leaf module's Python ``forward`` writes into cannot be read from the graph."""
     report = _rewritten_like_the_original(_AddOneInPlace)
