@@ -17,11 +17,13 @@ from typing import Any
 import attrs
 import torch
 import torch.fx
+from torch._library.utils import is_impure
 
 from fxrules.lang.ir import (
     AltTemplate,
     Capture,
     HelperTemplate,
+    Literal,
     ModuleType,
     OpKind,
     OpTemplate,
@@ -201,8 +203,10 @@ def replacement_graph(rule: Rule, constants: Mapping[str, torch.nn.Module | torc
     loop check only matches rules against its nodes)."""
     root = _root(constants)
     graph = torch.fx.Graph(owning_module=root)  # type: ignore[arg-type]  # what dead-code removal asks about modules
-    # The replacement may reuse interior pattern nodes: compute them again in its graph, then emit it.
-    _, pattern_match = _emit_pattern(rule, root, graph, helpers, choice or {})
+    if _pattern_vanishes(rule):
+        pattern_match = _pattern_inputs(rule, root, graph)
+    else:  # the replacement may reuse interior pattern nodes: compute them again in its graph, then emit it
+        _, pattern_match = _emit_pattern(rule, root, graph, helpers, choice or {})
     for name, value in (inputs or {}).items():
         node = pattern_match.bindings.get(name)
         if not isinstance(node, torch.fx.Node) or node.op != "placeholder":
@@ -230,15 +234,21 @@ def build(rule: Rule, constants: Mapping[str, torch.nn.Module | torch.Tensor],
     return Standalone(pattern, replacement, input_names(rule), interior)
 
 
-def _emit_pattern(rule: Rule, root: torch.nn.Module, graph: torch.fx.Graph,
-                  helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int]) -> tuple[list[Any], Match]:
+def _pattern_inputs(rule: Rule, root: torch.nn.Module, graph: torch.fx.Graph) -> Match:
+    """A match binding the pattern's captures to the graph's inputs: placeholders, buffers and submodules."""
     bindings: dict[str, Any] = {name: _placeholder(graph, name) for name in input_names(rule)}
     # an attribute drawn as None (``Tensor[O] | None``) is the literal None, as an omitted bias is in a graph
     bindings.update({name: graph.get_attr(name) if getattr(root, name, None) is not None else None
                      for name in attribute_names(rule)})
     bindings.update({name: getattr(root, name) for name, _ in root.named_children()})
     modules = {name: name for name, _ in root.named_children()}
-    match = Match(rule, (), (), bindings, modules)
+    return Match(rule, (), (), bindings, modules)
+
+
+def _emit_pattern(rule: Rule, root: torch.nn.Module, graph: torch.fx.Graph,
+                  helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int]) -> tuple[list[Any], Match]:
+    match = _pattern_inputs(rule, root, graph)
+    bindings = match.bindings
     emitter = _PatternEmitter(Rewriter(root, graph, helpers, Transaction(root)), match, choice)
     for template in (t for o in rule.pattern for t in walk(o)):
         if isinstance(template, OpTemplate) and template.kind is OpKind.ATTR:
@@ -248,6 +258,66 @@ def _emit_pattern(rule: Rule, root: torch.nn.Module, graph: torch.fx.Graph,
         if isinstance(template, OpTemplate) and template.name and id(template) in emitter.memo:
             bindings[template.name] = emitter.memo[id(template)]
     return outputs, match
+
+
+def _pattern_vanishes(rule: Rule) -> bool:
+    """Whether the replacement graph is the same without the pattern emitted first, so it need not be: the
+    replacement reuses no node the pattern names, and every pattern node would be dead code that emitting
+    could neither fail on nor keep, nor let change how the replacement is spelled.
+
+    That holds when every operation of the pattern is a method call, or a call of a function that is not an
+    aten operator (one would make the graph aten-level, :func:`fxrules.rewrite.aten.graph_level`), not
+    ``getattr`` (of a module capture it reads the module), not an ``operator`` function (on literals it is
+    folded, and may fail) and not impure (FX's dead-code removal keeps it); a family counts as its first
+    member, the one it is emitted as.  Module calls, module captures as values and ``Attr`` reads take the
+    whole path.  Only the names FX gives the replacement's nodes differ (``relu``, not ``relu_1``).
+    """
+    named: set[str] = set()
+    for template in (t for output in rule.pattern for t in walk(output)):
+        if isinstance(template, HelperTemplate) or (
+                isinstance(template, Capture) and isinstance(rule.types.get(template.name), ModuleType)):
+            return False
+        if isinstance(template, OpTemplate):
+            if not _dead_as_emitted(template):
+                return False
+            if template.name:
+                named.add(template.name)
+    return not any(isinstance(t, Capture) and t.name in named for output in rule.replacement for t in walk(output))
+
+
+def _dead_as_emitted(template: OpTemplate) -> bool:
+    """Whether the pattern emitter writes ``template`` as a node FX's dead-code removal drops when unused."""
+    kind, target = template.kind, template.target
+    if kind is OpKind.FAMILY:
+        kind, target = target.primary.kind, target.primary.target
+    if kind is OpKind.METHOD:
+        return True  # FX keeps no unused method call
+    return (kind is OpKind.FUNCTION and target is not getattr
+            and not isinstance(target, torch._ops.OpOverload | torch._ops.OpOverloadPacket
+                               | torch._ops.HigherOrderOperator)
+            and (getattr(target, "__module__", None) != "_operator" or _never_folds(template))
+            # what Node.is_impure asks of a call_function; random functions counted impure, as DCE may
+            and not is_impure(target))
+
+
+def _never_folds(template: OpTemplate) -> bool:
+    """Whether an ``operator`` function of the pattern is emitted as a node, never folded (the emitter folds
+    one whose arguments are all numbers): it has keywords, or an argument that is never a number."""
+    return bool(template.kwargs) or any(_never_a_number(argument) for argument in template.args)
+
+
+def _never_a_number(template: Template) -> bool:
+    """Whether the pattern emitter never makes ``template`` a number: a capture or ``_`` is a placeholder (or
+    None, an ``Attr`` drawn absent), a sequence a list, an operation a node unless it is ``operator``
+    arithmetic that folds."""
+    if isinstance(template, Literal):
+        return not isinstance(template.value, int | float | bool)
+    if isinstance(template, AltTemplate):
+        return all(_never_a_number(option) for option in template.options)
+    if isinstance(template, OpTemplate):
+        target = template.target.primary.target if template.kind is OpKind.FAMILY else template.target
+        return getattr(target, "__module__", None) != "_operator" or _never_folds(template)
+    return True
 
 
 def _placeholder(graph: torch.fx.Graph, capture: str) -> torch.fx.Node:
