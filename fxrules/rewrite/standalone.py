@@ -10,6 +10,7 @@ on generated inputs; the load-time loop check matches rules against them.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -32,7 +33,8 @@ from fxrules.lang.ir import (
     TensorType,
     Wildcard,
     children,
-    walk,
+    pattern_templates,
+    replacement_templates,
 )
 from fxrules.match.matcher import Match
 from fxrules.rewrite.rewriter import Emitter, Rewriter
@@ -57,14 +59,13 @@ def input_names(rule: Rule) -> tuple[str, ...]:
     names: dict[str, None] = {}
     wildcards = 0
     constants = helper_tensors(rule)
-    for output in rule.pattern:
-        for template in walk(output):
-            if isinstance(template, Capture) and not isinstance(rule.types.get(template.name), ModuleType):
-                if template.name not in constants:
-                    names[template.name] = None
-            elif isinstance(template, Wildcard):
-                wildcards += 1
-                names[f"_{wildcards}"] = None
+    for template in pattern_templates(rule):
+        if isinstance(template, Capture) and not isinstance(rule.types.get(template.name), ModuleType):
+            if template.name not in constants:
+                names[template.name] = None
+        elif isinstance(template, Wildcard):
+            wildcards += 1
+            names[f"_{wildcards}"] = None
     for name in replacement_dims(rule):
         names[name] = None
     return tuple(names)
@@ -73,13 +74,13 @@ def input_names(rule: Rule) -> tuple[str, ...]:
 def replacement_dims(rule: Rule) -> tuple[str, ...]:
     """Symbolic dims of ``given`` types that the replacement uses as values (``[C]`` in F.layer_norm)."""
     symbols = {s for t in rule.types.values() if isinstance(t, TensorType) for s in t.symbols()}
-    return tuple(dict.fromkeys(t.name for output in rule.replacement for t in walk(output)
+    return tuple(dict.fromkeys(t.name for t in replacement_templates(rule)
                                if isinstance(t, Capture) and t.name in symbols))
 
 
 def attribute_names(rule: Rule) -> tuple[str, ...]:
     """The ``Attr`` captures and :func:`helper_tensors`: each a buffer of the standalone graphs' root."""
-    attributes = [t.binds for output in rule.pattern for t in walk(output)
+    attributes = [t.binds for t in pattern_templates(rule)
                   if isinstance(t, OpTemplate) and t.kind is OpKind.ATTR and t.binds]
     return tuple(dict.fromkeys([*attributes, *helper_tensors(rule)]))
 
@@ -92,14 +93,14 @@ def helper_tensors(rule: Rule) -> tuple[str, ...]:
     standalone graphs too, as they must be in a graph for the rule to fire.
     """
     tensors = {name for name, declared in rule.types.items() if isinstance(declared, TensorType)}
-    return tuple(dict.fromkeys(a.name for output in rule.replacement for t in walk(output)
+    return tuple(dict.fromkeys(a.name for t in replacement_templates(rule)
                                if isinstance(t, HelperTemplate) for a in children(t)
                                if isinstance(a, Capture) and a.name in tensors))
 
 
 def alternative_choices(rule: Rule) -> list[dict[int, int]]:
     """Every way of picking one option of each ``A | B`` in the pattern (at most 16)."""
-    alternatives = [t for output in rule.pattern for t in walk(output) if isinstance(t, AltTemplate)]
+    alternatives = [t for t in pattern_templates(rule) if isinstance(t, AltTemplate)]
     choices = itertools.product(*(range(len(a.options)) for a in alternatives))
     return [dict(zip((id(a) for a in alternatives), combo, strict=True)) for combo in itertools.islice(choices, 16)]
 
@@ -250,11 +251,11 @@ def _emit_pattern(rule: Rule, root: torch.nn.Module, graph: torch.fx.Graph,
     match = _pattern_inputs(rule, root, graph)
     bindings = match.bindings
     emitter = _PatternEmitter(Rewriter(root, graph, helpers, Transaction(root)), match, choice)
-    for template in (t for o in rule.pattern for t in walk(o)):
+    for template in pattern_templates(rule):
         if isinstance(template, OpTemplate) and template.kind is OpKind.ATTR:
             emitter.memo[id(template)] = bindings[template.binds]  # type: ignore[index]
     outputs = [emitter.emit(t) for t in rule.pattern]
-    for template in (t for o in rule.pattern for t in walk(o)):
+    for template in pattern_templates(rule):
         if isinstance(template, OpTemplate) and template.name and id(template) in emitter.memo:
             bindings[template.name] = emitter.memo[id(template)]
     return outputs, match
@@ -273,7 +274,7 @@ def _pattern_vanishes(rule: Rule) -> bool:
     whole path.  Only the names FX gives the replacement's nodes differ (``relu``, not ``relu_1``).
     """
     named: set[str] = set()
-    for template in (t for output in rule.pattern for t in walk(output)):
+    for template in pattern_templates(rule):
         if isinstance(template, HelperTemplate) or (
                 isinstance(template, Capture) and isinstance(rule.types.get(template.name), ModuleType)):
             return False
@@ -282,7 +283,7 @@ def _pattern_vanishes(rule: Rule) -> bool:
                 return False
             if template.name:
                 named.add(template.name)
-    return not any(isinstance(t, Capture) and t.name in named for output in rule.replacement for t in walk(output))
+    return not any(isinstance(t, Capture) and t.name in named for t in replacement_templates(rule))
 
 
 def _dead_as_emitted(template: OpTemplate) -> bool:
@@ -296,8 +297,15 @@ def _dead_as_emitted(template: OpTemplate) -> bool:
             and not isinstance(target, torch._ops.OpOverload | torch._ops.OpOverloadPacket
                                | torch._ops.HigherOrderOperator)
             and (getattr(target, "__module__", None) != "_operator" or _never_folds(template))
-            # what Node.is_impure asks of a call_function; random functions counted impure, as DCE may
-            and not is_impure(target))
+            and not _impure(target))
+
+
+@functools.cache
+def _impure(target: Callable[..., Any]) -> bool:
+    """What ``Node.is_impure`` asks of a call_function node's target (its arguments matter only for higher-order
+    operators, which take the whole path); random functions count as impure, as dead-code removal may count
+    them.  Cached: FX hashes every node's target, so each target can be a key."""
+    return is_impure(target)
 
 
 def _never_folds(template: OpTemplate) -> bool:
