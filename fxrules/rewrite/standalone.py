@@ -286,6 +286,10 @@ def _pattern_vanishes(rule: Rule) -> bool:
     return not any(isinstance(t, Capture) and t.name in named for t in replacement_templates(rule))
 
 
+#: Dispatcher operators, which make a graph aten-level, and higher-order ones, whose purity their arguments decide.
+_OPERATORS = (torch._ops.OpOverload, torch._ops.OpOverloadPacket, torch._ops.HigherOrderOperator)
+
+
 def _dead_as_emitted(template: OpTemplate) -> bool:
     """Whether the pattern emitter writes ``template`` as a node FX's dead-code removal drops when unused."""
     kind, target = template.kind, template.target
@@ -294,8 +298,7 @@ def _dead_as_emitted(template: OpTemplate) -> bool:
     if kind is OpKind.METHOD:
         return True  # FX keeps no unused method call
     return (kind is OpKind.FUNCTION and target is not getattr
-            and not isinstance(target, torch._ops.OpOverload | torch._ops.OpOverloadPacket
-                               | torch._ops.HigherOrderOperator)
+            and not isinstance(target, _OPERATORS)
             and (getattr(target, "__module__", None) != "_operator" or _never_folds(template))
             and not _impure(target))
 
