@@ -201,7 +201,8 @@ def replacement_graph(rule: Rule, constants: Mapping[str, torch.nn.Module | torc
                       helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int] | None = None,
                       inputs: Mapping[str, Any] | None = None) -> tuple[torch.nn.Module, torch.fx.Graph]:
     """The replacement's graph and the root module it calls, without generating its code (the load-time
-    loop check only matches rules against its nodes)."""
+    loop check only matches rules against its nodes).  The pattern is computed first only when the
+    replacement could differ without it (:func:`_pattern_vanishes`)."""
     root = _root(constants)
     graph = torch.fx.Graph(owning_module=root)  # type: ignore[arg-type]  # what dead-code removal asks about modules
     if _pattern_vanishes(rule):
