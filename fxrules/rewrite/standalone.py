@@ -206,7 +206,7 @@ def replacement_graph(rule: Rule, constants: Mapping[str, torch.nn.Module | torc
     root = _root(constants)
     graph = torch.fx.Graph(owning_module=root)  # type: ignore[arg-type]  # what dead-code removal asks about modules
     if _pattern_vanishes(rule):
-        pattern_match = _pattern_inputs(rule, root, graph)
+        pattern_match = _inputs_match(rule, root, _pattern_inputs(rule, root, graph))
     else:  # the replacement may reuse interior pattern nodes: compute them again in its graph, then emit it
         _, pattern_match = _emit_pattern(rule, root, graph, helpers, choice or {})
     for name, value in (inputs or {}).items():
@@ -236,21 +236,25 @@ def build(rule: Rule, constants: Mapping[str, torch.nn.Module | torch.Tensor],
     return Standalone(pattern, replacement, input_names(rule), interior)
 
 
-def _pattern_inputs(rule: Rule, root: torch.nn.Module, graph: torch.fx.Graph) -> Match:
-    """A match binding the pattern's captures to the graph's inputs: placeholders, buffers and submodules."""
+def _pattern_inputs(rule: Rule, root: torch.nn.Module, graph: torch.fx.Graph) -> dict[str, Any]:
+    """The pattern's captures bound to the graph's inputs: placeholders, buffers and submodules."""
     bindings: dict[str, Any] = {name: _placeholder(graph, name) for name in input_names(rule)}
     # an attribute drawn as None (``Tensor[O] | None``) is the literal None, as an omitted bias is in a graph
     bindings.update({name: graph.get_attr(name) if getattr(root, name, None) is not None else None
                      for name in attribute_names(rule)})
     bindings.update({name: getattr(root, name) for name, _ in root.named_children()})
-    modules = {name: name for name, _ in root.named_children()}
-    return Match(rule, (), (), bindings, modules)
+    return bindings
+
+
+def _inputs_match(rule: Rule, root: torch.nn.Module, bindings: dict[str, Any]) -> Match:
+    """A match of ``bindings``, the root's submodules its modules."""
+    return Match(rule, (), (), bindings, {name: name for name, _ in root.named_children()})
 
 
 def _emit_pattern(rule: Rule, root: torch.nn.Module, graph: torch.fx.Graph,
                   helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int]) -> tuple[list[Any], Match]:
-    match = _pattern_inputs(rule, root, graph)
-    bindings = match.bindings
+    bindings = _pattern_inputs(rule, root, graph)
+    match = _inputs_match(rule, root, bindings)
     emitter = _PatternEmitter(Rewriter(root, graph, helpers, Transaction(root)), match, choice)
     for template in pattern_templates(rule):
         if isinstance(template, OpTemplate) and template.kind is OpKind.ATTR:
