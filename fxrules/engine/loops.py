@@ -47,6 +47,8 @@ from fxrules.lang.ir import (
     Template,
     anchor_keys,
     matching_order,
+    pattern_templates,
+    replacement_templates,
     walk,
 )
 from fxrules.match.matcher import Matcher, node_keys
@@ -189,7 +191,7 @@ def _arguments(template: OpTemplate) -> dict[Any, Template]:
 
 def _uses_helper(rule: Rule) -> bool:
     return any(isinstance(t, HelperTemplate) or (isinstance(t, OpTemplate) and isinstance(t.target, HelperTemplate))
-               for output in rule.replacement for t in walk(output))
+               for t in replacement_templates(rule))
 
 
 def _replacement_graph(rule: Rule) -> tuple[torch.nn.Module, torch.fx.Graph] | None:
@@ -349,20 +351,19 @@ def _emitted_keys(rule: Rule) -> set[AnchorKey] | None:
     the replacement does not use: an aten operation anywhere in the pattern can make the graph aten-level.
     """
     keys: set[AnchorKey] = set()
-    pattern = [t for output in rule.pattern for t in walk(output) if isinstance(t, OpTemplate)]
+    pattern = [t for t in pattern_templates(rule) if isinstance(t, OpTemplate)]
     if any(isinstance(_emitted_target(t), torch._ops.OpOverload | torch._ops.OpOverloadPacket)
            for t in pattern):
         return None
     interior = {t.name: t for t in pattern if t.name}
-    for output in rule.replacement:
-        for template in walk(output):
-            reused = interior.get(template.name) if isinstance(template, Capture) else None
-            for operation in walk(reused) if reused is not None else (template,):
-                if isinstance(operation, OpTemplate):
-                    keys.update(anchor_keys(operation))
-                    packet = getattr(operation.target, "overloadpacket", None)
-                    if packet is not None:
-                        keys.add(("call_function", packet))
+    for template in replacement_templates(rule):
+        reused = interior.get(template.name) if isinstance(template, Capture) else None
+        for operation in walk(reused) if reused is not None else (template,):
+            if isinstance(operation, OpTemplate):
+                keys.update(anchor_keys(operation))
+                packet = getattr(operation.target, "overloadpacket", None)
+                if packet is not None:
+                    keys.add(("call_function", packet))
     return keys
 
 

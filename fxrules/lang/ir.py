@@ -21,6 +21,7 @@ import attrs
 
 from fxrules.diagnostics import Diagnostic, FxrUsageError, Span, did_you_mean
 from fxrules.lang.signatures import CallSignature
+from fxrules.memo import per_object
 
 # ---------------------------------------------------------------- operations and families
 
@@ -438,6 +439,19 @@ class Rule:
 
     def __repr__(self) -> str:
         return f"Rule({self.name!r} at {self.span})"
+
+
+@per_object
+def pattern_templates(rule: Rule) -> tuple[Template, ...]:
+    """Every template of the rule's pattern, output after output as :func:`walk` yields them (a template two
+    outputs share comes once per output), computed once per rule: the load-time loop check asks often."""
+    return tuple(template for output in rule.pattern for template in walk(output))
+
+
+@per_object
+def replacement_templates(rule: Rule) -> tuple[Template, ...]:
+    """Every template of the rule's replacement, as :func:`pattern_templates` gives the pattern's."""
+    return tuple(template for output in rule.replacement for template in walk(output))
 
 
 def matching_order(pattern: tuple[Template, ...]) -> tuple[int, ...]:

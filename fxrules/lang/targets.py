@@ -358,6 +358,10 @@ class Namespace:
 
     roots: Mapping[str, Any]
     allowance: Allowance = attrs.field(factory=Allowance)
+    # what each dotted name resolved to (by parts and ``containers``): a file names the same few targets in
+    # rule after rule, and the roots of a namespace never change (``with_alias`` makes a new one)
+    _resolved: dict[tuple[tuple[str, ...], bool], Any] = attrs.field(factory=dict, init=False, eq=False,
+                                                                      repr=False)
 
     @classmethod
     def create(cls, allow: Iterable[Any] = ()) -> Namespace:
@@ -382,6 +386,12 @@ class Namespace:
         ``torch.Tensor`` resolves only when ``containers`` is set (``use torch.Tensor as T``), since calling
         it is not a tensor operation.
         """
+        key = (parts, containers)
+        if key not in self._resolved:
+            self._resolved[key] = self._resolve(parts, containers)
+        return self._resolved[key]
+
+    def _resolve(self, parts: tuple[str, ...], containers: bool) -> Any:
         head = parts[0]
         if head not in self.roots:
             raise ResolutionError(f"unknown name '{head}'", 0, _unknown_root_hint(head, self.roots))

@@ -10,6 +10,7 @@ on generated inputs; the load-time loop check matches rules against them.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -17,11 +18,13 @@ from typing import Any
 import attrs
 import torch
 import torch.fx
+from torch._library.utils import is_impure
 
 from fxrules.lang.ir import (
     AltTemplate,
     Capture,
     HelperTemplate,
+    Literal,
     ModuleType,
     OpKind,
     OpTemplate,
@@ -30,7 +33,8 @@ from fxrules.lang.ir import (
     TensorType,
     Wildcard,
     children,
-    walk,
+    pattern_templates,
+    replacement_templates,
 )
 from fxrules.match.matcher import Match
 from fxrules.rewrite.rewriter import Emitter, Rewriter
@@ -55,14 +59,13 @@ def input_names(rule: Rule) -> tuple[str, ...]:
     names: dict[str, None] = {}
     wildcards = 0
     constants = helper_tensors(rule)
-    for output in rule.pattern:
-        for template in walk(output):
-            if isinstance(template, Capture) and not isinstance(rule.types.get(template.name), ModuleType):
-                if template.name not in constants:
-                    names[template.name] = None
-            elif isinstance(template, Wildcard):
-                wildcards += 1
-                names[f"_{wildcards}"] = None
+    for template in pattern_templates(rule):
+        if isinstance(template, Capture) and not isinstance(rule.types.get(template.name), ModuleType):
+            if template.name not in constants:
+                names[template.name] = None
+        elif isinstance(template, Wildcard):
+            wildcards += 1
+            names[f"_{wildcards}"] = None
     for name in replacement_dims(rule):
         names[name] = None
     return tuple(names)
@@ -71,13 +74,13 @@ def input_names(rule: Rule) -> tuple[str, ...]:
 def replacement_dims(rule: Rule) -> tuple[str, ...]:
     """Symbolic dims of ``given`` types that the replacement uses as values (``[C]`` in F.layer_norm)."""
     symbols = {s for t in rule.types.values() if isinstance(t, TensorType) for s in t.symbols()}
-    return tuple(dict.fromkeys(t.name for output in rule.replacement for t in walk(output)
+    return tuple(dict.fromkeys(t.name for t in replacement_templates(rule)
                                if isinstance(t, Capture) and t.name in symbols))
 
 
 def attribute_names(rule: Rule) -> tuple[str, ...]:
     """The ``Attr`` captures and :func:`helper_tensors`: each a buffer of the standalone graphs' root."""
-    attributes = [t.binds for output in rule.pattern for t in walk(output)
+    attributes = [t.binds for t in pattern_templates(rule)
                   if isinstance(t, OpTemplate) and t.kind is OpKind.ATTR and t.binds]
     return tuple(dict.fromkeys([*attributes, *helper_tensors(rule)]))
 
@@ -90,14 +93,14 @@ def helper_tensors(rule: Rule) -> tuple[str, ...]:
     standalone graphs too, as they must be in a graph for the rule to fire.
     """
     tensors = {name for name, declared in rule.types.items() if isinstance(declared, TensorType)}
-    return tuple(dict.fromkeys(a.name for output in rule.replacement for t in walk(output)
+    return tuple(dict.fromkeys(a.name for t in replacement_templates(rule)
                                if isinstance(t, HelperTemplate) for a in children(t)
                                if isinstance(a, Capture) and a.name in tensors))
 
 
 def alternative_choices(rule: Rule) -> list[dict[int, int]]:
     """Every way of picking one option of each ``A | B`` in the pattern (at most 16)."""
-    alternatives = [t for output in rule.pattern for t in walk(output) if isinstance(t, AltTemplate)]
+    alternatives = [t for t in pattern_templates(rule) if isinstance(t, AltTemplate)]
     choices = itertools.product(*(range(len(a.options)) for a in alternatives))
     return [dict(zip((id(a) for a in alternatives), combo, strict=True)) for combo in itertools.islice(choices, 16)]
 
@@ -198,11 +201,14 @@ def replacement_graph(rule: Rule, constants: Mapping[str, torch.nn.Module | torc
                       helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int] | None = None,
                       inputs: Mapping[str, Any] | None = None) -> tuple[torch.nn.Module, torch.fx.Graph]:
     """The replacement's graph and the root module it calls, without generating its code (the load-time
-    loop check only matches rules against its nodes)."""
+    loop check only matches rules against its nodes).  The pattern is computed first only when the
+    replacement could differ without it (:func:`_pattern_vanishes`)."""
     root = _root(constants)
     graph = torch.fx.Graph(owning_module=root)  # type: ignore[arg-type]  # what dead-code removal asks about modules
-    # The replacement may reuse interior pattern nodes: compute them again in its graph, then emit it.
-    _, pattern_match = _emit_pattern(rule, root, graph, helpers, choice or {})
+    if _pattern_vanishes(rule):
+        pattern_match = _inputs_match(rule, root, _pattern_inputs(rule, root, graph))
+    else:  # the replacement may reuse interior pattern nodes: compute them again in its graph, then emit it
+        _, pattern_match = _emit_pattern(rule, root, graph, helpers, choice or {})
     for name, value in (inputs or {}).items():
         node = pattern_match.bindings.get(name)
         if not isinstance(node, torch.fx.Node) or node.op != "placeholder":
@@ -230,24 +236,104 @@ def build(rule: Rule, constants: Mapping[str, torch.nn.Module | torch.Tensor],
     return Standalone(pattern, replacement, input_names(rule), interior)
 
 
-def _emit_pattern(rule: Rule, root: torch.nn.Module, graph: torch.fx.Graph,
-                  helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int]) -> tuple[list[Any], Match]:
+def _pattern_inputs(rule: Rule, root: torch.nn.Module, graph: torch.fx.Graph) -> dict[str, Any]:
+    """The pattern's captures bound to the graph's inputs: placeholders, buffers and submodules."""
     bindings: dict[str, Any] = {name: _placeholder(graph, name) for name in input_names(rule)}
     # an attribute drawn as None (``Tensor[O] | None``) is the literal None, as an omitted bias is in a graph
     bindings.update({name: graph.get_attr(name) if getattr(root, name, None) is not None else None
                      for name in attribute_names(rule)})
     bindings.update({name: getattr(root, name) for name, _ in root.named_children()})
-    modules = {name: name for name, _ in root.named_children()}
-    match = Match(rule, (), (), bindings, modules)
+    return bindings
+
+
+def _inputs_match(rule: Rule, root: torch.nn.Module, bindings: dict[str, Any]) -> Match:
+    """A match of ``bindings``, the root's submodules its modules."""
+    return Match(rule, (), (), bindings, {name: name for name, _ in root.named_children()})
+
+
+def _emit_pattern(rule: Rule, root: torch.nn.Module, graph: torch.fx.Graph,
+                  helpers: Mapping[str, Callable[..., Any]], choice: Mapping[int, int]) -> tuple[list[Any], Match]:
+    bindings = _pattern_inputs(rule, root, graph)
+    match = _inputs_match(rule, root, bindings)
     emitter = _PatternEmitter(Rewriter(root, graph, helpers, Transaction(root)), match, choice)
-    for template in (t for o in rule.pattern for t in walk(o)):
+    for template in pattern_templates(rule):
         if isinstance(template, OpTemplate) and template.kind is OpKind.ATTR:
             emitter.memo[id(template)] = bindings[template.binds]  # type: ignore[index]
     outputs = [emitter.emit(t) for t in rule.pattern]
-    for template in (t for o in rule.pattern for t in walk(o)):
+    for template in pattern_templates(rule):
         if isinstance(template, OpTemplate) and template.name and id(template) in emitter.memo:
             bindings[template.name] = emitter.memo[id(template)]
     return outputs, match
+
+
+def _pattern_vanishes(rule: Rule) -> bool:
+    """Whether the replacement graph is the same without the pattern emitted first, so it need not be: the
+    replacement reuses no node the pattern names, and every pattern node would be dead code that emitting
+    could neither fail on nor keep, nor let change how the replacement is spelled.
+
+    That holds when every operation of the pattern is a method call, or a call of a function that is not an
+    aten operator (one would make the graph aten-level, :func:`fxrules.rewrite.aten.graph_level`), not
+    ``getattr`` (of a module capture it reads the module), not an ``operator`` function (on literals it is
+    folded, and may fail) and not impure (FX's dead-code removal keeps it); a family counts as its first
+    member, the one it is emitted as.  Module calls, module captures as values and ``Attr`` reads take the
+    whole path.  Only the names FX gives the replacement's nodes differ (``relu``, not ``relu_1``).
+    """
+    named: set[str] = set()
+    for template in pattern_templates(rule):
+        if isinstance(template, HelperTemplate) or (
+                isinstance(template, Capture) and isinstance(rule.types.get(template.name), ModuleType)):
+            return False
+        if isinstance(template, OpTemplate):
+            if not _dead_as_emitted(template):
+                return False
+            if template.name:
+                named.add(template.name)
+    return not any(isinstance(t, Capture) and t.name in named for t in replacement_templates(rule))
+
+
+#: Dispatcher operators, which make a graph aten-level, and higher-order ones, whose purity their arguments decide.
+_OPERATORS = (torch._ops.OpOverload, torch._ops.OpOverloadPacket, torch._ops.HigherOrderOperator)
+
+
+def _dead_as_emitted(template: OpTemplate) -> bool:
+    """Whether the pattern emitter writes ``template`` as a node FX's dead-code removal drops when unused."""
+    kind, target = template.kind, template.target
+    if kind is OpKind.FAMILY:
+        kind, target = target.primary.kind, target.primary.target
+    if kind is OpKind.METHOD:
+        return True  # FX keeps no unused method call
+    return (kind is OpKind.FUNCTION and target is not getattr
+            and not isinstance(target, _OPERATORS)
+            and (getattr(target, "__module__", None) != "_operator" or _never_folds(template))
+            and not _impure(target))
+
+
+@functools.cache
+def _impure(target: Callable[..., Any]) -> bool:
+    """What ``Node.is_impure`` asks of a call_function node's target (its arguments matter only for higher-order
+    operators, which take the whole path); random functions count as impure, as dead-code removal may count
+    them.  Cached: FX hashes every node's target, so each target can be a key."""
+    return is_impure(target)
+
+
+def _never_folds(template: OpTemplate) -> bool:
+    """Whether an ``operator`` function of the pattern is emitted as a node, never folded (the emitter folds
+    one whose arguments are all numbers): it has keywords, or an argument that is never a number."""
+    return bool(template.kwargs) or any(_never_a_number(argument) for argument in template.args)
+
+
+def _never_a_number(template: Template) -> bool:
+    """Whether the pattern emitter never makes ``template`` a number: a capture or ``_`` is a placeholder (or
+    None, an ``Attr`` drawn absent), a sequence a list, an operation a node unless it is ``operator``
+    arithmetic that folds."""
+    if isinstance(template, Literal):
+        return not isinstance(template.value, int | float | bool)
+    if isinstance(template, AltTemplate):
+        return all(_never_a_number(option) for option in template.options)
+    if isinstance(template, OpTemplate):
+        target = template.target.primary.target if template.kind is OpKind.FAMILY else template.target
+        return getattr(target, "__module__", None) != "_operator" or _never_folds(template)
+    return True
 
 
 def _placeholder(graph: torch.fx.Graph, capture: str) -> torch.fx.Node:

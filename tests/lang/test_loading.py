@@ -223,6 +223,32 @@ def test_loop_warnings_on_a_small_set() -> None:
     ]
 
 
+def test_loop_warnings_see_the_pattern_nodes_a_replacement_reuses_and_the_level_its_pattern_sets() -> None:
+    """A replacement that gives back a node its pattern named (``return y``) is checked as that node, and a
+    rule whose pattern is aten-level emits its families as aten operators, where aten patterns match them."""
+    text = (
+        "rule unwrap:\n"
+        "    pattern:\n"
+        "        y = torch.relu(x)\n"
+        "        return torch.neg(y)\n"
+        "    replace:\n"
+        "        return y\n"
+        "rule wrap: torch.relu(x) => torch.neg(torch.relu(x))\n"
+        "rule to_tanh: aten.sigmoid.default(x) => tanh(x)\n"
+        "rule to_sigmoid: aten.tanh.default(x) => sigmoid(x)\n"
+    )
+    with pytest.warns(fxrules.FxrLoopWarning):
+        ruleset = fxrules.parse(text, "reuse.fxr")
+    assert [d.render() for d in ruleset.warnings] == [
+        "reuse.fxr:1:6: warning: rules unwrap and wrap undo each other, so they may fire forever\n"
+        "  hint: wrap is at reuse.fxr:7:6",
+        "reuse.fxr:7:6: warning: rule wrap: its pattern matches its own replacement, so it may fire forever\n"
+        "  hint: apply stops at max_passes with an error",
+        "reuse.fxr:9:6: warning: rules to_sigmoid and to_tanh undo each other, so they may fire forever\n"
+        "  hint: to_tanh is at reuse.fxr:8:6",
+    ]
+
+
 # ---------------------------------------------------------------- includes and families
 
 @pytest.mark.parametrize("relative", [False, True], ids=["absolute", "dot-dot"])
