@@ -461,8 +461,14 @@ def _parameters(target: Any, schemas: list[Any]) -> list[tuple[str, Any]]:
 def may_write_in_place(node: torch.fx.Node) -> bool:
     """Whether a node changes any of its arguments in place: every writer :func:`in_place_writer` finds is one."""
     op, kwargs = node.op, node.kwargs
-    if not kwargs and op != "call_module" and _writes_by_keyword_only(op, node.target):
-        return False  # nearly every node
+    writing = None if op == "call_module" else _writing_arguments(op, node.target)
+    if writing is not None:  # nearly every node: its target's writes decided once, its arguments read here
+        position, keywords = writing
+        args = node.args
+        if position is not None and len(args) > position and args[position] is True:
+            return True
+        return bool(kwargs) and (kwargs.get("inplace") is True
+                                 or any(_nodes_in(kwargs[name]) for name in keywords if name in kwargs))
     out = kwargs.get("out")
     if (out is not None and _nodes_in(out)) or changes_an_argument(node):
         return True
@@ -519,41 +525,39 @@ class GraphEffects:
 
         That replacement makes the users of a replaced node that were views of it views of its value, joining
         the two classes; a new node has joined those of its inputs already; and the value of a returned node
-        becomes returned.  Were none of these nodes in a returned class before, the classes they join hold no
-        returned value either; else each is added as it is now (what it will be joined with is among them)."""
+        becomes returned (each node of a sequence, ``(x, y)``).  Were none of these nodes in a returned class
+        before, the classes they join hold no returned value either; else each is added as it is now (what it
+        will be joined with is among them)."""
         returned = self._returned
         if returned is None:  # the first question: the classes as they are now, this rewrite added below
             returned = self._returned = _returned_aliases(self.graph)
-        touched = [*replaced, *(value for value in values if isinstance(value, torch.fx.Node)), *created]
-        if _any_in(returned, touched) or any(_any_in(returned, node.all_input_nodes) for node in created):
-            for node in touched:
+        if _joins_returned(returned, replaced, values, created):
+            for node in (*replaced, *created, *_nodes_of(values)):
                 returned.update(alias_class(node))
         return returned
 
-    def is_impure(self, node: torch.fx.Node, impure_random: bool = True) -> bool:
-        """``Node.is_impure``, decided once per function called (but a higher-order operator)."""
-        target = node.target
-        if node.op != "call_function" or isinstance(target, torch._ops.HigherOrderOperator):
-            return node.is_impure(impure_random)
-        try:
-            return self._impure[target, impure_random]
-        except KeyError:
-            impure = self._impure[target, impure_random] = node.is_impure(impure_random)
-            return impure
-
     def has_side_effects(self, node: torch.fx.Node, impure_random: bool = True) -> bool:
         """:func:`has_side_effects`."""
-        return self.is_impure(node, impure_random) or may_write_in_place(node)
+        if node.op != "call_function":
+            return has_side_effects(node, impure_random)
+        key = (node.target, impure_random)
+        impure = self._impure.get(key)
+        if impure is None:
+            impure = node.is_impure(impure_random)
+            if not isinstance(node.target, torch._ops.HigherOrderOperator):  # (a slow isinstance: asked once)
+                self._impure[key] = impure  # else its arguments decide: asked each time
+        return impure or may_write_in_place(node)
 
 
 def _writers(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     """The nodes :func:`may_write_in_place` says write, in no particular order.  The graph files its function
-    calls by target (``find_nodes``): what a target does is decided once for all its calls, and where it writes
-    through no parameter (nearly every target), only a call with keyword arguments (``out=``, ``inplace=True``)
-    can write at all."""
+    calls by target (``find_nodes``): what a target does is decided once for all its calls, and where only a
+    keyword can make it write (nearly every target: ``out=``, ``inplace=True``), only its calls with keyword
+    arguments are looked at."""
     found: list[torch.fx.Node] = []
     for (op, target), nodes in graph._find_nodes_lookup_table.table.items():
-        if op == "call_function" and _writes_by_keyword_only(op, target):
+        writing = _writing_arguments(op, target) if op == "call_function" else None
+        if writing is not None and writing[0] is None:  # only a keyword argument can make a call write
             found += [node for node in nodes if node.kwargs and may_write_in_place(node)]
         else:  # the methods, modules...: filed together, whatever their target
             found += [node for node in nodes if may_write_in_place(node)]
@@ -561,21 +565,41 @@ def _writers(graph: torch.fx.Graph) -> list[torch.fx.Node]:
 
 
 @functools.cache
-def _writes_by_keyword_only(op: str, target: Any) -> bool:
-    """Whether a call of ``target`` without keyword arguments writes nothing in place (nearly every call): it
-    changes its first argument only given ``inplace=True`` by keyword, and its schemas declare written no
-    parameter but keyword-only ones (``out=``), nor is it a normalization that updates running statistics."""
-    if _or_inplace_position(_target_mutates_first, op, target) != (False, None):
-        return False
+def _writing_arguments(op: str, target: Any) -> tuple[int | None, tuple[str, ...]] | None:
+    """How a call of ``target`` (not a module) may write in place, where only its arguments decide: the position
+    of its ``inplace`` parameter, and the keywords (``out``, parameters its schemas declare written and keyword
+    only) that write into the nodes they are given; besides ``inplace=True``.  None where the target decides
+    more: it changes its first argument, or a parameter its schemas declare written may be given by position,
+    or it is a normalization that updates running statistics (:func:`_declared_written`)."""
+    mutates, position = _or_inplace_position(_target_mutates_first, op, target)
     declared, statistics = _written_parameters(target) if op == "call_function" else _NOTHING
-    return statistics is None and all(position is None for position, _, _ in declared)
+    if mutates or statistics is not None or any(at is not None for at, _, _ in declared):
+        return None
+    return position, ("out", *(name for _, name, _ in declared if name != "out"))
 
 
-def _any_in(found: Container[torch.fx.Node], nodes: Iterable[torch.fx.Node]) -> bool:
-    for node in nodes:  # noqa: SIM110 - a loop: any() would add a generator on a hot path
-        if node in found:
+def _joins_returned(returned: Container[torch.fx.Node], replaced: Sequence[torch.fx.Node], values: Sequence[Any],
+                    created: Sequence[torch.fx.Node]) -> bool:
+    """Whether a replaced node, a value or a new node, or an input of a new node, is in ``returned`` (loops, not
+    ``any()``: asked at every rewrite)."""
+    for node in (*replaced, *created):
+        if node in returned:
             return True
+    for value in values:  # (a node in a sequence joins no class: a user given `(x, y)` is no view of x)
+        if isinstance(value, torch.fx.Node) and value in returned:
+            return True
+    for node in created:
+        for used in node.all_input_nodes:
+            if used in returned:
+                return True
     return False
+
+
+def _nodes_of(values: Sequence[Any]) -> list[torch.fx.Node]:
+    """The nodes among ``values``, and in the sequences among them."""
+    found: list[torch.fx.Node] = []
+    torch.fx.node.map_arg(tuple(values), found.append)
+    return found
 
 
 def _returned_aliases(graph: torch.fx.Graph) -> dict[torch.fx.Node, None]:

@@ -381,7 +381,7 @@ def _effects_kept(splice: Splice) -> Detail | None:
     replacement replaces.  Random operations (``torch.rand``, dropout in training) may be removed: a pattern
     names them on purpose, and the ``impure`` check refuses a match that would remove one it does not name."""
     match, effects = splice.match, splice.effects
-    effectful = [node for node in match.nodes if effects.has_side_effects(node, impure_random=False)]
+    effectful = [node for node in match.nodes if effects.has_side_effects(node, False)]  # False: impure_random
     if not effectful:  # nearly every match: nothing more to find
         return None
     kept = {value for value in splice.values if isinstance(value, Node)}

@@ -395,3 +395,19 @@ def test_a_rewrite_that_shares_memory_with_a_returned_value_is_seen_by_the_later
     assert report.counts() == {"same": 1}
     assert skip_reasons(report, "copy") == {"alias": 1}
     assert ".contiguous()" in rewritten.code
+
+
+def test_a_node_a_sequence_replacement_returns_is_seen_as_returned_by_the_later_rewrites() -> None:
+    """``pair`` makes ``n`` itself returned (in the tuple that replaces a returned value): the ``contiguous()`` of
+    ``n`` may then be a returned value's memory, and ``copy``, which would replace it by ``n``, is skipped."""
+    rules = fxrules.parse("rule pair: torch.broadcast_tensors(x, y) => (x, y)\n"
+                          "rule copy: x.contiguous() => x\n")
+
+    def f(a: torch.Tensor, b: torch.Tensor) -> object:
+        n = a.relu()
+        return torch.broadcast_tensors(n, b), n.contiguous().sum()
+    rewritten = torch.fx.symbolic_trace(f)
+    report = fxrules.apply(rewritten, rules)
+    assert report.counts() == {"pair": 1}
+    assert skip_reasons(report, "copy") == {"alias": 1}
+    assert ".contiguous()" in rewritten.code
