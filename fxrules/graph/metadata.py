@@ -15,7 +15,7 @@ import functools
 import inspect
 import operator
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -439,22 +439,35 @@ def _parameters(target: Any, schemas: list[Any]) -> list[tuple[str, Any]]:
 
 def may_write_in_place(node: torch.fx.Node) -> bool:
     """Whether a node changes any of its arguments in place: every writer :func:`in_place_writer` finds is one."""
-    out = node.kwargs.get("out")
+    op, kwargs = node.op, node.kwargs
+    writing = None if op == "call_module" else _writing_arguments(op, node.target)
+    if writing is not None:  # nearly every node: its target's writes decided once, its arguments read here
+        position, keywords = writing
+        args = node.args
+        if position is not None and len(args) > position and args[position] is True:
+            return True
+        return bool(kwargs) and (kwargs.get("inplace") is True
+                                 or any(_nodes_in(kwargs[name]) for name in keywords if name in kwargs))
+    out = kwargs.get("out")
     if (out is not None and _nodes_in(out)) or changes_an_argument(node):
         return True
-    if node.op == "call_module":
+    if op == "call_module":
         return module_effects.may_write(node)
-    return node.op == "call_function" and bool(_declared_written(node))
+    return op == "call_function" and bool(_declared_written(node))
 
 
 class GraphEffects:
-    """What one ``apply`` knows of the side effects of one graph's nodes while it rewrites them.
+    """What one ``apply`` knows of the side effects and the returned values of one graph while it rewrites it.
 
     * The nodes that may change an argument in place (:func:`may_write_in_place`), so that
       :func:`in_place_writer` need not search the aliases of a value in a graph that has none (most graphs):
-      found by one walk over the graph at the first question; whoever changes the graph after that tells it
-      of each node it creates or gives other arguments (:meth:`noticed`).  A node erased since stays listed:
-      a writer too many costs a search, never a wrong answer.
+      found at the first question; whoever changes the graph after that tells it of each node it creates or
+      gives other arguments (:meth:`noticed`).  A node erased since stays listed: a writer too many costs a
+      search, never a wrong answer.
+    * The nodes that may share memory with a value the graph returns: the alias classes of the returned values,
+      found at the first question; every rewrite is told to it before it happens (:meth:`rewriting`, which
+      answers), and the classes it joins are added.  Again a superset: a node too many
+      costs the full check of the rewrite that asks about it, never a wrong answer.
     * :func:`has_side_effects`, with ``Node.is_impure`` of a function call decided once per target (but a
       higher-order operator's, which depends on its arguments): which functions are impure is torch's
       registry, which nothing changes while a graph is rewritten.
@@ -463,6 +476,7 @@ class GraphEffects:
     def __init__(self, graph: torch.fx.Graph) -> None:
         self.graph = graph
         self._writers: list[torch.fx.Node] | None = None  # None: not walked yet
+        self._returned: dict[torch.fx.Node, None] | None = None  # None: not found yet
         self._impure: dict[tuple[Any, bool], bool] = {}  # (call_function target, impure_random) -> is_impure
 
     def noticed(self, nodes: Iterable[torch.fx.Node]) -> None:
@@ -482,34 +496,99 @@ class GraphEffects:
             self._writers = _writers(self.graph)
         return any(first < writer._sort_key < last for writer in self._writers)
 
+    def rewriting(self, replaced: Sequence[torch.fx.Node], values: Sequence[Any],
+                  created: Sequence[torch.fx.Node]) -> Container[torch.fx.Node]:
+        """The nodes that may share memory with a value the graph returns (a node not among them has no returned
+        value in its :func:`alias_class`), now and once each of ``replaced`` is replaced by its value (a node or a
+        literal) for all its users, ``created`` made for them.
+
+        That replacement makes the users of a replaced node that were views of it views of its value, joining
+        the two classes; a new node has joined those of its inputs already; and the value of a returned node
+        becomes returned (each node of a sequence, ``(x, y)``).  Were none of these nodes in a returned class
+        before, the classes they join hold no returned value either; else each is added as it is now (what it
+        will be joined with is among them)."""
+        returned = self._returned
+        if returned is None:  # the first question: the classes as they are now, this rewrite added below
+            returned = self._returned = _returned_aliases(self.graph)
+        if _joins_returned(returned, replaced, values, created):
+            for node in (*replaced, *created, *_nodes_of(values)):
+                returned.update(alias_class(node))
+        return returned
+
     def has_side_effects(self, node: torch.fx.Node, impure_random: bool = True) -> bool:
         """:func:`has_side_effects`."""
-        target = node.target
-        if node.op != "call_function" or isinstance(target, torch._ops.HigherOrderOperator):
+        if node.op != "call_function":
             return has_side_effects(node, impure_random)
-        try:
-            impure = self._impure[target, impure_random]
-        except KeyError:
-            impure = self._impure[target, impure_random] = node.is_impure(impure_random)
+        key = (node.target, impure_random)
+        impure = self._impure.get(key)
+        if impure is None:
+            impure = node.is_impure(impure_random)
+            if not isinstance(node.target, torch._ops.HigherOrderOperator):  # (a slow isinstance: asked once)
+                self._impure[key] = impure  # else its arguments decide: asked each time
         return impure or may_write_in_place(node)
 
 
 def _writers(graph: torch.fx.Graph) -> list[torch.fx.Node]:
-    """:func:`may_write_in_place` of every node, decided once per (op, target) for the nodes without keyword
-    arguments or modules (nearly all): a write through ``inplace=True`` by position is read from the arguments,
-    and a call whose schema declares a written parameter counts whatever it is given there."""
-    found = []
-    for node in graph.nodes:
-        op, target = node.op, node.target
-        if node.kwargs or op == "call_module":
-            if may_write_in_place(node):
-                found.append(node)
-            continue
-        mutates, position = _or_inplace_position(_target_mutates_first, op, target)
-        declared = op == "call_function" and _written_parameters(target) is not _NOTHING
-        if mutates or (position is not None and len(node.args) > position and node.args[position] is True) \
-                or (declared and _declared_written(node)):
-            found.append(node)
+    """The nodes :func:`may_write_in_place` says write, in no particular order.  The graph files its function
+    calls by target (``find_nodes``): what a target does is decided once for all its calls, and where only a
+    keyword can make it write (nearly every target: ``out=``, ``inplace=True``), only its calls with keyword
+    arguments are looked at."""
+    found: list[torch.fx.Node] = []
+    for (op, target), nodes in graph._find_nodes_lookup_table.table.items():
+        writing = _writing_arguments(op, target) if op == "call_function" else None
+        if writing is not None and writing[0] is None:  # only a keyword argument can make a call write
+            found += [node for node in nodes if node.kwargs and may_write_in_place(node)]
+        else:  # the methods, modules...: filed together, whatever their target
+            found += [node for node in nodes if may_write_in_place(node)]
+    return found
+
+
+@functools.cache
+def _writing_arguments(op: str, target: Any) -> tuple[int | None, tuple[str, ...]] | None:
+    """How a call of ``target`` (not a module) may write in place, where only its arguments decide: the position
+    of its ``inplace`` parameter, and the keywords (``out``, parameters its schemas declare written and keyword
+    only) that write into the nodes they are given; besides ``inplace=True``.  None where the target decides
+    more: it changes its first argument, or a parameter its schemas declare written may be given by position,
+    or it is a normalization that updates running statistics (:func:`_declared_written`)."""
+    mutates, position = _or_inplace_position(_target_mutates_first, op, target)
+    declared, statistics = _written_parameters(target) if op == "call_function" else _NOTHING
+    if mutates or statistics is not None or any(at is not None for at, _, _ in declared):
+        return None
+    return position, ("out", *(name for _, name, _ in declared if name != "out"))
+
+
+def _joins_returned(returned: Container[torch.fx.Node], replaced: Sequence[torch.fx.Node], values: Sequence[Any],
+                    created: Sequence[torch.fx.Node]) -> bool:
+    """Whether a replaced node, a value or a new node, or an input of a new node, is in ``returned`` (loops, not
+    ``any()``: asked at every rewrite)."""
+    for node in (*replaced, *created):
+        if node in returned:
+            return True
+    for value in values:  # (a node in a sequence joins no class: a user given `(x, y)` is no view of x)
+        if isinstance(value, torch.fx.Node) and value in returned:
+            return True
+    for node in created:
+        for used in node.all_input_nodes:
+            if used in returned:
+                return True
+    return False
+
+
+def _nodes_of(values: Sequence[Any]) -> list[torch.fx.Node]:
+    """The nodes among ``values``, and in the sequences among them."""
+    found: list[torch.fx.Node] = []
+    torch.fx.node.map_arg(tuple(values), found.append)
+    return found
+
+
+def _returned_aliases(graph: torch.fx.Graph) -> dict[torch.fx.Node, None]:
+    """The alias classes of the values ``graph`` returns (none when it has no output node)."""
+    last = next(iter(reversed(graph.nodes)), None)  # FX keeps the output node last
+    found: dict[torch.fx.Node, None] = {}
+    if last is not None and last.op == "output":
+        for returned in last.all_input_nodes:
+            if returned not in found:
+                found.update(alias_class(returned))
     return found
 
 

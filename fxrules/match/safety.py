@@ -163,6 +163,11 @@ def _escaping_user(found: Found) -> Detail | None:
     if len(matched) < 2:
         return None
     outputs, retired = found.outputs, found.retired
+    for node in matched:  # nearly every match: none escapes, and no list is needed
+        if node not in outputs and _escapes(node, matched, retired):
+            break
+    else:
+        return None
     escaping_from = [node for node in matched if node not in outputs and _escapes(node, matched, retired)]
     if not escaping_from:
         return None
@@ -243,7 +248,7 @@ def _depends_on(captured: list[Node], matched: set[Node]) -> bool:
 
 def _overlap(in_pass: InPass) -> Detail | None:
     assert in_pass.match is not None
-    if in_pass.claimed.intersection(in_pass.match.nodes):
+    if not in_pass.claimed.isdisjoint(in_pass.match.nodes):
         return "part of this match was created by another rewrite in this pass"
     return None
 
@@ -299,8 +304,10 @@ def _no_change(splice: Splice) -> Detail | None:
     names, and match again in the next pass, forever: ``aten.sin.default(x) => aten.sin(x)`` in an aten-level
     graph, where the packet is emitted as the overload it matched."""
     match, values, created = splice.match, splice.values, splice.created
-    if not created and any(value is not output for value, output in zip(values, match.outputs, strict=True)):
-        return None
+    for value, output in zip(values, match.outputs, strict=True):
+        if value is not output and not (isinstance(value, Node) and value.op == output.op
+                                        and value.target == output.target and value in created):
+            return None  # the first tests of _same_value, which would fail: the usual replacement differs here
     new = set(created)
     seen: dict[Node, Node] = {}
     for value, output in zip(values, match.outputs, strict=True):
@@ -330,10 +337,10 @@ def _same_value(value: Any, old: Any, new: set[Node], seen: dict[Node, Node]) ->
         return seen[value] is old
     if value.op != old.op or value.target != old.target:
         return False
+    if _uses_another_node(value, old, new):
+        return False  # whether the arguments are bound to names or not, one of them is the same as none of old's
     seen[value] = old
     for normalize in (False, True):
-        if normalize and _uses_another_node(value, old, new):
-            break  # binding by name moves no argument: normalizing would cost a signature binding for nothing
         new_args, old_args = _arguments(value, normalize), _arguments(old, normalize)
         if new_args is None or old_args is None:
             break
@@ -346,8 +353,8 @@ def _same_value(value: Any, old: Any, new: set[Node], seen: dict[Node, Node]) ->
 
 def _uses_another_node(value: Node, old: Node, new: set[Node]) -> bool:
     """``value`` has an existing node as an argument that is no argument of ``old``: however both calls' arguments
-    are bound to names, that one can be the same as no argument of ``old`` (an existing node is the same only as
-    itself, and binding fills in no node)."""
+    are bound to names (as written, or by parameter name), that one can be the same as no argument of ``old`` (an
+    existing node is the same only as itself, and binding fills in no node)."""
     olds = {id(argument) for argument in (*old.args, *old.kwargs.values())}
     return any(isinstance(argument, Node) and argument not in new and id(argument) not in olds
                for argument in (*value.args, *value.kwargs.values()))
@@ -376,16 +383,19 @@ def _effects_kept(splice: Splice) -> Detail | None:
     .add_(1)``, not a view of anything outside) is seen only through the match's outputs, which the
     replacement replaces.  Random operations (``torch.rand``, dropout in training) may be removed: a pattern
     names them on purpose, and the ``impure`` check refuses a match that would remove one it does not name."""
-    match, created = splice.match, splice.created
+    match, effects = splice.match, splice.effects
+    effectful = [node for node in match.nodes if effects.has_side_effects(node, False)]  # False: impure_random
+    if not effectful:  # nearly every match: nothing more to find
+        return None
     kept = {value for value in splice.values if isinstance(value, Node)}
     matched = set(match.nodes)
-    for node in match.nodes:
-        if node in kept or not splice.effects.has_side_effects(node, impure_random=False):
+    for node in effectful:
+        if node in kept:
             continue
         written = _written(node)
         if isinstance(written, Node) and view_base(written) in matched:
             continue
-        if not any(_same_effect(node, new, written, splice.operation_name) for new in created):
+        if not any(_same_effect(node, new, written, splice.operation_name) for new in splice.created):
             into = f" writes into '{written.name}'" if isinstance(written, Node) else " has side effects"
             return f"'{node.name}'{into}, and the replacement, which would remove it, does not do the same"
     return None
@@ -490,10 +500,9 @@ def _autocast(splice: Splice) -> Detail | None:
 
 def _in_place_write(splice: Splice) -> Detail | None:
     """The write would reach both the output and the value it would share memory with."""
-    pairs = splice.pairs()
-    if not pairs or (not splice.effects.writers_exist() and not any(may_write_in_place(n) for n in splice.created)):
-        return None  # no node could write: the aliases need no search
-    for output, existing in pairs:
+    if not splice.effects.writers_exist() and not any(may_write_in_place(n) for n in splice.created):
+        return None  # no node could write: the aliases need no search (nor the pairs)
+    for output, existing in splice.pairs():
         for node in (output, existing):
             write = in_place_writer(node)
             if write is not None:
@@ -508,6 +517,14 @@ def _in_place_write(splice: Splice) -> Detail | None:
 def _alias(splice: Splice) -> Detail | None:
     """A caller writing into a returned result would write into the graph's input, attribute or other
     result it now shares memory with; a higher-order operator refuses such a subgraph outright."""
+    outputs = splice.match.outputs
+    # told before any exit: every rewrite must be (GraphEffects keeps the returned values' classes current)
+    may_be_returned = splice.effects.rewriting(outputs, splice.values, splice.created)
+    for output in outputs:
+        if output in may_be_returned:
+            break
+    else:  # no returned value in any output's alias class: whatever replaces it, a caller sees no new alias
+        return None
     returned: set[Node] | None = None
     for output, existing in splice.pairs():
         returned = set(splice.graph.output_node().all_input_nodes) if returned is None else returned

@@ -358,3 +358,54 @@ rule drop_clone:
         return c * 2
     report, _ = rewrite_unobservably(f, [_input()], rules)
     assert skip_reasons(report, "drop_clone") == {"guard false": 1}
+
+
+IDENTITY_AND_COPY = fxrules.parse("""
+rule same: mul(x, 1.0) => x
+rule copy: x.contiguous() => x
+""")
+
+
+def _view_joined_to_a_returned_one(x: torch.Tensor) -> object:
+    """``same`` makes ``t`` a view of ``r``, which the returned ``kept`` views too."""
+    r = x.relu()
+    kept = r.view(-1)
+    t = (r * 1.0).t()
+    return kept, t.contiguous().sum()
+
+
+def _view_of_a_newly_returned_value(x: torch.Tensor) -> object:
+    """``same`` makes ``a``, which ``t`` views, the returned value."""
+    a = x.relu()
+    return a * 1.0, a.t().contiguous().sum()
+
+
+@pytest.mark.parametrize("source", [
+    pytest.param(_view_joined_to_a_returned_one, id="a view joined to a returned one"),
+    pytest.param(_view_of_a_newly_returned_value, id="a view of a newly returned value"),
+])
+def test_a_rewrite_that_shares_memory_with_a_returned_value_is_seen_by_the_later_ones(
+        source: Callable[[torch.Tensor], object]) -> None:
+    """Which values share memory with a returned one changes as rules fire: after ``same`` rewrote, the
+    ``contiguous()`` of ``t`` may be a returned value's memory, and ``copy`` is checked like any rewrite of such
+    a value (skipped: its replacement ``t`` shares memory with the returned value)."""
+    report, rewritten = rewrite_unobservably(source, [_input()], IDENTITY_AND_COPY)
+    assert report.counts() == {"same": 1}
+    assert skip_reasons(report, "copy") == {"alias": 1}
+    assert ".contiguous()" in rewritten.code
+
+
+def test_a_node_a_sequence_replacement_returns_is_seen_as_returned_by_the_later_rewrites() -> None:
+    """``pair`` makes ``n`` itself returned (in the tuple that replaces a returned value): the ``contiguous()`` of
+    ``n`` may then be a returned value's memory, and ``copy``, which would replace it by ``n``, is skipped."""
+    rules = fxrules.parse("rule pair: torch.broadcast_tensors(x, y) => (x, y)\n"
+                          "rule copy: x.contiguous() => x\n")
+
+    def f(a: torch.Tensor, b: torch.Tensor) -> object:
+        n = a.relu()
+        return torch.broadcast_tensors(n, b), n.contiguous().sum()
+    rewritten = torch.fx.symbolic_trace(f)
+    report = fxrules.apply(rewritten, rules)
+    assert report.counts() == {"pair": 1}
+    assert skip_reasons(report, "copy") == {"alias": 1}
+    assert ".contiguous()" in rewritten.code
