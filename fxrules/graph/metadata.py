@@ -283,8 +283,8 @@ def _target_may_return_first(op: str, target: Any) -> bool:
 
 def alias_class(node: torch.fx.Node) -> dict[torch.fx.Node, None]:
     """Every node whose value may share memory with ``node``'s: its bases and every view of them, through
-    chains of views (``a.t()[0:1].view(-1)``), in both directions.  Conservative: two views of one base are
-    in one class even where they do not overlap."""
+    chains of views (``a.t()[0:1].view(-1)``), in both directions, and the other reads of an attribute.
+    Conservative: two views of one base are in one class even where they do not overlap."""
     found = {node: None}
     stack = [node]
     while stack:
@@ -303,6 +303,11 @@ def alias_class(node: torch.fx.Node) -> dict[torch.fx.Node, None]:
             if user not in found and _result_aliases(user, current):
                 found[user] = None
                 stack.append(user)
+        if current.op == "get_attr":  # another read of the same attribute (or tensor) is the same memory
+            for other in module_effects.same_memory_attributes(current):
+                if other not in found:
+                    found[other] = None
+                    stack.append(other)
     return found
 
 

@@ -205,6 +205,25 @@ def attribute_writers(node: Node) -> list[Node]:
             if _writes_attribute(call, _effects_of_call(call), node)]
 
 
+def same_memory_attributes(node: Node) -> list[Node]:
+    """The other ``get_attr`` nodes of ``node``'s graph that read memory ``node``'s reads: the same attribute
+    (a graph may read it more than once), or the same tensor or a view of its memory under another name (a tied
+    weight); a write through one is a write into the others."""
+    path = str(node.target)
+    others = [other for other in node.graph.find_nodes(op="get_attr") if other is not node]
+    if not others:
+        return []
+    owner = node.graph.owning_module
+    value = _attribute(owner, path)
+    root = _root(value) if isinstance(value, torch.Tensor) else None
+    return [other for other in others if str(other.target) == path
+            or (root is not None and _same_root(_attribute(owner, str(other.target)), root))]
+
+
+def _same_root(value: Any, root: torch.Tensor) -> bool:
+    return isinstance(value, torch.Tensor) and _root(value) is root
+
+
 def _writes_attribute(call: Node, effects: ModuleEffects, attribute: Node) -> bool:
     """Whether ``call`` may write what ``attribute`` reads: a path it writes, or below one (``bn`` writes
     ``bn.running_mean``), or a tensor it writes under another name (a tied weight, a view of a buffer)."""

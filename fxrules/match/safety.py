@@ -508,7 +508,8 @@ def _in_place_write(splice: Splice) -> Detail | None:
             if write is not None:
                 aliases = alias_class(node)
                 written = next(value for value in written_values(write) if value in aliases)
-                where = f"'{node.name}'" if written is node else f"'{written}', a view of '{node.name}',"
+                relation = "which reads the memory of" if written.op == "get_attr" else "a view of"
+                where = f"'{node.name}'" if written is node else f"'{written}', {relation} '{node.name}',"
                 return f"'{write.name}' writes into {where} in place, and the replacement would make " \
                        f"'{output.name}' share memory with '{existing.name}'"
     return None

@@ -3,8 +3,9 @@ statistics, an ``nn.Embedding``'s weight renormalized to ``max_norm``, what a gr
 own attributes, and, for a module whose code fxrules cannot read (a class of user code, hooks, a lazy module),
 every argument and all of its state.  A read of such state is not moved past the call, and an unused call that
 writes is not removed; a module that writes nothing (an eval-mode BatchNorm, a plain ``nn.Linear``) lets the
-rewrite happen.  Each case compares the outputs, the inputs and every parameter and buffer after the call with the
-original module's."""
+rewrite happen.  Two reads of one attribute (or of one tensor under two names) are the same memory: a write
+through one is a write into the other.  Each case compares the outputs, the inputs and every parameter and buffer
+after the call with the original module's."""
 
 from __future__ import annotations
 
@@ -300,3 +301,55 @@ def test_a_rule_removing_a_call_of_user_code_is_refused() -> None:
     assert report["drop"].skipped[0].reason.value == "impure"
     assert report["drop"].skipped[0].detail == ("'m' writes into 'x', and the replacement, which would remove it, "
                                                 "does not do the same")
+
+
+def _two_reads(second: str, write: Callable[[torch.fx.Graph, torch.fx.Node], object]) -> torch.fx.GraphModule:
+    """``before = <w> * 1`` through one ``get_attr``, a write through another of ``second``, then
+    ``before + 0.5``: the identity would make ``before + 0.5`` read what the write left."""
+    root = nn.Module()
+    root.w = nn.Parameter(torch.zeros(3), requires_grad=False)
+    root.tied = root.w
+    root.register_buffer("base", torch.zeros(2, 3))
+    graph = torch.fx.Graph()
+    graph.placeholder("x")
+    before = graph.call_function(operator.mul, (graph.get_attr("w"), 1))
+    write(graph, graph.get_attr(second))
+    graph.output(graph.call_function(operator.add, (before, 0.5)))
+    return torch.fx.GraphModule(root, graph)
+
+
+@pytest.mark.parametrize("second", ["w", "tied"], ids=["the same attribute", "a tied name"])
+def test_a_write_through_another_read_of_an_attribute_is_a_write_into_it(second: str) -> None:
+    """Two ``get_attr`` nodes of one attribute (or of one tensor under two names) read the same memory."""
+    gm = _two_reads(second, lambda graph, other: graph.call_method("add_", (other, 1)))
+    report, _ = _applied(gm, IDENTITY, [_features()])
+    assert report.counts() == {}
+    assert report["same"].skipped[0].detail == (
+        f"'add_' writes into '{'w_1' if second == 'w' else 'tied'}', which reads the memory of 'w', in place, and "
+        "the replacement would make 'mul' share memory with 'w'")
+
+
+def test_a_read_is_not_moved_past_a_write_through_another_read_of_the_attribute() -> None:
+    """``r = relu(w); w'.add_(1); relu(r)`` keeps its first relu before the write made through another
+    ``get_attr`` of ``w``."""
+    root = nn.Module()
+    root.w = nn.Parameter(torch.full((3,), -0.5), requires_grad=False)
+    graph = torch.fx.Graph()
+    graph.placeholder("x")
+    first = graph.call_function(torch.relu, (graph.get_attr("w"),))
+    graph.call_method("add_", (graph.get_attr("w"), 1))
+    graph.output(graph.call_function(torch.relu, (first,)))
+    report, _ = _applied(torch.fx.GraphModule(root, graph), RELU_TWICE, [_features()])
+    assert skip_reasons(report, "once") == {"in-place write": 1}
+
+
+def test_reads_of_two_attributes_without_a_write_still_rewrite() -> None:
+    """Without a write, two reads of one attribute change nothing: the identity goes."""
+    root = nn.Module()
+    root.w = nn.Parameter(torch.zeros(3), requires_grad=False)
+    graph = torch.fx.Graph()
+    graph.placeholder("x")
+    before = graph.call_function(operator.mul, (graph.get_attr("w"), 1))
+    graph.output(graph.call_function(operator.add, (before, graph.get_attr("w"))))
+    report, _ = _applied(torch.fx.GraphModule(root, graph), IDENTITY, [_features()])
+    assert report.counts() == {"same": 1}
