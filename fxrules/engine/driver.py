@@ -199,10 +199,10 @@ class _Run:
 
     def _erase_and_recompile(self, transaction: Transaction) -> None:
         gm, graph = self.gm, self.gm.graph
-        referenced_before = {str(n.target) for n in graph.find_nodes(op="call_module")}
+        referenced_before = _module_targets(graph)
         transaction.erase_dead(graph, _removable(transaction.retired))
         transaction.recompile(gm)
-        referenced_after = {str(n.target) for n in graph.find_nodes(op="call_module")}
+        referenced_after = _module_targets(graph)
         unreferenced = referenced_before - referenced_after
         added_buffers = [name for name in transaction.added if name in gm._buffers]
         if unreferenced or added_buffers:
@@ -342,11 +342,16 @@ class _Run:
         return True
 
 
+def _module_targets(graph: torch.fx.Graph) -> set[str]:
+    """The qualified names the graph's ``call_module`` nodes call (a set: not sorted into graph order first)."""
+    return {str(n.target) for n in graph.find_nodes(op="call_module", sort=False)}
+
+
 def _used_attribute_paths(gm: torch.fx.GraphModule, graph: torch.fx.Graph) -> set[str]:
     """The qualified names the graph still needs: every ``call_module`` and ``get_attr`` target, the modules
     on the path to it (``blk`` of ``blk.r``), and every submodule of a called module (its forward uses them)."""
-    used: set[str] = set()
-    for node in (*graph.find_nodes(op="call_module"), *graph.find_nodes(op="get_attr")):
+    used: set[str] = set()  # a set: the nodes need not be sorted into graph order (find_nodes' default)
+    for node in (*graph.find_nodes(op="call_module", sort=False), *graph.find_nodes(op="get_attr", sort=False)):
         parts = str(node.target).split(".")
         used.update(".".join(parts[:end]) for end in range(1, len(parts) + 1))
         if node.op == "call_module":

@@ -17,6 +17,7 @@ private attributes, which only this module touches.
 from __future__ import annotations
 
 import itertools
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
@@ -30,6 +31,7 @@ from fxrules.rewrite.spelling import spell_publicly
 _CODE_ATTRIBUTES = ("_code", "_lineno_map", "_prologue_start", "_in_spec", "_out_spec")
 _CODE_CLASS_ATTRIBUTES = ("forward", "__call__", "_wrapped_call")
 _ABSENT = object()
+_REPR_FUNCTION = operator.attrgetter("_repr_fn")
 
 
 def first_free(name: str, taken: set[str] | Callable[[str], bool]) -> str:
@@ -152,7 +154,8 @@ class Transaction:
         end of its bucket whenever one of its attributes is set (``Node.__setattr__``), its arguments too."""
         table = graph._find_nodes_lookup_table
         for key, bucket in table.table.items():
-            self.buckets.setdefault((table, key), list(bucket))
+            if (table, key) not in self.buckets:  # kept already: not copied again only to be dropped
+                self.buckets[table, key] = list(bucket)
 
     def undo_since(self, mark: tuple[int, int], graph: torch.fx.Graph) -> None:
         """Erase the nodes and attributes made since ``mark``, newest first (nothing outside uses them yet),
@@ -173,12 +176,14 @@ class Transaction:
         """Erase, last to first, every node nothing uses that ``removable`` allows, as
         ``Graph.eliminate_dead_code`` does, logging each before it goes."""
         self._keep_buckets(graph)
+        keep_users, erased = self.keep_users, self.erased
         for node in reversed(graph.nodes):
             if node.users or not removable(node):
                 continue
-            for used in node.all_input_nodes:
-                self.keep_users(used)
-            self.erased.append(_Erased(node, node._prev, node.args, node.kwargs, node._sort_key))
+            # what .all_input_nodes, .args and .kwargs return, without their Python calls and list
+            for used in node._input_nodes:
+                keep_users(used)
+            erased.append(_Erased(node, node._prev, node._args, node._kwargs, node._sort_key))
             graph.erase_node(node)
         self.retired.clear()  # erased: each retired node's users are retired, and come after it
 
@@ -196,7 +201,8 @@ class Transaction:
                      for module in modules]
         for module in modules:
             self._keep_buckets(module.graph)
-            self.reprs += [(node, node._repr_fn) for node in module.graph.nodes]
+            nodes = list(module.graph.nodes)
+            self.reprs += zip(nodes, map(_REPR_FUNCTION, nodes), strict=True)
         self.transformers = [(m.graph._codegen, m.graph._codegen._body_transformer) for m in modules]
         for module in modules:
             spell_publicly(module.graph)
