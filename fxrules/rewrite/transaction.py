@@ -134,13 +134,22 @@ class Transaction:
         self.created.append(node)
         return node
 
-    def replace_input(self, user: torch.fx.Node, old: torch.fx.Node, new: Any) -> None:
-        """``user.replace_input_with(old, new)``, logged."""
+    def redirect(self, old: torch.fx.Node, new: Any, users: list[torch.fx.Node]) -> None:
+        """``user.replace_input_with(old, new)`` for each of ``users``, each logged before it changes."""
+        if not users:
+            return
         self.keep_users(old)
         if isinstance(new, torch.fx.Node):
             self.keep_users(new)
-        self.redirected.append((user, user.args, user.kwargs))
-        user.replace_input_with(old, new)
+        redirected = self.redirected
+        if getattr(old.graph.owning_module, "_replace_hooks", None):
+            for user in users:
+                redirected.append((user, user._args, user._kwargs))
+                user.replace_input_with(old, new)  # calls the module's replace hooks first
+            return
+        for user in users:  # replace_input_with without replace hooks: the C function it ends with
+            redirected.append((user, user._args, user._kwargs))
+            user._replace_input_with(old, new)
 
     def keep_users(self, node: torch.fx.Node) -> torch.fx.Node:
         if node not in self.users:
