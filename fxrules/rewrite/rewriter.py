@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections.abc import Callable, Container, Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 import torch
@@ -88,8 +88,7 @@ class HelperTensor:
         return f"HelperTensor({self.name})"
 
 
-@attrs.frozen
-class Rewrite:
+class Rewrite(NamedTuple):  # a tuple: one is made for every rewrite, and a frozen attrs class costs more
     """What one rewrite changed: the nodes it created and the nodes whose surroundings changed."""
 
     created: tuple[torch.fx.Node, ...]

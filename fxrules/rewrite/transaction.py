@@ -86,6 +86,9 @@ class Transaction:
     # existing nodes' users, in order, before the first change to them (FX appends a user it gains back)
     users: dict[torch.fx.Node, list[torch.fx.Node]] = attrs.Factory(dict)
     names: _Names | None = None  # taken at the first mark
+    # target -> the name Graph.create_node would base a new node's on (Graph._target_to_str, a function of the
+    # target alone), found once per target: given as ``name``, create_node makes the same unique name of it
+    stems: dict[Any, str] = attrs.Factory(dict)
     erased: list[_Erased] = attrs.Factory(list)
     # the order of find_nodes buckets (by table and key) before the first change to the graph
     buckets: dict[tuple[Any, Any], list[torch.fx.Node]] = attrs.Factory(dict)
@@ -125,7 +128,10 @@ class Transaction:
                     kwargs: dict[str, Any]) -> torch.fx.Node:
         """``graph.create_node`` at the insertion point, logged; the users of its inputs are kept first."""
         torch.fx.node.map_arg((args, kwargs), self.keep_users)
-        node = graph.create_node(op, target, args, kwargs)
+        stem = self.stems.get(target)
+        if stem is None:
+            stem = self.stems[target] = graph._target_to_str(target)
+        node = graph.create_node(op, target, args, kwargs, name=stem)
         self.created.append(node)
         return node
 
