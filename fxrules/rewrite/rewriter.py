@@ -214,10 +214,11 @@ class Rewriter:
         """
         retired = self.transaction.retired
         nodes = match.nodes if len(match.nodes) == 1 else sorted(match.nodes, key=lambda n: n._sort_key, reverse=True)
+        # a node's inputs as ``all_input_nodes`` lists them (a copy of the keys of FX's ``_input_nodes``), uncopied
         lost_user: list[torch.fx.Node] = []
         for node in nodes:  # users before what they use
             if not _has_live_user(node, retired):
-                lost_user += node.all_input_nodes
+                lost_user += node._input_nodes
                 retired[node] = None
         touched: list[torch.fx.Node] = []
         while lost_user:
@@ -227,7 +228,7 @@ class Rewriter:
             if _has_live_user(node, retired) or self.effects.has_side_effects(node):
                 touched.append(node)
             else:
-                lost_user += node.all_input_nodes
+                lost_user += node._input_nodes
                 retired[node] = None
         return touched
 
