@@ -267,8 +267,8 @@ class _Run:
         return current
 
     def _try(self, rule: Rule, node: torch.fx.Node, current: _Pass, scheduler: Scheduler) -> bool:
-        try:
-            match = self._match(rule, node, current.matcher)
+        try:  # the rule's compiled matcher (_visit asked its may_match_anchor already)
+            match = self.compiled[id(rule)].match_candidate(node, current.matcher)
             if match is not None:
                 self._check_in_pass(match, node, current, scheduler)
             if match is not None and self.accept is not None and not self.accept(match):
@@ -294,10 +294,6 @@ class _Run:
                 scheduler.overlapped(node)
             raise
 
-    def _match(self, rule: Rule, node: torch.fx.Node, matcher: Matcher) -> Match | None:
-        """The rule's compiled matcher (``_visit`` asked its ``may_match_anchor`` already)."""
-        return self.compiled[id(rule)].match_candidate(node, matcher)
-
     def _explain_passed_over(self, matcher: Matcher, scheduler: Scheduler) -> None:
         """With ``explain=True``: the near misses at the anchor nodes the pass leaves out because no rule can
         match there (:meth:`Scheduler.passed_over`), found by the same matchers with the tracer attached."""
@@ -313,10 +309,12 @@ class _Run:
 
     def _skipped(self, rule: Rule, node: torch.fx.Node, skip: Skip, matcher: Matcher) -> None:
         self.report.skipped(rule, node.name, skip.reason, lambda: skip.detail)
+        if not self.explain:
+            return
         progress = matcher.misses.furthest + 1
         # a match that was found but not usable is the nearest of misses; its detail is written only if the
         # report keeps it (the misses of thousands of nodes would cost their details' writing each)
-        if self.explain and self.report.keeps_miss(rule.name, node.name, progress, skip.reason):
+        if self.report.keeps_miss(rule.name, node.name, progress, skip.reason):
             self.report.missed(Miss(rule.name, node.name, progress, skip.reason, skip.detail, rule.span))
 
     def _rewrite(self, rule: Rule, node: torch.fx.Node, match: Match, current: _Pass,

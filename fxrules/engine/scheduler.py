@@ -48,6 +48,7 @@ from __future__ import annotations
 import abc
 import functools
 import heapq
+import itertools
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -63,6 +64,7 @@ from fxrules.memo import per_object
 from fxrules.rewrite.rewriter import Rewrite
 
 Node = torch.fx.Node
+_UNSEEN: Any = object()  # a key _satisfiers_at has not been asked about yet
 
 #: Guard functions whose value depends on a value's users, which rewrites elsewhere can change.
 USER_COUNTING = frozenset({"num_users", "is_mutated"})
@@ -273,8 +275,11 @@ class Incremental(Scheduler):
             state.touched.update(change.gained_users)
         if self.settles:
             position, changed = state.position, state.changed
-            for node in (anchor, *change.created, *change.touched, *change.gained_users):
+            changed[anchor] = position
+            for node in itertools.chain(change.created, change.lost_users, change.gained_users):
                 changed[node] = position
+            for user, _ in change.redirected:
+                changed[user] = position
 
     def next_pass(self) -> None:
         done = self._pass
@@ -290,20 +295,25 @@ class Incremental(Scheduler):
         which the deepest calls' tests read), and only if the new input may satisfy a required argument of
         the rules there (:class:`~fxrules.match.compiled.Satisfiers`)."""
         state, retired, depth = self._pass, self.plan.retired, self.plan.reach.depth
-        listed, domain = state.listed, state.domain
+        listed, domain, by_key = state.listed, state.domain, self._satisfiers_by_key
         here = anchor._sort_key
+        node_levels, literal_levels = max(depth - 1, 1), max(depth, 1)
         for user, value in redirected:
             layer: Iterable[Node] = (user,)
-            levels = max(depth - 1, 1) if isinstance(value, Node) else max(depth, 1)
+            levels = node_levels if isinstance(value, Node) else literal_levels
             for level in range(levels):
                 for node in layer:
-                    if node in listed or node in retired or (domain is not None and node not in domain) \
-                            or node._sort_key <= here:
+                    if node in listed:
                         continue
-                    satisfiers = self._satisfiers_at(node)
-                    if satisfiers is not None and satisfiers.admit(value):
-                        listed.add(node)
-                        heapq.heappush(state.woken, (node._sort_key, id(node), node))
+                    # first: most users have no rule filed under their key (looked up here, not by a call)
+                    satisfiers = by_key.get((node.op, node.target), _UNSEEN)
+                    if satisfiers is _UNSEEN:
+                        satisfiers = self._satisfiers_at(node)
+                    if satisfiers is None or node in retired or (domain is not None and node not in domain) \
+                            or node._sort_key <= here or not satisfiers.admit(value):
+                        continue
+                    listed.add(node)
+                    heapq.heappush(state.woken, (node._sort_key, id(node), node))
                 if level < levels - 1:
                     layer = set().union(*[n.users for n in layer])
 
@@ -347,19 +357,19 @@ class Incremental(Scheduler):
         if self.plan.reach.multi_output:
             return change.touched
         domain = self._pass.domain
-        beyond = [] if domain is None else [user for user, _ in change.redirected if user not in domain]
-        return [*change.lost_users, *beyond]
+        if domain is None:  # pass 1: every node is in its domain
+            return change.lost_users
+        return [*change.lost_users, *(user for user, _ in change.redirected if user not in domain)]
 
     def _satisfiers_at(self, node: Node) -> Satisfiers | None:
         """What may satisfy a required argument of the rules filed under the node's key (None: no rule is),
         once per key."""
-        rules_at = self.plan.index.rules_at
+        key = (node.op, node.target)
         try:
-            return self._satisfiers_by_key[(node.op, node.target)]
+            return self._satisfiers_by_key[key]
         except KeyError:
-            pass
-        found = self._satisfiers_by_key[(node.op, node.target)] = self._satisfiers_of(rules_at(node))
-        return found
+            found = self._satisfiers_by_key[key] = self._satisfiers_of(self.plan.index.rules_at(node))
+            return found
 
     def _satisfiers_of(self, rules: tuple[Rule, ...]) -> Satisfiers | None:
         if not rules:

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import functools
 import operator
-from collections.abc import Callable, Container, Mapping
-from typing import Any
+from collections.abc import Callable, Container, Iterable, Mapping
+from typing import Any, NamedTuple
 
 import attrs
 import torch
@@ -89,8 +89,7 @@ class HelperTensor:
         return f"HelperTensor({self.name})"
 
 
-@attrs.frozen
-class Rewrite:
+class Rewrite(NamedTuple):  # a tuple: one is made for every rewrite, and a frozen attrs class costs more
     """What one rewrite changed: the nodes it created and the nodes whose surroundings changed."""
 
     created: tuple[torch.fx.Node, ...]
@@ -152,18 +151,22 @@ class Rewriter:
             if self.grad_modes is not None:  # new nodes are computed in the anchor's mode
                 self.grad_modes.update(dict.fromkeys(created, self.grad_modes.get(splice.anchor, OUTSIDE)))
         redirected: list[tuple[torch.fx.Node, Any]] = []
+        noticed = list(created)
         for output, value in zip(outputs, values, strict=True):
             if value is not output:
-                redirected += [(user, value) for user in self._redirect(output, value, created)]
-        # a user given a node for a node writes as it did; a literal may be an `inplace` flag (True)
-        self.effects.noticed([*created, *(user for user, value in redirected if not isinstance(value, torch.fx.Node))])
+                users = self._redirect(output, value, created)
+                redirected += [(user, value) for user in users]
+                if not isinstance(value, torch.fx.Node):  # a node for a node writes as it did; a literal may
+                    noticed += users                      # be an `inplace` flag (True)
+        if noticed:  # told once all are redirected: a user of two outputs may get two literals
+            self.effects.noticed(noticed)
         return Rewrite(tuple(created), tuple(redirected), tuple(self._retire_dead(match)), _used_by(created, values))
 
     def _emit(self, match: Match, anchor: torch.fx.Node) -> tuple[list[Any], list[torch.fx.Node]]:
         """The replacement's values (one per output) and the nodes made for them, before ``anchor``."""
         shape = _replacement_shape(match.rule)
         bindings = match.bindings
-        if any(isinstance(value, SYMBOLIC) for value in bindings.values()):
+        if _any_symbolic(bindings.values()):
             shape = _ReplacementShape()  # a symbolic dim of a typed capture: the Emitter makes it a literal or skips
         if shape.values is not None:  # x * 1 => x: no node to insert
             return [bindings[key] if is_capture else key for is_capture, key in shape.values], []
@@ -202,8 +205,7 @@ class Rewriter:
         """Make the live users of ``output`` (but the replacement's own nodes) use ``value``; those users."""
         retired = self.transaction.retired
         users = [user for user in output.users if user not in retired and user not in created]
-        for user in users:
-            self.transaction.replace_input(user, output, value)
+        self.transaction.redirect(output, value, users)
         return users
 
     def _retire_dead(self, match: Match) -> list[torch.fx.Node]:
@@ -215,10 +217,11 @@ class Rewriter:
         """
         retired = self.transaction.retired
         nodes = match.nodes if len(match.nodes) == 1 else sorted(match.nodes, key=lambda n: n._sort_key, reverse=True)
+        # a node's inputs as ``all_input_nodes`` lists them (a copy of the keys of FX's ``_input_nodes``), uncopied
         lost_user: list[torch.fx.Node] = []
         for node in nodes:  # users before what they use
             if not _has_live_user(node, retired):
-                lost_user += node.all_input_nodes
+                lost_user += node._input_nodes
                 retired[node] = None
         touched: list[torch.fx.Node] = []
         while lost_user:
@@ -228,7 +231,7 @@ class Rewriter:
             if _has_live_user(node, retired) or self.effects.has_side_effects(node):
                 touched.append(node)
             else:
-                lost_user += node.all_input_nodes
+                lost_user += node._input_nodes
                 retired[node] = None
         return touched
 
@@ -382,6 +385,13 @@ def _operation_name(node: torch.fx.Node) -> str | None:
     kind = {"call_method": OpKind.METHOD, "call_module": OpKind.MODULE}.get(node.op, OpKind.FUNCTION)
     name = aten_name(kind, node.target)
     return None if name is None else name.rstrip("_")
+
+
+def _any_symbolic(values: Iterable[Any]) -> bool:
+    for value in values:  # noqa: SIM110 - a loop: any() would add a generator on a hot path (every rewrite)
+        if isinstance(value, SYMBOLIC):
+            return True
+    return False
 
 
 def _has_live_user(node: torch.fx.Node, retired: Mapping[torch.fx.Node, None]) -> bool:

@@ -88,6 +88,9 @@ class Transaction:
     # existing nodes' users, in order, before the first change to them (FX appends a user it gains back)
     users: dict[torch.fx.Node, list[torch.fx.Node]] = attrs.Factory(dict)
     names: _Names | None = None  # taken at the first mark
+    # target -> the name Graph.create_node would base a new node's on (Graph._target_to_str, a function of the
+    # target alone), found once per target: given as ``name``, create_node makes the same unique name of it
+    stems: dict[Any, str] = attrs.Factory(dict)
     erased: list[_Erased] = attrs.Factory(list)
     # the order of find_nodes buckets (by table and key) before the first change to the graph
     buckets: dict[tuple[Any, Any], list[torch.fx.Node]] = attrs.Factory(dict)
@@ -127,7 +130,10 @@ class Transaction:
                     kwargs: dict[str, Any]) -> torch.fx.Node:
         """``graph.create_node`` at the insertion point, logged; the users of its inputs are kept first."""
         torch.fx.node.map_arg((args, kwargs), self.keep_users)
-        node = graph.create_node(op, target, args, kwargs)
+        stem = self.stems.get(target)
+        if stem is None:
+            stem = self.stems[target] = graph._target_to_str(target)
+        node = graph.create_node(op, target, args, kwargs, name=stem)
         self.created.append(node)
         return node
 
@@ -136,13 +142,22 @@ class Transaction:
         self.created.append(node)
         return node
 
-    def replace_input(self, user: torch.fx.Node, old: torch.fx.Node, new: Any) -> None:
-        """``user.replace_input_with(old, new)``, logged."""
+    def redirect(self, old: torch.fx.Node, new: Any, users: list[torch.fx.Node]) -> None:
+        """``user.replace_input_with(old, new)`` for each of ``users``, each logged before it changes."""
+        if not users:
+            return
         self.keep_users(old)
         if isinstance(new, torch.fx.Node):
             self.keep_users(new)
-        self.redirected.append((user, user.args, user.kwargs))
-        user.replace_input_with(old, new)
+        redirected = self.redirected
+        if getattr(old.graph.owning_module, "_replace_hooks", None):
+            for user in users:
+                redirected.append((user, user._args, user._kwargs))
+                user.replace_input_with(old, new)  # calls the module's replace hooks first
+            return
+        for user in users:  # replace_input_with without replace hooks: the C function it ends with
+            redirected.append((user, user._args, user._kwargs))
+            user._replace_input_with(old, new)
 
     def keep_users(self, node: torch.fx.Node) -> torch.fx.Node:
         if node not in self.users:
