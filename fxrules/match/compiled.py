@@ -37,6 +37,7 @@ from __future__ import annotations
 import operator
 import weakref
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -87,6 +88,8 @@ from fxrules.match.primitives import (
     Unreadable,
     describe_node,
     named_values,
+    output_keys,
+    output_nodes,
     show,
     tensor_fit,
     users_near,
@@ -175,6 +178,11 @@ class CompiledRule:
         self.candidates = candidates
         #: what can satisfy a required argument of an operation of the pattern (see ``_Run._wake``)
         self.satisfiers = satisfiers
+        keys = output_keys(rule.pattern)
+        self._outputs: Callable[[Mapping[int, Node]], tuple[Node | None, ...]] = partial(output_nodes, keys)
+        if len(keys) == 1 and len(keys[0]) == 1:  # the usual pattern, one operation's node: no generator
+            key = keys[0][0]
+            self._outputs = lambda nodes: (nodes.get(key),)
 
     @property
     def rule(self) -> Rule:
@@ -214,15 +222,16 @@ class CompiledRule:
             if matched and (seen is None or seen.is_new(attempt.bindings, attempt.nodes)):
                 if tracer is not None:
                     tracer.output = ""  # what check_usable reports is the whole match's
+                outputs = self._outputs(attempt.nodes)
                 try:
-                    matcher.check_usable(rule, attempt)
+                    matcher.check_usable(rule, attempt, outputs)
                 except Skip as reason:  # go on to the other options, and raise the first if none is usable
                     skip = skip or reason
                     if replayed is not None:
                         seen = seen or SeenMatches()
                         seen.rejected(attempt.bindings, attempt.nodes)
                 else:
-                    return matcher.to_match(rule, attempt)
+                    return matcher.to_match(rule, attempt, outputs)
         if skip is not None:
             raise skip
         return None
@@ -553,7 +562,8 @@ class _PlannedReader:
         self.positions: Callable[[tuple[Any, ...]], Any] | None = None
         if not self.impossible and not self.left_out and self.pack_from is None and self.sources \
                 and all(kind == _POSITION for kind, _ in self.sources):
-            self.positions = operator.itemgetter(*(key for _, key in self.sources))
+            self.indices: tuple[int, ...] = tuple(key for _, key in self.sources)
+            self.positions = operator.itemgetter(*self.indices)
             self.single = len(self.sources) == 1  # itemgetter of one index gives the item, not a tuple
 
     def read(self, node: Node) -> tuple[Any, ...] | None:
@@ -610,6 +620,10 @@ class _Operation:
         self.required = tuple(r.test for r in requirements)
         # Operands first: narrowing by them follows use edges; by literals, it scans the nodes left.
         self.narrowers = tuple(r.narrow for r in sorted(requirements, key=lambda r: r.scans))
+        #: argument count -> how a call without keywords of that many arguments is read (see _call_step)
+        self.by_count: dict[int, Callable[[Node, _Attempt], bool]] = {}
+        if self.kind in (OpKind.FUNCTION, OpKind.METHOD) and self.binds is None and self.signature is not None:
+            self.match_checked = self._call_step()  # type: ignore[method-assign]
 
     def may_be_operand(self, value: Any) -> bool:
         """The value may match this operation: a node passing :meth:`may_match`."""
@@ -670,16 +684,61 @@ class _Operation:
             return False
         if self.of_attribute:
             return True
+        return self._read_planned(node, attempt)
+
+    def _call_step(self) -> Step:
+        """:meth:`match_checked` of a function or method call that binds no module or attribute: the same
+        steps, with the operands of a call without keywords read at positions planned once per argument count.
+
+        Exact: a call without keywords binds by the plan of its argument count alone when
+        :meth:`~fxrules.lang.signatures.CallSignature.count_plan` says so; other counts are planned call by
+        call, as :meth:`match_checked` does."""
+        key, name, by_count, read_planned = self.key, self.name, self.by_count, self._read_planned
+
+        def call(node: Node, attempt: _Attempt) -> bool:
+            if len(attempt.orders) >= len(attempt.replayed):  # attempt.step(), inlined: once per operation matched
+                attempt.budget.step()
+            attempt.nodes[key] = node
+            if name:
+                attempt.bindings[name] = node
+            if node._kwargs:  # the slots behind Node.kwargs and .args: a property call each
+                return read_planned(node, attempt)
+            read = by_count.get(len(node._args))
+            if read is None:
+                read = by_count[len(node._args)] = self._read_counted(node._args)
+            return read(node, attempt)
+
+        return call
+
+    def _read_counted(self, args: tuple[Any, ...]) -> Callable[[Node, _Attempt], bool]:
+        """How :meth:`_call_step` matches the operands of calls like ``args``: as many arguments, no keywords."""
+        plan, by_count = self.signature.count_plan(args)  # type: ignore[union-attr]
+        if not by_count:
+            return self._read_planned
+        if plan is None:
+            return self._as_written
+        reader = self._reader(plan)
+        if reader.positions is None:  # a parameter to check against its default, or none to read
+            return self._read_planned
+        steps, positions = self.named_steps, reader.indices
+        if not self.commutative and len(steps) == 1:  # most operations: no tuple, no loop
+            (step,), (at,) = steps, positions
+            return lambda node, attempt: step(node._args[at], attempt)
+        if not self.commutative and len(steps) == 2:
+            (step, next_step), (at, next_at) = steps, positions
+            return lambda node, attempt: step(node._args[at], attempt) and next_step(node._args[next_at], attempt)
+        read, by_name = reader.read, self._by_name
+        return lambda node, attempt: by_name(read(node), attempt)  # type: ignore[arg-type]
+
+    def _read_planned(self, node: Node, attempt: _Attempt) -> bool:
+        """Match the node's arguments by parameter name as its call binds (plans cached per call shape), else
+        as written."""
         signature = self.signature
         # the slots behind Node.args and .kwargs: a property call each, twice per operation matched
         plan = signature.plan(node._args, node._kwargs) if signature is not None else None
         if plan is None:
             return self._as_written(node, attempt)
-        reader = self.readers.get(id(plan))
-        if reader is None:
-            reader = self.readers[id(plan)] = _PlannedReader(plan, self.expected, self.rest,  # type: ignore[arg-type]
-                                                             signature.pack_from)  # type: ignore[union-attr]
-        values = reader.read(node)
+        values = self._reader(plan).read(node)  # type: ignore[union-attr]
         if values is None:
             if attempt.tracer is not None:
                 bound = signature.bind(node.args, node.kwargs)  # type: ignore[union-attr]
@@ -687,6 +746,13 @@ class _Operation:
                     self._trace_unreadable(named_values(self.expected, self.rest, bound), attempt)  # type: ignore[arg-type]
             return False
         return self._by_name(values, attempt)
+
+    def _reader(self, plan: BindingPlan) -> _PlannedReader:
+        reader = self.readers.get(id(plan))
+        if reader is None:
+            reader = self.readers[id(plan)] = _PlannedReader(plan, self.expected, self.rest,  # type: ignore[arg-type]
+                                                             self.signature.pack_from)  # type: ignore[union-attr]
+        return reader
 
     def _bind_module_or_attr(self, node: Node, module: torch.nn.Module | None, attempt: _Attempt) -> bool:
         """Bind the module a call calls, or the ``get_attr`` node, to the capture the pattern names it by."""
