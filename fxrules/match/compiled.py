@@ -327,7 +327,7 @@ def _further_output(step: Step, template: Template, label: str) -> Step:
         near = _users_near(attempt)
         if not near and attempt.tracer is not None:
             attempt.fail("target", lambda: "no node uses what the other outputs matched", span)
-        return _choose(tuple(((step,), (node,)) for node in near), attempt)
+        return _choose(tuple((step, node) for node in near), attempt)
 
     return further_output
 
@@ -487,7 +487,7 @@ def _literal_step(template: Literal) -> Step:
 
 def _alternatives_step(options: tuple[Step, ...]) -> Step:
     def alternatives(value: Any, attempt: _Attempt) -> bool:
-        return _choose(tuple(((option,), (value,)) for option in options), attempt)
+        return _choose(tuple((option, value) for option in options), attempt)
 
     return alternatives
 
@@ -499,6 +499,17 @@ def _match_all(steps: tuple[Step, ...], values: tuple[Any, ...], attempt: _Attem
         if not step(value, attempt):
             return False
     return True
+
+
+def _all_of(steps: tuple[Step, ...]) -> Step:
+    """The step of a tuple of values as long as ``steps``: each value matches its step, in order."""
+    if len(steps) == 1:  # most operations: no loop
+        (step,) = steps
+        return lambda values, attempt: step(values[0], attempt)
+    if len(steps) == 2:
+        first, second = steps
+        return lambda values, attempt: first(values[0], attempt) and second(values[1], attempt)
+    return partial(_match_all, steps)
 
 
 def _sequence_step(template: SeqTemplate, items: tuple[Step, ...]) -> Step:
@@ -604,7 +615,7 @@ class _Operation:
         self.commutative = template.commutative
         self.rest = template.rest
         written = (*template.args, *(value for _, value in template.kwargs))
-        self.written_steps = tuple(compiler.step(t) for t in written)
+        self.written = _all_of(tuple(compiler.step(t) for t in written))
         self.positional = len(template.args)
         self.keywords = tuple(name for name, _ in template.kwargs)
         self.signature: CallSignature | None = None
@@ -614,8 +625,9 @@ class _Operation:
             self.signature = template.signature
             self.expected = tuple(template.bound)
             self.named_steps = tuple(compiler.step(t) for t in template.bound.values())
-            if len(self.named_steps) >= 2:
-                self.swapped_named_steps = (self.named_steps[1], self.named_steps[0], *self.named_steps[2:])
+            self.in_order = _all_of(self.named_steps)  # the values the parameters the pattern names take
+            if len(self.named_steps) >= 2:  # the first two operands swapped: the other order of a commutative call
+                self.swapped = _all_of((self.named_steps[1], self.named_steps[0], *self.named_steps[2:]))
         requirements = self._required_arguments(template, compiler)
         self.required = tuple(r.test for r in requirements)
         # Operands first: narrowing by them follows use edges; by literals, it scans the nodes left.
@@ -697,7 +709,10 @@ class _Operation:
 
         def call(node: Node, attempt: _Attempt) -> bool:
             if len(attempt.orders) >= len(attempt.replayed):  # attempt.step(), inlined: once per operation matched
-                attempt.budget.step()
+                budget = attempt.budget  # and Budget.step, inlined: a call costs more than the count
+                budget.taken += 1
+                if budget.taken > budget.limit:
+                    raise BudgetExhausted
             attempt.nodes[key] = node
             if name:
                 attempt.bindings[name] = node
@@ -860,11 +875,11 @@ class _Operation:
 
     def _by_name(self, values: tuple[Any, ...], attempt: _Attempt) -> bool:
         if not self.commutative:
-            return _match_all(self.named_steps, values, attempt)
+            return self.in_order(values, attempt)
         if len(values) >= 2 and values[0] is not values[1]:  # else swapped is the same
-            return _choose(((self.named_steps, values), (self.swapped_named_steps, values)), attempt)
+            return _choose(((self.in_order, values), (self.swapped, values)), attempt)
         attempt.step()  # the one operand order: an option
-        return _match_all(self.named_steps, values, attempt)
+        return self.in_order(values, attempt)
 
     def _as_written(self, node: Node, attempt: _Attempt) -> bool:
         args, kwargs = node.args, node.kwargs
@@ -884,11 +899,10 @@ class _Operation:
         values = (*args[:count], *keyword_values)
         if self.commutative and len(args) >= 2 and args[0] is not args[1]:  # else swapped is the same
             swapped = (args[1], args[0], *args[2:])
-            return _choose(((self.written_steps, values),
-                            (self.written_steps, (*swapped[:count], *keyword_values))), attempt)
+            return _choose(((self.written, values), (self.written, (*swapped[:count], *keyword_values))), attempt)
         if self.commutative:
             attempt.step()  # the one operand order: an option
-        return _match_all(self.written_steps, values, attempt)
+        return self.written(values, attempt)
 
     def _required_arguments(self, template: OpTemplate, compiler: _Compiler) -> tuple[Requirement, ...]:
         """Tests of which each must hold for some argument of a node the operation matches.
@@ -1018,8 +1032,8 @@ def _operand_tests(template: OpTemplate, compiler: _Compiler,
     return tuple(tests)
 
 
-def _choose(options: tuple[tuple[tuple[Step, ...], tuple[Any, ...]], ...], attempt: _Attempt) -> bool:
-    """A choice: the first of ``options`` (steps and the values they match) that matches, in order: a
+def _choose(options: tuple[tuple[Step, Any], ...], attempt: _Attempt) -> bool:
+    """A choice: the first of ``options`` (a step and the value it matches) that matches, in order: a
     commutative operation's operands as given then swapped, the options of ``A | B``, the nodes that may
     be a further output.
 
@@ -1034,10 +1048,11 @@ def _choose(options: tuple[tuple[tuple[Step, ...], tuple[Any, ...]], ...], attem
         taken = attempt.replayed[choice]
         orders.append((taken, last))
         attempt.step()  # counted when this is the replay's new option, the last it replays
-        return _match_all(*options[taken], attempt)
+        step, value = options[taken]
+        return step(value, attempt)
     bindings, nodes, modules, missing_metadata = attempt.bindings, attempt.nodes, attempt.modules, \
         attempt.missing_metadata
-    for taken, (steps, values) in enumerate(options):
+    for taken, (step, value) in enumerate(options):
         del orders[choice:]
         attempt.budget.step()
         # An option may bind before it fails: all but the last bind into copies of what the choice found.
@@ -1047,7 +1062,7 @@ def _choose(options: tuple[tuple[tuple[Step, ...], tuple[Any, ...]], ...], attem
             attempt.bindings, attempt.nodes, attempt.modules = bindings, nodes, modules
         attempt.missing_metadata = missing_metadata
         orders.append((taken, last))
-        if _match_all(steps, values, attempt):
+        if step(value, attempt):
             return True
         if any(option < more for option, more in orders[choice + 1:]):  # a more recent choice is open
             raise _Backtrack
