@@ -635,7 +635,7 @@ class _Operation:
         #: argument count -> how a call without keywords of that many arguments is read (see _call_step)
         self.by_count: dict[int, Callable[[Node, _Attempt], bool]] = {}
         if self.kind in (OpKind.FUNCTION, OpKind.METHOD) and self.binds is None and self.signature is not None:
-            self.match_checked = self._call_step()  # type: ignore[method-assign]
+            self.match_checked = self._call_step()  # type: ignore[method-assign,assignment]
 
     def may_be_operand(self, value: Any) -> bool:
         """The value may match this operation: a node passing :meth:`may_match`."""
@@ -753,7 +753,7 @@ class _Operation:
         plan = signature.plan(node._args, node._kwargs) if signature is not None else None
         if plan is None:
             return self._as_written(node, attempt)
-        values = self._reader(plan).read(node)  # type: ignore[union-attr]
+        values = self._reader(plan).read(node)
         if values is None:
             if attempt.tracer is not None:
                 bound = signature.bind(node.args, node.kwargs)  # type: ignore[union-attr]
