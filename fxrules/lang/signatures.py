@@ -113,7 +113,7 @@ class CallSignature:
         Which arguments are lists matters only where overloads disagree (view(size) or view(dtype));
         where they do not, the plan is found by the counts alone, without looking at the arguments.
         """
-        counts = (len(args), tuple(kwargs), partial)
+        counts = _counts(args, kwargs, partial)
         plan = self._plans_by_counts.get(counts, _UNPLANNED)
         if plan is not _UNPLANNED:
             return plan
@@ -125,6 +125,12 @@ class CallSignature:
             if not lists_matter:
                 self._plans_by_counts[counts] = plan
         return plan
+
+    def count_plan(self, args: Sequence[Any]) -> tuple[BindingPlan | None, bool]:
+        """:meth:`plan` of a call of ``args`` without keywords, and whether every call of as many arguments
+        and no keywords binds by that plan (which arguments are lists does not decide it)."""
+        plan = self.plan(args, {})
+        return plan, _counts(args, {}, False) in self._plans_by_counts
 
     def mismatch(self, positional: int, keywords: Sequence[str], partial: bool = False) -> Mismatch | None:
         """Why no overload accepts a call with ``positional`` arguments and these keywords (None when one
@@ -215,6 +221,11 @@ class CallSignature:
                 return _AMBIGUOUS, True
             return (bindings[0][0], names, _agreed_defaults([sig for sig, _ in bindings])), True
         return (bindings[0][0], names, _agreed_defaults([sig for sig, _ in bindings])), False
+
+
+def _counts(args: Sequence[Any], kwargs: Mapping[str, Any], partial: bool) -> tuple[Any, ...]:
+    """The key of the plans decided by the argument counts alone (see :meth:`CallSignature.plan`)."""
+    return len(args), tuple(kwargs), partial
 
 
 #: Keywords torch's argument parser takes for a parameter of another name (its NumPy spellings).

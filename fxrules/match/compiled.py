@@ -37,6 +37,7 @@ from __future__ import annotations
 import operator
 import weakref
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -87,6 +88,8 @@ from fxrules.match.primitives import (
     Unreadable,
     describe_node,
     named_values,
+    output_keys,
+    output_nodes,
     show,
     tensor_fit,
     users_near,
@@ -175,6 +178,11 @@ class CompiledRule:
         self.candidates = candidates
         #: what can satisfy a required argument of an operation of the pattern (see ``_Run._wake``)
         self.satisfiers = satisfiers
+        keys = output_keys(rule.pattern)
+        self._outputs: Callable[[Mapping[int, Node]], tuple[Node | None, ...]] = partial(output_nodes, keys)
+        if len(keys) == 1 and len(keys[0]) == 1:  # the usual pattern, one operation's node: no generator
+            key = keys[0][0]
+            self._outputs = lambda nodes: (nodes.get(key),)
 
     @property
     def rule(self) -> Rule:
@@ -214,15 +222,16 @@ class CompiledRule:
             if matched and (seen is None or seen.is_new(attempt.bindings, attempt.nodes)):
                 if tracer is not None:
                     tracer.output = ""  # what check_usable reports is the whole match's
+                outputs = self._outputs(attempt.nodes)
                 try:
-                    matcher.check_usable(rule, attempt)
+                    matcher.check_usable(rule, attempt, outputs)
                 except Skip as reason:  # go on to the other options, and raise the first if none is usable
                     skip = skip or reason
                     if replayed is not None:
                         seen = seen or SeenMatches()
                         seen.rejected(attempt.bindings, attempt.nodes)
                 else:
-                    return matcher.to_match(rule, attempt)
+                    return matcher.to_match(rule, attempt, outputs)
         if skip is not None:
             raise skip
         return None
@@ -318,7 +327,7 @@ def _further_output(step: Step, template: Template, label: str) -> Step:
         near = _users_near(attempt)
         if not near and attempt.tracer is not None:
             attempt.fail("target", lambda: "no node uses what the other outputs matched", span)
-        return _choose(tuple(((step,), (node,)) for node in near), attempt)
+        return _choose(tuple((step, node) for node in near), attempt)
 
     return further_output
 
@@ -478,7 +487,7 @@ def _literal_step(template: Literal) -> Step:
 
 def _alternatives_step(options: tuple[Step, ...]) -> Step:
     def alternatives(value: Any, attempt: _Attempt) -> bool:
-        return _choose(tuple(((option,), (value,)) for option in options), attempt)
+        return _choose(tuple((option, value) for option in options), attempt)
 
     return alternatives
 
@@ -490,6 +499,17 @@ def _match_all(steps: tuple[Step, ...], values: tuple[Any, ...], attempt: _Attem
         if not step(value, attempt):
             return False
     return True
+
+
+def _all_of(steps: tuple[Step, ...]) -> Step:
+    """The step of a tuple of values as long as ``steps``: each value matches its step, in order."""
+    if len(steps) == 1:  # most operations: no loop
+        (step,) = steps
+        return lambda values, attempt: step(values[0], attempt)
+    if len(steps) == 2:
+        first, second = steps
+        return lambda values, attempt: first(values[0], attempt) and second(values[1], attempt)
+    return partial(_match_all, steps)
 
 
 def _sequence_step(template: SeqTemplate, items: tuple[Step, ...]) -> Step:
@@ -553,7 +573,8 @@ class _PlannedReader:
         self.positions: Callable[[tuple[Any, ...]], Any] | None = None
         if not self.impossible and not self.left_out and self.pack_from is None and self.sources \
                 and all(kind == _POSITION for kind, _ in self.sources):
-            self.positions = operator.itemgetter(*(key for _, key in self.sources))
+            self.indices: tuple[int, ...] = tuple(key for _, key in self.sources)
+            self.positions = operator.itemgetter(*self.indices)
             self.single = len(self.sources) == 1  # itemgetter of one index gives the item, not a tuple
 
     def read(self, node: Node) -> tuple[Any, ...] | None:
@@ -594,7 +615,7 @@ class _Operation:
         self.commutative = template.commutative
         self.rest = template.rest
         written = (*template.args, *(value for _, value in template.kwargs))
-        self.written_steps = tuple(compiler.step(t) for t in written)
+        self.written = _all_of(tuple(compiler.step(t) for t in written))
         self.positional = len(template.args)
         self.keywords = tuple(name for name, _ in template.kwargs)
         self.signature: CallSignature | None = None
@@ -604,12 +625,17 @@ class _Operation:
             self.signature = template.signature
             self.expected = tuple(template.bound)
             self.named_steps = tuple(compiler.step(t) for t in template.bound.values())
-            if len(self.named_steps) >= 2:
-                self.swapped_named_steps = (self.named_steps[1], self.named_steps[0], *self.named_steps[2:])
+            self.in_order = _all_of(self.named_steps)  # the values the parameters the pattern names take
+            if len(self.named_steps) >= 2:  # the first two operands swapped: the other order of a commutative call
+                self.swapped = _all_of((self.named_steps[1], self.named_steps[0], *self.named_steps[2:]))
         requirements = self._required_arguments(template, compiler)
         self.required = tuple(r.test for r in requirements)
         # Operands first: narrowing by them follows use edges; by literals, it scans the nodes left.
         self.narrowers = tuple(r.narrow for r in sorted(requirements, key=lambda r: r.scans))
+        #: argument count -> how a call without keywords of that many arguments is read (see _call_step)
+        self.by_count: dict[int, Callable[[Node, _Attempt], bool]] = {}
+        if self.kind in (OpKind.FUNCTION, OpKind.METHOD) and self.binds is None and self.signature is not None:
+            self.match_checked = self._call_step()  # type: ignore[method-assign,assignment]
 
     def may_be_operand(self, value: Any) -> bool:
         """The value may match this operation: a node passing :meth:`may_match`."""
@@ -670,16 +696,64 @@ class _Operation:
             return False
         if self.of_attribute:
             return True
+        return self._read_planned(node, attempt)
+
+    def _call_step(self) -> Step:
+        """:meth:`match_checked` of a function or method call that binds no module or attribute: the same
+        steps, with the operands of a call without keywords read at positions planned once per argument count.
+
+        Exact: a call without keywords binds by the plan of its argument count alone when
+        :meth:`~fxrules.lang.signatures.CallSignature.count_plan` says so; other counts are planned call by
+        call, as :meth:`match_checked` does."""
+        key, name, by_count, read_planned = self.key, self.name, self.by_count, self._read_planned
+
+        def call(node: Node, attempt: _Attempt) -> bool:
+            if len(attempt.orders) >= len(attempt.replayed):  # attempt.step(), inlined: once per operation matched
+                budget = attempt.budget  # and Budget.step, inlined: a call costs more than the count
+                budget.taken += 1
+                if budget.taken > budget.limit:
+                    raise BudgetExhausted
+            attempt.nodes[key] = node
+            if name:
+                attempt.bindings[name] = node
+            if node._kwargs:  # the slots behind Node.kwargs and .args: a property call each
+                return read_planned(node, attempt)
+            read = by_count.get(len(node._args))
+            if read is None:
+                read = by_count[len(node._args)] = self._read_counted(node._args)
+            return read(node, attempt)
+
+        return call
+
+    def _read_counted(self, args: tuple[Any, ...]) -> Callable[[Node, _Attempt], bool]:
+        """How :meth:`_call_step` matches the operands of calls like ``args``: as many arguments, no keywords."""
+        plan, by_count = self.signature.count_plan(args)  # type: ignore[union-attr]
+        if not by_count:
+            return self._read_planned
+        if plan is None:
+            return self._as_written
+        reader = self._reader(plan)
+        if reader.positions is None:  # a parameter to check against its default, or none to read
+            return self._read_planned
+        steps, positions = self.named_steps, reader.indices
+        if not self.commutative and len(steps) == 1:  # most operations: no tuple, no loop
+            (step,), (at,) = steps, positions
+            return lambda node, attempt: step(node._args[at], attempt)
+        if not self.commutative and len(steps) == 2:
+            (step, next_step), (at, next_at) = steps, positions
+            return lambda node, attempt: step(node._args[at], attempt) and next_step(node._args[next_at], attempt)
+        read, by_name = reader.read, self._by_name
+        return lambda node, attempt: by_name(read(node), attempt)  # type: ignore[arg-type]
+
+    def _read_planned(self, node: Node, attempt: _Attempt) -> bool:
+        """Match the node's arguments by parameter name as its call binds (plans cached per call shape), else
+        as written."""
         signature = self.signature
         # the slots behind Node.args and .kwargs: a property call each, twice per operation matched
         plan = signature.plan(node._args, node._kwargs) if signature is not None else None
         if plan is None:
             return self._as_written(node, attempt)
-        reader = self.readers.get(id(plan))
-        if reader is None:
-            reader = self.readers[id(plan)] = _PlannedReader(plan, self.expected, self.rest,  # type: ignore[arg-type]
-                                                             signature.pack_from)  # type: ignore[union-attr]
-        values = reader.read(node)
+        values = self._reader(plan).read(node)
         if values is None:
             if attempt.tracer is not None:
                 bound = signature.bind(node.args, node.kwargs)  # type: ignore[union-attr]
@@ -687,6 +761,13 @@ class _Operation:
                     self._trace_unreadable(named_values(self.expected, self.rest, bound), attempt)  # type: ignore[arg-type]
             return False
         return self._by_name(values, attempt)
+
+    def _reader(self, plan: BindingPlan) -> _PlannedReader:
+        reader = self.readers.get(id(plan))
+        if reader is None:
+            reader = self.readers[id(plan)] = _PlannedReader(plan, self.expected, self.rest,  # type: ignore[arg-type]
+                                                             self.signature.pack_from)  # type: ignore[union-attr]
+        return reader
 
     def _bind_module_or_attr(self, node: Node, module: torch.nn.Module | None, attempt: _Attempt) -> bool:
         """Bind the module a call calls, or the ``get_attr`` node, to the capture the pattern names it by."""
@@ -794,11 +875,11 @@ class _Operation:
 
     def _by_name(self, values: tuple[Any, ...], attempt: _Attempt) -> bool:
         if not self.commutative:
-            return _match_all(self.named_steps, values, attempt)
+            return self.in_order(values, attempt)
         if len(values) >= 2 and values[0] is not values[1]:  # else swapped is the same
-            return _choose(((self.named_steps, values), (self.swapped_named_steps, values)), attempt)
+            return _choose(((self.in_order, values), (self.swapped, values)), attempt)
         attempt.step()  # the one operand order: an option
-        return _match_all(self.named_steps, values, attempt)
+        return self.in_order(values, attempt)
 
     def _as_written(self, node: Node, attempt: _Attempt) -> bool:
         args, kwargs = node.args, node.kwargs
@@ -818,11 +899,10 @@ class _Operation:
         values = (*args[:count], *keyword_values)
         if self.commutative and len(args) >= 2 and args[0] is not args[1]:  # else swapped is the same
             swapped = (args[1], args[0], *args[2:])
-            return _choose(((self.written_steps, values),
-                            (self.written_steps, (*swapped[:count], *keyword_values))), attempt)
+            return _choose(((self.written, values), (self.written, (*swapped[:count], *keyword_values))), attempt)
         if self.commutative:
             attempt.step()  # the one operand order: an option
-        return _match_all(self.written_steps, values, attempt)
+        return self.written(values, attempt)
 
     def _required_arguments(self, template: OpTemplate, compiler: _Compiler) -> tuple[Requirement, ...]:
         """Tests of which each must hold for some argument of a node the operation matches.
@@ -952,8 +1032,8 @@ def _operand_tests(template: OpTemplate, compiler: _Compiler,
     return tuple(tests)
 
 
-def _choose(options: tuple[tuple[tuple[Step, ...], tuple[Any, ...]], ...], attempt: _Attempt) -> bool:
-    """A choice: the first of ``options`` (steps and the values they match) that matches, in order: a
+def _choose(options: tuple[tuple[Step, Any], ...], attempt: _Attempt) -> bool:
+    """A choice: the first of ``options`` (a step and the value it matches) that matches, in order: a
     commutative operation's operands as given then swapped, the options of ``A | B``, the nodes that may
     be a further output.
 
@@ -968,10 +1048,11 @@ def _choose(options: tuple[tuple[tuple[Step, ...], tuple[Any, ...]], ...], attem
         taken = attempt.replayed[choice]
         orders.append((taken, last))
         attempt.step()  # counted when this is the replay's new option, the last it replays
-        return _match_all(*options[taken], attempt)
+        step, value = options[taken]
+        return step(value, attempt)
     bindings, nodes, modules, missing_metadata = attempt.bindings, attempt.nodes, attempt.modules, \
         attempt.missing_metadata
-    for taken, (steps, values) in enumerate(options):
+    for taken, (step, value) in enumerate(options):
         del orders[choice:]
         attempt.budget.step()
         # An option may bind before it fails: all but the last bind into copies of what the choice found.
@@ -981,7 +1062,7 @@ def _choose(options: tuple[tuple[tuple[Step, ...], tuple[Any, ...]], ...], attem
             attempt.bindings, attempt.nodes, attempt.modules = bindings, nodes, modules
         attempt.missing_metadata = missing_metadata
         orders.append((taken, last))
-        if _match_all(steps, values, attempt):
+        if step(value, attempt):
             return True
         if any(option < more for option, more in orders[choice + 1:]):  # a more recent choice is open
             raise _Backtrack

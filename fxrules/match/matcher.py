@@ -28,13 +28,16 @@ import torch.fx
 from fxrules.diagnostics import Span
 from fxrules.graph.metadata import MissingMetadata, guard_view
 from fxrules.graph.sizes import DynamicSize
-from fxrules.lang.ir import AltTemplate, OpTemplate, Rule, Template
+from fxrules.lang.ir import Rule
 from fxrules.match.compiled import compiled_rule
 from fxrules.match.guards import GuardError, holds
 from fxrules.match.index import NodeIndex, Nodes, RuleIndex, in_graph_order, node_keys
-from fxrules.match.primitives import AttrValue, Bound, Budget, Match, Miss
+from fxrules.match.primitives import AttrValue, Bound, Budget, Match, Miss, output_keys, output_nodes
 from fxrules.match.safety import Found
 from fxrules.match.skips import Skip, SkipReason
+
+#: The nodes a pattern's outputs matched, in order (None: not matched).
+Outputs = tuple[torch.fx.Node | None, ...]
 
 __all__ = ["Match", "Matcher", "Miss", "NodeIndex", "Nodes", "RuleIndex", "Tracer", "in_graph_order", "node_keys"]
 
@@ -95,14 +98,16 @@ class Matcher:
 
     # ---------------------------------------------------------------- after the structure matched
 
-    def check_usable(self, rule: Rule, state: Bound) -> None:
+    def check_usable(self, rule: Rule, state: Bound, outputs: Outputs | None = None) -> None:
         """Raise :class:`Skip` when a structural match cannot be used: a typed capture without metadata, the
-        guard, then the ``match`` stage of the safety checks (:mod:`fxrules.match.safety`)."""
+        guard, then the ``match`` stage of the safety checks (:mod:`fxrules.match.safety`).  ``outputs``: the
+        nodes the pattern's outputs matched, when the caller has them already (the compiled matcher does)."""
         if state.missing_metadata is not None:  # the types are undecided: so is everything that reads them
             raise state.missing_metadata
         if rule.guard is not None:
             self._check_guard(rule, state)
-        self._found.check(rule, state.nodes, _output_nodes(rule, state), state.bindings)
+        self._found.check(rule, state.nodes, output_nodes(output_keys(rule.pattern), state.nodes)
+                          if outputs is None else outputs, state.bindings)
 
     def _check_guard(self, rule: Rule, state: Bound) -> None:
         assert rule.guard is not None
@@ -134,26 +139,12 @@ class Matcher:
             return type(value)(self.guard_value(v) for v in value)
         return value
 
-    def to_match(self, rule: Rule, state: Bound) -> Match:
-        """The usable match a structural match makes."""
-        outputs = tuple(node for node in _output_nodes(rule, state) if node is not None)
-        assert len(outputs) == len(rule.pattern), "a complete match binds every output"
-        return Match(rule, outputs, tuple(state.nodes.values()), dict(state.bindings), dict(state.modules))
+    def to_match(self, rule: Rule, state: Bound, outputs: Outputs | None = None) -> Match:
+        """The usable match a structural match makes (``outputs`` as for :meth:`check_usable`).
 
-
-
-
-def _output_nodes(rule: Rule, state: Bound) -> tuple[torch.fx.Node | None, ...]:
-    """The nodes the pattern outputs matched, in order."""
-    pattern = rule.pattern
-    if len(pattern) == 1 and isinstance(pattern[0], OpTemplate):  # the usual pattern, without the calls
-        return (state.nodes.get(id(pattern[0])),)
-    return tuple(_output_node(t, state) for t in pattern)
-
-
-def _output_node(template: Template, state: Bound) -> torch.fx.Node | None:
-    """The node a pattern output matched (for ``A | B``, the option that matched)."""
-    if isinstance(template, AltTemplate):
-        found = (_output_node(option, state) for option in template.options)
-        return next((node for node in found if node is not None), None)
-    return state.nodes.get(id(template)) if isinstance(template, OpTemplate) else None
+        It keeps the state's mappings, not copies: neither execution changes them once a match is made of
+        them (the compiled matcher drops its attempt, the interpreter's states are immutable)."""
+        if outputs is None:
+            outputs = output_nodes(output_keys(rule.pattern), state.nodes)
+        assert None not in outputs and len(outputs) == len(rule.pattern), "a complete match binds every output"
+        return Match(rule, outputs, tuple(state.nodes.values()), state.bindings, state.modules)  # type: ignore[arg-type]

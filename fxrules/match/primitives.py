@@ -25,15 +25,18 @@ from fxrules.diagnostics import Span
 from fxrules.graph.metadata import MissingMetadata, NotATensor, tensor_info
 from fxrules.graph.sizes import OPT_IN, is_size_error
 from fxrules.lang.ir import (
+    AltTemplate,
     AttrType,
     CaptureType,
     DimRest,
     DimSymbol,
     ModuleType,
     NodeType,
+    OpTemplate,
     Rule,
     ScalarType,
     SequenceType,
+    Template,
     TensorType,
 )
 from fxrules.lang.signatures import BoundCall, holds_default
@@ -161,6 +164,24 @@ class Miss:
 
     def __str__(self) -> str:
         return f"{self.rule} at {self.anchor}: {self.condition}: {self.detail} ({self.span})"
+
+
+def output_keys(pattern: tuple[Template, ...]) -> tuple[tuple[int, ...], ...]:
+    """For each output of a pattern, the operations (by id) whose node it is, in order: the output's own,
+    or the options' of ``A | B``, the first bound of which is the output's node (see :func:`output_nodes`)."""
+    def keys(template: Template) -> tuple[int, ...]:
+        if isinstance(template, AltTemplate):
+            return tuple(key for option in template.options for key in keys(option))
+        return (id(template),) if isinstance(template, OpTemplate) else ()
+
+    return tuple(map(keys, pattern))
+
+
+def output_nodes(keys: tuple[tuple[int, ...], ...],
+                 nodes: Mapping[int, torch.fx.Node]) -> tuple[torch.fx.Node | None, ...]:
+    """The nodes the outputs of a pattern matched, in order, from its :func:`output_keys` and the nodes its
+    operations matched (None for an output not matched)."""
+    return tuple(next((nodes[key] for key in options if key in nodes), None) for options in keys)
 
 
 def users_near(bound: list[torch.fx.Node], mapped: set[torch.fx.Node],
