@@ -153,9 +153,8 @@ class LalrLoop:
         self._states: dict[int, _Actions] = {
             state: {kind: _action(action, arg, kind, lalr.callbacks) for kind, (action, arg) in actions.items()}
             for state, actions in table.states.items()}
-        built: dict[int, _Scanner] = {}
-        self._scanners: dict[int, _Scanner] = {state: built.setdefault(id(lexer), _scanner(lexer))
-                                               for state, lexer in contextual.lexers.items()}
+        self._lexers: dict[int, BasicLexer] = contextual.lexers
+        self._scanners: dict[int, _Scanner] = {}  # made on first use: Lark compiles a state's scanner then
         opening, closing = self._indenter.OPEN_PAREN_types, self._indenter.CLOSE_PAREN_types
         self._brackets = {**dict.fromkeys(opening, 1), **dict.fromkeys(closing, -1)}
 
@@ -198,6 +197,10 @@ class LalrLoop:
             raise Refused
         return value_stack[-1]
 
+    def _scanner(self, state: int) -> _Scanner:
+        scanner = self._scanners[state] = _scanner(self._lexers[state])
+        return scanner
+
     def _lex(self, text: str, state_stack: list[int], feed: Callable[[Token], None]) -> None:
         """Lex ``text`` in the parser's state as it goes, feeding every token and the indentation's."""
         scanners, brackets, newline = self._scanners, self._brackets, self._indenter.NL_type
@@ -205,7 +208,8 @@ class LalrLoop:
         pos, line, line_start, length, depth = 0, 1, 0, len(text), 0
         token, new_string = None, str.__new__
         while pos < length:
-            match, ignored, multiline, retype = scanners[state_stack[-1]]
+            state = state_stack[-1]
+            match, ignored, multiline, retype = scanners.get(state) or self._scanner(state)
             found = match(text, pos)
             if found is None:
                 raise Refused
