@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from lark import Lark, Token, Tree
-from lark.grammar import Rule
+from lark.grammar import Rule, Terminal
 
 from fxrules.diagnostics import Span
 from fxrules.lang.lalr import LalrLoop, Refused
@@ -127,7 +127,7 @@ def _slots(rule: Rule, placeholders: bool) -> list[_Slot]:
             slots.append(None)
             continue
         index, symbol = next(symbols)
-        if rule.options.keep_all_tokens or not (symbol.is_term and symbol.filter_out):
+        if rule.options.keep_all_tokens or not (isinstance(symbol, Terminal) and symbol.filter_out):
             slots.append((index, not symbol.is_term and symbol.name.startswith("_")))
     return slots
 
@@ -167,7 +167,8 @@ def _reducer(rule: Rule, placeholders: bool, parse: _Parse) -> Callable[[list[An
             return child
         values = [child.value if child.__class__ is Built else child for child in kept]
         try:
-            return Built(name, method(parse.builder, span, *values), span)  # type: ignore[misc]
+            # span is None only for an empty file's start rule, whose value nothing measures
+            return Built(name, method(parse.builder, span, *values), span)  # type: ignore[misc, arg-type]
         except ValueError as error:  # int() of more digits than Python converts
             raise LiteralError(span or Span(parse.builder.filename, 1, 1), error) from None
 

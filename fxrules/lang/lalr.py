@@ -54,19 +54,19 @@ class _Steps:
         self.origin, self.kind = origin, kind
         self.ends: dict[int, int] = {}  # the state below -> the state the steps end in
 
-    def end(self, states: dict[int, _Actions], below: int) -> int:
+    def end(self, actions: dict[int, _Actions], gotos: dict[int, dict[str, int]], below: int) -> int:
         """Where the steps end over the state ``below``: the first state whose action is not a step."""
         step = self
         while True:
-            top = states[below][step.origin]
-            following = states[top].get(self.kind)
-            if following.__class__ is not _Steps:
-                self.ends[below] = top  # type: ignore[index]
-                return top  # type: ignore[return-value]
-            step = following  # type: ignore[assignment]
+            top = gotos[below][step.origin]
+            following = actions[top].get(self.kind)
+            if type(following) is not _Steps:
+                self.ends[below] = top
+                return top
+            step = following
 
 
-#: A state's actions: the state to shift to (an int), a rule to reduce by, or ladder steps.
+#: A state's action on a terminal: the state to shift to, a rule to reduce by, or ladder steps.
 _Actions = dict[str, "int | _Reduction | _Steps"]
 
 
@@ -150,9 +150,15 @@ class LalrLoop:
         self._start: int = table.start_states["start"]
         self._end: int = table.end_states["start"]
         assert all(isinstance(rule, Rule) for rule in lalr.callbacks), "a terminal callback: not supported"
-        self._states: dict[int, _Actions] = {
-            state: {kind: _action(action, arg, kind, lalr.callbacks) for kind, (action, arg) in actions.items()}
-            for state, actions in table.states.items()}
+        # Lark's table as two: the action on each terminal, and the state after each nonterminal (its goto)
+        nonterminals = {rule.origin.name for rule in lalr.callbacks}
+        self._actions: dict[int, _Actions] = {
+            state: {kind: _action(action, arg, kind, lalr.callbacks) for kind, (action, arg) in entries.items()
+                    if kind not in nonterminals}
+            for state, entries in table.states.items()}
+        self._gotos: dict[int, dict[str, int]] = {
+            state: {kind: arg for kind, (_, arg) in entries.items() if kind in nonterminals}
+            for state, entries in table.states.items()}
         self._lexers: dict[int, BasicLexer] = contextual.lexers
         self._scanners: dict[int, _Scanner] = {}  # made on first use: Lark compiles a state's scanner then
         opening, closing = self._indenter.OPEN_PAREN_types, self._indenter.CLOSE_PAREN_types
@@ -160,24 +166,24 @@ class LalrLoop:
 
     def parse(self, text: str) -> Any:
         """What the start rule's callback returned for ``text``, or :class:`Refused`."""
-        states, end_state = self._states, self._end
+        actions, gotos, end_state = self._actions, self._gotos, self._end
         state_stack: list[int] = [self._start]
         value_stack: list[Any] = []
 
         def feed(token: Token) -> None:
             kind = token.type
             while True:
-                action = states[state_stack[-1]].get(kind)
+                action = actions[state_stack[-1]].get(kind)
                 if action is None:
                     raise Refused
-                if action.__class__ is int:
-                    state_stack.append(action)  # type: ignore[arg-type]
+                if type(action) is int:
+                    state_stack.append(action)
                     value_stack.append(token)
                     return
-                if action.__class__ is _Steps:  # the value stays, only the state moves
+                if type(action) is _Steps:  # the value stays, only the state moves
                     below = state_stack[-2]
-                    top = action.ends.get(below)  # type: ignore[union-attr]
-                    state_stack[-1] = top if top is not None else action.end(states, below)  # type: ignore[union-attr]
+                    top = action.ends.get(below)
+                    state_stack[-1] = top if top is not None else action.end(actions, gotos, below)
                     continue
                 size, origin, callback = action  # type: ignore[misc]
                 if size:
@@ -187,7 +193,7 @@ class LalrLoop:
                 else:
                     children = []
                 value_stack.append(callback(children))
-                state_stack.append(states[state_stack[-1]][origin])  # type: ignore[arg-type]
+                state_stack.append(gotos[state_stack[-1]][origin])
                 if kind == "$END" and state_stack[-1] == end_state:
                     return
 
