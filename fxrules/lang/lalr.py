@@ -27,6 +27,7 @@ from lark import Lark, Token
 from lark.grammar import Rule
 from lark.indenter import Indenter
 from lark.lexer import BasicLexer, UnlessCallback
+from lark.parse_tree_builder import ExpandSingleChild
 from lark.parsers.lalr_analysis import Shift
 
 
@@ -95,10 +96,11 @@ def _action(action: Any, arg: Any, kind: str, callbacks: dict[Rule, Callable[[li
     if action is Shift:
         return arg
     rule: Rule = arg
-    # A ``?rule`` with one nonterminal and no alias: Lark's callback (ExpandSingleChild) returns the child.
-    if rule.options.expand1 and not rule.alias and len(rule.expansion) == 1 and not rule.expansion[0].is_term:
+    callback = callbacks[rule]
+    # Lark's callback of a ``?rule`` of one symbol (not replaced by the syntax builder) returns its one child
+    if type(callback) is ExpandSingleChild and len(rule.expansion) == 1:
         return _Steps(rule.origin.name, kind)
-    return len(rule.expansion), rule.origin.name, callbacks[rule]
+    return len(rule.expansion), rule.origin.name, callback
 
 
 class _Layout:
@@ -149,7 +151,8 @@ class LalrLoop:
         table = lalr.parse_table
         self._start: int = table.start_states["start"]
         self._end: int = table.end_states["start"]
-        assert all(isinstance(rule, Rule) for rule in lalr.callbacks), "a terminal callback: not supported"
+        if not all(isinstance(rule, Rule) for rule in lalr.callbacks):
+            raise TypeError("a callback of a terminal: the loop calls only rules' callbacks")
         # Lark's table as two: the action on each terminal, and the state after each nonterminal (its goto)
         nonterminals = {rule.origin.name for rule in lalr.callbacks}
         self._actions: dict[int, _Actions] = {
