@@ -12,7 +12,11 @@ rule Lark uses, so every span is what Lark's would be:
   parent measures it by all it read: ``(a).b`` starts at ``(``, its ``a`` at ``a``.
 
 Each value on the parser's stack is a :class:`Built` (the rule's name, what the builder returned, the
-extent its parent measures) or a token.
+extent its parent measures) or a token.  A rule's callback here does, in one call, what Lark's chain of
+callbacks did around the builder: it keeps the children Lark's tree builder would keep (:func:`_slots`),
+passes on the one child of a ``?rule`` and calls the builder; the rules Lark inlines (``_add_op``,
+repetitions) and the ladder steps keep Lark's own callbacks.  The loop that calls them is
+:mod:`fxrules.lang.lalr`.
 """
 
 from __future__ import annotations
