@@ -12,20 +12,24 @@ rule Lark uses, so every span is what Lark's would be:
   parent measures it by all it read: ``(a).b`` starts at ``(``, its ``a`` at ``a``.
 
 Each value on the parser's stack is a :class:`Built` (the rule's name, what the builder returned, the
-extent its parent measures) or a token.
+extent its parent measures) or a token.  A rule's callback here does, in one call, what Lark's chain of
+callbacks did around the builder: it keeps the children Lark's tree builder would keep (:func:`_slots`),
+passes on the one child of a ``?rule`` and calls the builder; the rules Lark inlines (``_add_op``,
+repetitions) and the ladder steps keep Lark's own callbacks.  The loop that calls them is
+:mod:`fxrules.lang.lalr`.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from types import SimpleNamespace
 from typing import Any
 
 from lark import Lark, Token, Tree
-from lark.grammar import Rule
+from lark.grammar import Rule, Terminal
 
 from fxrules.diagnostics import Span
+from fxrules.lang.lalr import LalrLoop, Refused
 from fxrules.lang.syntax_tree import File, SyntaxBuilder
 
 _LAYOUT = frozenset({"_NL", "_INDENT", "_DEDENT"})
@@ -52,12 +56,11 @@ class LiteralError(Exception):
 
 
 class _Parse:
-    """What the callbacks of one parser share: the builder of the parse under way and the span of the
-    reduction under way.  One parse at a time per parser (:meth:`SyntaxParser.parse` holds the lock)."""
+    """What the callbacks of one parser share: the builder of the parse under way.  One parse at a time per
+    parser (:meth:`SyntaxParser.parse` holds the lock)."""
 
     def __init__(self) -> None:
         self.builder = SyntaxBuilder("<string>")
-        self.span: Span | None = None
 
 
 def _start(values: Iterable[Any]) -> tuple[int, int] | None:
@@ -91,64 +94,108 @@ def _end(values: Iterable[Any]) -> tuple[int | None, int | None] | None:
 def _extent(filename: str, children: list[Any]) -> Span | None:
     """From the start of the first positioned child to the end of the last (None if there is none)."""
     if len(children) == 1 and children[0].__class__ is Built:
-        return children[0].span  # the common case: a step of the expression ladder
-    start, end = _start(children), _end(reversed(children))
+        return children[0].span  # a rule of one rule, a step of the expression ladder's sort
+    first, last = children[0] if children else None, children[-1] if children else None
+    # the common cases first, each what _start and _end give: a reduced rule, or a token not of the layout
+    if first.__class__ is Built:
+        start: tuple[int, int] | None = first.span.line, first.span.column
+    elif first.__class__ is Token and first.type not in _LAYOUT:
+        start = first.line or 0, first.column or 0
+    else:
+        start = _start(children)
+    if last.__class__ is Built:
+        end: tuple[int | None, int | None] | None = last.span.end_line, last.span.end_column
+    elif last.__class__ is Token and last.type not in _LAYOUT:
+        end = last.end_line, last.end_column
+    else:
+        end = _end(reversed(children))
     if start is None or end is None:
         return None
     return Span(filename, start[0], start[1], end[0], end[1])
 
 
-def _maker(name: str, parse: _Parse) -> Callable[[list[Any]], Built]:
-    """The callback Lark calls with the kept children of a reduction of ``name``."""
-    method = getattr(SyntaxBuilder, name)
+#: Where a rule's kept values come from: the index of a child, whether it is a rule Lark inlines (its
+#: children are spliced in), or None for an optional part not written (``maybe_placeholders``).
+_Slot = tuple[int, bool] | None
 
-    def make(children: list[Any]) -> Built:
-        values = [child.value if child.__class__ is Built else child for child in children]
-        span = parse.span
+
+def _slots(rule: Rule, placeholders: bool) -> list[_Slot]:
+    """What Lark's tree builder keeps of ``rule``'s children, in order (lark.parse_tree_builder's child
+    filter): tokens the grammar drops (punctuation, keywords) left out, ``_rule`` children spliced in,
+    and with ``placeholders`` (Lark's ``maybe_placeholders``) a None where an optional part is not written."""
+    absent = (placeholders and rule.options.empty_indices) or [False] * len(rule.expansion)  # True: not here
+    slots: list[_Slot] = []
+    symbols = iter(enumerate(rule.expansion))
+    for missing in absent:
+        if missing:
+            slots.append(None)
+            continue
+        index, symbol = next(symbols)
+        if rule.options.keep_all_tokens or not (isinstance(symbol, Terminal) and symbol.filter_out):
+            slots.append((index, not symbol.is_term and symbol.name.startswith("_")))
+    return slots
+
+
+def _kept(slots: list[_Slot], children: list[Any]) -> list[Any]:
+    """The children Lark's tree builder would keep (see :func:`_slots`)."""
+    kept: list[Any] = []
+    for slot in slots:
+        if slot is None:
+            kept.append(None)
+        elif slot[1]:
+            kept += children[slot[0]].children
+        else:
+            kept.append(children[slot[0]])
+    return kept
+
+
+def _reducer(rule: Rule, placeholders: bool, parse: _Parse) -> Callable[[list[Any]], Any]:
+    """The callback of a reduction of ``rule``: the syntax builder's node with the span of all the rule read,
+    or, for a ``?rule`` that keeps one child (``?atom: "(" test ")"``), that child, measured by all read."""
+    name = rule.alias or rule.origin.name
+    slots = _slots(rule, placeholders)
+    passes_on = rule.options.expand1 and not rule.alias
+    method = getattr(SyntaxBuilder, name, None)
+    if method is None and not passes_on:
+        raise TypeError(f"the syntax builder has no method for the grammar's rule {name!r}")
+    # most rules keep children as they are, by index: no placeholder, nothing spliced in
+    indices = None if any(slot is None or slot[1] for slot in slots) else [slot[0] for slot in slots if slot]
+
+    def reduce(children: list[Any]) -> Any:
+        span = _extent(parse.builder.filename, children)
+        kept = [children[index] for index in indices] if indices is not None else _kept(slots, children)
+        if passes_on and len(kept) == 1:
+            child = kept[0]
+            if child.__class__ is Built and child.span is not span and span is not None:
+                return Built(child.data, child.value, span)
+            return child
+        values = [child.value if child.__class__ is Built else child for child in kept]
         try:
-            return Built(name, method(parse.builder, span, *values), span)  # type: ignore[arg-type]
+            # span is None only for an empty file's start rule, whose value nothing measures
+            return Built(name, method(parse.builder, span, *values), span)  # type: ignore[misc, arg-type]
         except ValueError as error:  # int() of more digits than Python converts
             raise LiteralError(span or Span(parse.builder.filename, 1, 1), error) from None
 
-    return make
+    return reduce
 
 
-def _builder_callbacks(parse: _Parse) -> SimpleNamespace:
-    """One callback per rule the syntax builder makes a node for, as Lark's ``transformer=`` wants them."""
-    names = [name for name, value in vars(SyntaxBuilder).items() if not name.startswith("_") and callable(value)]
-    return SimpleNamespace(**{name: _maker(name, parse) for name in names})
-
-
-def _measured(reduce: Callable[[list[Any]], Any], parse: _Parse) -> Callable[[list[Any]], Any]:
-    """Lark's callback of a rule (filtering its children, passing one child through, calling the builder),
-    given the span of every child the rule read first."""
-
-    def callback(children: list[Any]) -> Any:
-        span = parse.span = _extent(parse.builder.filename, children)
-        result = reduce(children)
-        if result.__class__ is Built and result.span is not span and span is not None:
-            return Built(result.data, result.value, span)  # a child passed through: measured by all read
-        return result
-
-    return callback
-
-
-def _measure_every_reduction(parser: Lark, parse: _Parse) -> None:
-    """Give each of ``parser``'s rule callbacks the span of what it reduced.
+def _build_every_reduction(parser: Lark, parse: _Parse) -> None:
+    """Make each of ``parser``'s rule callbacks build the syntax tree: every rule but the ``_rule`` ones Lark
+    inlines into their parent (their trees are spliced in) and the steps of a ladder (``?test: or_test``,
+    which pass their one child on as it is, span and all: half of all reductions).
 
     Lark private: ``Lark._callbacks`` is the dict (rule -> callback) its LALR parser calls, the same
     object, so replacing its entries takes effect.  tests/lang/test_syntax_building.py fails if a Lark
     release stops calling them (every span would then be wrong).
     """
     callbacks: dict[Any, Callable[[list[Any]], Any]] = parser._callbacks
-    for rule, reduce in list(callbacks.items()):
+    for rule in list(callbacks):
         if isinstance(rule, Rule) and not (rule.alias or rule.origin.name).startswith("_") and not _passes_on(rule):
-            callbacks[rule] = _measured(reduce, parse)
+            callbacks[rule] = _reducer(rule, parser.options.maybe_placeholders, parse)
 
 
 def _passes_on(rule: Rule) -> bool:
-    """Whether ``rule`` is a step of a ladder (``?test: or_test``): it returns its one child as it is, span
-    and all, so Lark's callback is kept (half of all reductions are such steps)."""
+    """Whether ``rule`` is a step of a ladder (``?test: or_test``): Lark's callback returns its one child."""
     return rule.options.expand1 and not rule.alias and len(rule.expansion) == 1 and not rule.expansion[0].is_term
 
 
@@ -156,16 +203,23 @@ class SyntaxParser:
     """A Lark parser whose result is the syntax tree (:class:`~fxrules.lang.syntax_tree.File`)."""
 
     def __init__(self, make: Callable[..., Lark]) -> None:
-        """``make(transformer=...)`` makes the Lark parser of the grammar (from its tables or from it)."""
+        """``make(propagate_positions=False)`` makes the Lark parser of the grammar (from its tables or from it)."""
         self._parse = _Parse()
-        self.lark = make(transformer=_builder_callbacks(self._parse))
-        _measure_every_reduction(self.lark, self._parse)
+        self.lark = make(propagate_positions=False)
+        _build_every_reduction(self.lark, self._parse)
+        self._loop = LalrLoop(self.lark)
         self._lock = threading.RLock()
 
     def parse(self, text: str, filename: str) -> File:
         """The syntax tree of ``text``; Lark's errors, or :class:`LiteralError`, when it has none."""
         with self._lock:
             self._parse.builder = SyntaxBuilder(filename)
-            result = self.lark.parse(text)
+            try:
+                result = self._loop.parse(text)
+            except Refused:
+                # Lark's own loop parses it again, to raise Lark's error with its parser state
+                self._parse.builder = SyntaxBuilder(filename)
+                self.lark.parse(text)
+                raise AssertionError(f"fxrules' LALR loop refused text Lark parses: {text!r}") from None
         assert isinstance(result, Built) and isinstance(result.value, File), result
         return result.value

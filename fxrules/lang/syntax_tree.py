@@ -283,6 +283,8 @@ def _string_value(token: Token) -> str:
     text = str(token)
     quote = text[:3] if text[:3] in ('"""', "'''") else text[0]
     body = text[len(quote):-len(quote)]
+    if "\\" not in body:  # nothing to decode (most strings, every docstring without an escape)
+        return body
     escapes = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "'": "'", '"': '"', "0": "\0"}
     out: list[str] = []
     i = 0

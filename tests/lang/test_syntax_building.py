@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from lark import Token, Transformer, Tree
 
 import fxrules
@@ -21,6 +23,7 @@ from fxrules.diagnostics import Span
 from fxrules.lang.parser import fxr_parser, parse_syntax
 from fxrules.lang.syntax_tree import File, SyntaxBuilder
 from tests.lang.test_grammar_tables import corpus
+from tests.lang.test_parser_fuzz import FUZZ, PIECES, edited_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,3 +111,46 @@ def test_an_integer_too_long_for_python_is_a_syntax_error_at_the_literal() -> No
     assert [(str(d.span), d.message.split(":")[0]) for d in info.value.diagnostics] == [
         ("f.fxr:2:20", "this literal cannot be read")]
     assert "4300 digits" in info.value.diagnostics[0].message
+
+
+@pytest.mark.parametrize("text", [
+    "rule r:\n\tpattern:\n\t\treturn torch.neg(x)\n\treplace:\n\t\treturn x\n",
+    "rule r: torch.neg(x) => x\r\nrule s:\r\n    x => x\r\n",
+    "rule r: torch.neg( \\\n   x) => \\\n x\n",
+    "rule r: torch.cat([x,\n    y],\n  dim=0) => x  # a comment\n\n   \n# another\nrule s: x => x",
+    "\f\nrule r:\n    pattern:\n        return (x\n  )\n    replace:\n        return x",
+    'rule r:\n    """a\n    docstring over lines"""\n    given:\n        x: Tensor\n    pattern:\n'
+    "        return x.where\n    replace:\n        return x.replace",
+    "",
+    "# only a comment",
+])
+def test_layout_of_tabs_crlf_continuations_brackets_over_lines_and_no_final_newline_is_what_lark_gives(
+        text: str) -> None:
+    """Indentation by tabs, CRLF line ends, backslash continuations, new lines inside brackets, comments,
+    blank lines and a last line without a new line give the nodes and spans Lark's positions give."""
+    assert parse_syntax(text, "f.fxr") == _reference(text if text.endswith("\n") else text + "\n", "f.fxr")
+
+
+def _accepted_alike(text: str) -> None:
+    """``text`` is a syntax error for the parser exactly when it is for Lark, and otherwise parses to the
+    nodes and spans Lark's positions give."""
+    text = text if text.endswith("\n") else text + "\n"
+    try:
+        reference = _reference(text, "f.fxr")
+    except Exception:  # Lark's error, a bad dedent, a literal Python cannot hold: each a syntax error
+        with pytest.raises(FxrSyntaxError):
+            parse_syntax(text, "f.fxr")
+        return
+    assert parse_syntax(text, "f.fxr") == reference
+
+
+@settings(FUZZ, max_examples=300, deadline=None)  # the first example makes Lark's parser
+@given(edited_files())
+def test_edited_valid_files_are_accepted_and_built_as_lark_does(text: str) -> None:
+    _accepted_alike(text)
+
+
+@settings(FUZZ, max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(PIECES), max_size=40).map("".join))
+def test_token_soup_is_accepted_and_built_as_lark_does(text: str) -> None:
+    _accepted_alike("rule ok: torch.neg(x) => x\n" + text)
