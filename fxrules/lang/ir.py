@@ -20,7 +20,7 @@ from typing import Any
 import attrs
 
 from fxrules.diagnostics import Diagnostic, FxrUsageError, Span, did_you_mean
-from fxrules.lang.signatures import CallSignature
+from fxrules.lang.signatures import CallSignature, function_signature, method_signature, module_call_signature
 from fxrules.memo import per_object
 
 # ---------------------------------------------------------------- operations and families
@@ -48,8 +48,15 @@ class FamilyMember:
 
     kind: OpKind  # FUNCTION, METHOD or MODULE
     target: Any
-    signature: CallSignature | None
     span: Span
+
+    @property
+    def signature(self) -> CallSignature | None:
+        """How its arguments bind, found when first asked (each target's once): most members of the prelude's
+        families are never asked, and finding a torch function's signatures is a third of loading the prelude."""
+        if self.kind is OpKind.MODULE:
+            return module_call_signature(self.target)
+        return method_signature(self.target) if self.kind is OpKind.METHOD else function_signature(self.target)
 
     @property
     def key(self) -> AnchorKey:

@@ -14,7 +14,6 @@ import torch
 from fxrules.diagnostics import DiagnosticSink, Span
 from fxrules.lang import syntax_tree as st
 from fxrules.lang.ir import Family, FamilyMember, OpKind
-from fxrules.lang.signatures import function_signature, method_signature, module_call_signature
 from fxrules.lang.targets import Namespace, ResolutionError
 
 
@@ -81,13 +80,12 @@ class ScopeResolver:
         if value is None:
             return None
         if isinstance(value, type) and issubclass(value, torch.nn.Module):
-            signature = module_call_signature(value)  # type: ignore[arg-type]  # mypy sees nn.Module classes as unhashable
-            return FamilyMember(OpKind.MODULE, value, signature, dotted.span)
+            return FamilyMember(OpKind.MODULE, value, dotted.span)
         name = tensor_method_name(self.scope.namespace, dotted.parts, value)
         if name is not None:
-            return FamilyMember(OpKind.METHOD, name, method_signature(name), dotted.span)
+            return FamilyMember(OpKind.METHOD, name, dotted.span)
         if callable(value):
-            return FamilyMember(OpKind.FUNCTION, value, function_signature(value), dotted.span)
+            return FamilyMember(OpKind.FUNCTION, value, dotted.span)
         self.sink.error(dotted.span, f"'{dotted}' is a value, not an operation")
         return None
 
