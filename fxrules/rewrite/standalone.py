@@ -37,6 +37,7 @@ from fxrules.lang.ir import (
     replacement_templates,
 )
 from fxrules.match.matcher import Match
+from fxrules.memo import per_object
 from fxrules.rewrite.rewriter import Emitter, Rewriter
 from fxrules.rewrite.transaction import Transaction
 
@@ -316,12 +317,14 @@ def _impure(target: Callable[..., Any]) -> bool:
     return is_impure(target)
 
 
+@per_object  # a pattern's alternatives share templates: a walk unmemoized would take 2 ** depth steps
 def _never_folds(template: OpTemplate) -> bool:
     """Whether an ``operator`` function of the pattern is emitted as a node, never folded (the emitter folds
     one whose arguments are all numbers): it has keywords, or an argument that is never a number."""
     return bool(template.kwargs) or any(_never_a_number(argument) for argument in template.args)
 
 
+@per_object
 def _never_a_number(template: Template) -> bool:
     """Whether the pattern emitter never makes ``template`` a number: a capture or ``_`` is a placeholder (or
     None, an ``Attr`` drawn absent), a sequence a list, an operation a node unless it is ``operator``
