@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 HEAVY = ("torch._dynamo", "torch._inductor", "hypothesis")
 
 
@@ -67,3 +69,16 @@ def test_fxrules_fmt_imports_neither_the_matcher_nor_the_loop_check(tmp_path: Pa
 def test_loading_a_rule_file_imports_no_sympy() -> None:
     loaded = modules_after("import fxrules\nfxrules.load('algebra.fxr')")
     assert not loaded & {"sympy", "torch.fx.experimental.symbolic_shapes"}
+
+
+
+def test_loading_rules_leaves_the_optional_regex_package_unimported_and_importable() -> None:
+    """Lark imports ``regex`` when it is installed, which our grammar never uses: loading a rule file leaves it
+    out, a later ``import regex`` still imports it, and when it was imported before, Lark uses it as usual."""
+    pytest.importorskip("regex")
+    after = modules_after("import fxrules, sys\nfxrules.load('algebra.fxr')\nassert 'regex' not in sys.modules\n"
+                          "import regex\nassert regex.compile('a+').match('aa')")
+    assert {"lark", "regex"} <= after
+    before = modules_after("import regex, fxrules\nfxrules.load('algebra.fxr')\nimport lark.utils\n"
+                           "assert lark.utils._has_regex")
+    assert {"lark", "regex"} <= before
