@@ -411,4 +411,6 @@ def test_allow_lets_check_and_verify_reach_a_module_the_rules_name(
     assert main(["verify", "--allow", "cmath", "--examples", "20", "--seed", "1", str(rules)]) == 0
     out, _ = capsys.readouterr()
     assert out == (f"{rules}:2:6: scale_back: sound (20 examples)\n"
+                   "  the prover: refuted: the solver found the outputs differ (x: float32); its counterexample is "
+                   "not an input of the moderate finite size @finite_inputs() claims\n"
                    "1 rule: 1 sound, 0 unsound, 0 inconclusive, 0 errors (seed 1)\n")

@@ -103,10 +103,31 @@ def _runs_unknown_code(module: torch.nn.Module) -> bool:
     if isinstance(module, torch.fx.GraphModule):
         if cls is not torch.fx.GraphModule and cls.__bases__ != (torch.fx.GraphModule,):
             return True
-    elif not cls.__module__.startswith("torch.nn.modules.") and (cls.__module__, cls.__qualname__) not in _CHECKS_ONLY:
+    elif not _runs_torch_code_only(cls):
         return True
     return any(callable(value) and not isinstance(value, type | torch.nn.Module) and not _of_torch(value)
                for value in vars(module).values())
+
+
+def _runs_torch_code_only(cls: type) -> bool:
+    """Whether calling an instance of ``cls`` runs torch's code only: a class of ``torch.nn`` (or one that only
+    checks its inputs), or a subclass of one whose own classes add no code a call could run, only ``__init__``
+    (which ran already) and plain values: ``class Act(nn.ReLU): pass`` runs ``nn.ReLU.forward``."""
+    torch_classes = [klass for klass in cls.__mro__ if klass.__module__.startswith("torch.nn.modules.")
+                     or (klass.__module__, klass.__qualname__) in _CHECKS_ONLY]
+    return bool(torch_classes) and all(
+        klass is object or klass in torch_classes
+        or not any(_is_code(name, value) for name, value in vars(klass).items()) for klass in cls.__mro__)
+
+
+#: Entries of every class's namespace that run nothing when an instance is called.
+_INERT_CLASS_ENTRIES = frozenset({"__init__", "__dict__", "__weakref__", "__module__", "__qualname__", "__doc__",
+                                  "__annotations__", "__firstlineno__", "__static_attributes__"})
+
+
+def _is_code(name: str, value: Any) -> bool:
+    """Whether a class entry is code a call may run: a function, a property or any other descriptor."""
+    return name not in _INERT_CLASS_ENTRIES and (callable(value) or hasattr(value, "__get__"))
 
 
 def _of_torch(function: Any) -> bool:

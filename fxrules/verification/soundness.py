@@ -660,8 +660,9 @@ def _replayed(rule: Rule, values: Mapping[str, Any], helpers: Mapping[str, Calla
     difference too; else why not (different bits within the tolerance, or no input verify draws: a large
     finite value for a rule with ``@finite_inputs()``, a dtype outside ``dtypes``), and the examples decide."""
     if not in_drawn_domain(rule, values, dtypes):
-        return "its counterexample is not an input verify draws (a dtype outside the ones drawn, or a value " \
-               "outside @finite_inputs())"
+        if in_drawn_domain(rule, values):
+            return "its counterexample has a dtype verify was not asked to draw"
+        return "its counterexample is not an input of the moderate finite size @finite_inputs() claims"
     why_not = "no alternative of the pattern takes its counterexample"
     for choice in alternative_choices(rule):
         example = example_of(rule, values, choice)

@@ -104,6 +104,32 @@ def _graph_module_adding_to_its_buffer() -> torch.fx.GraphModule:
     return torch.fx.GraphModule(holder, graph)
 
 
+class _PlainBatchNorm(nn.BatchNorm1d):
+    """A subclass of torch's that adds no code a call runs (only ``__init__``): it runs torch's forward."""
+
+    def __init__(self) -> None:
+        super().__init__(3)
+
+
+class _PlainLinear(nn.Linear):
+    """A subclass of torch's ``nn.Linear`` that adds no code a call runs."""
+
+    def __init__(self) -> None:
+        super().__init__(3, 3)
+
+
+class _CountingLinear(nn.Linear):
+    """A subclass of torch's ``nn.Linear`` whose own forward has an effect no tensor shows."""
+
+    def __init__(self) -> None:
+        super().__init__(3, 3)
+        self.calls = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return super().forward(x)
+
+
 #: Modules that write state of their own when called, the attribute read before the call, and an input.
 WRITERS: dict[str, tuple[Callable[[], nn.Module], str, Callable[[], torch.Tensor]]] = {
     "training BatchNorm1d": (lambda: nn.BatchNorm1d(3).train(), "running_mean", _features),
@@ -116,6 +142,8 @@ WRITERS: dict[str, tuple[Callable[[], nn.Module], str, Callable[[], torch.Tensor
     "Embedding with max_norm": (lambda: nn.Embedding(5, 3, max_norm=0.5), "weight",
                                 lambda: torch.tensor([0, 2, 4])),
     "a leaf of user code": (_AddsToBuffer, "seen", _features),
+    "a training subclass of BatchNorm1d adding no code": (lambda: _PlainBatchNorm().train(), "running_mean",
+                                                          _features),
     "a graph module writing its attribute": (_graph_module_adding_to_its_buffer, "buf", _features),
 }
 
@@ -151,6 +179,8 @@ def test_a_write_of_state_between_a_read_and_the_replacement_skips() -> None:
     pytest.param(lambda: nn.BatchNorm1d(3).eval(), id="eval-mode BatchNorm1d"),
     pytest.param(lambda: nn.BatchNorm1d(3, track_running_stats=False).train(), id="BatchNorm1d without statistics"),
     pytest.param(lambda: nn.Linear(3, 3), id="Linear"),
+    pytest.param(_PlainLinear, id="a subclass of Linear adding no code"),
+    pytest.param(lambda: _PlainBatchNorm().eval(), id="an eval-mode subclass of BatchNorm1d adding no code"),
 ])
 def test_a_module_that_writes_no_state_lets_the_rewrite_happen(make: Callable[[], nn.Module]) -> None:
     module = make()
@@ -248,6 +278,7 @@ def _unused_call_and_identity(module: nn.Module) -> torch.fx.GraphModule:
 @pytest.mark.parametrize("make", [
     pytest.param(lambda: nn.BatchNorm1d(3).train(), id="training BatchNorm1d"),
     pytest.param(_Counts, id="a leaf of user code"),
+    pytest.param(_CountingLinear, id="a subclass of Linear with its own forward"),
     pytest.param(lambda: nn.LazyLinear(3), id="a lazy module"),
     pytest.param(_graph_module_adding_to_its_buffer, id="a graph module writing its attribute"),
 ])
@@ -263,6 +294,7 @@ def test_an_unused_call_that_writes_stays(make: Callable[[], nn.Module]) -> None
 @pytest.mark.parametrize("make", [
     pytest.param(lambda: nn.BatchNorm1d(3).eval(), id="eval-mode BatchNorm1d"),
     pytest.param(lambda: nn.Linear(3, 3), id="Linear"),
+    pytest.param(_PlainLinear, id="a subclass of Linear adding no code"),
 ])
 def test_an_unused_call_that_writes_nothing_is_removed(make: Callable[[], nn.Module]) -> None:
     gm = _unused_call_and_identity(make())
