@@ -21,7 +21,10 @@ two ``apply``\\ s, a graph module's graph within one.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import operator
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -209,19 +212,72 @@ def same_memory_attributes(node: Node) -> list[Node]:
     """The other ``get_attr`` nodes of ``node``'s graph that read memory ``node``'s reads: the same attribute
     (a graph may read it more than once), or the same tensor or a view of its memory under another name (a tied
     weight); a write through one is a write into the others."""
+    index = _attribute_index(node.graph)
     path = str(node.target)
-    others = [other for other in node.graph.find_nodes(op="get_attr") if other is not node]
-    if not others:
-        return []
-    owner = node.graph.owning_module
+    root = index.roots[path] if path in index.roots else _root_of(index.owner, path)
+    found = dict.fromkeys(index.by_path.get(path, ()))
+    if root is not None:
+        found.update(dict.fromkeys(index.by_root.get(id(root), ())))
+    found.pop(node, None)
+    return list(found)
+
+
+@attrs.frozen
+class _AttributeIndex:
+    """A graph's ``get_attr`` nodes by the attribute they read and by the tensor whose memory that is."""
+
+    owner: torch.nn.Module | None
+    nodes: list[Node]  # as ``find_nodes`` listed them when the index was made
+    roots: dict[str, torch.Tensor | None]  # path -> the tensor whose memory it reads (None: no tensor); kept alive
+    by_path: dict[str, list[Node]]
+    by_root: dict[int, list[Node]]  # id of a root in ``roots`` -> the nodes reading its memory
+
+
+#: The indexes made while :func:`attributes_fixed` holds, per graph; None outside.
+_INDEXES: contextvars.ContextVar[dict[torch.fx.Graph, _AttributeIndex] | None] = \
+    contextvars.ContextVar("fxrules_attribute_indexes", default=None)
+
+
+@contextlib.contextmanager
+def attributes_fixed() -> Iterator[None]:
+    """While the body runs, the owning modules' attributes change only as their graphs' ``get_attr`` nodes do
+    (``apply``'s rewrites register a tensor only for a new ``get_attr`` of it; helpers see modules read-only):
+    a graph's attribute index is made once and kept while its ``get_attr`` nodes stay the same ones.  Outside,
+    it is made at every question: the caller may reassign an attribute between two."""
+    token = _INDEXES.set({})
+    try:
+        yield
+    finally:
+        _INDEXES.reset(token)
+
+
+def _attribute_index(graph: torch.fx.Graph) -> _AttributeIndex:
+    """The index of ``graph``'s ``get_attr`` nodes: kept within :func:`attributes_fixed` while the graph's
+    ``get_attr`` nodes are exactly those it was made of (the same nodes in the same order; a rewrite makes new
+    ``get_attr`` nodes and erases some, and retargets none), which makes each question cost a list comparison,
+    not an attribute lookup per node."""
+    nodes, owner = graph.find_nodes(op="get_attr"), graph.owning_module
+    indexes = _INDEXES.get()
+    cached = indexes.get(graph) if indexes is not None else None
+    if cached is not None and cached.owner is owner and cached.nodes == nodes:
+        return cached
+    index = _AttributeIndex(owner, nodes, {}, {}, {})
+    for other in nodes:
+        path = str(other.target)
+        if path not in index.roots:
+            index.roots[path] = _root_of(owner, path)
+        index.by_path.setdefault(path, []).append(other)
+        root = index.roots[path]
+        if root is not None:
+            index.by_root.setdefault(id(root), []).append(other)
+    if indexes is not None:
+        indexes[graph] = index
+    return index
+
+
+def _root_of(owner: torch.nn.Module | None, path: str) -> torch.Tensor | None:
     value = _attribute(owner, path)
-    root = _root(value) if isinstance(value, torch.Tensor) else None
-    return [other for other in others if str(other.target) == path
-            or (root is not None and _same_root(_attribute(owner, str(other.target)), root))]
-
-
-def _same_root(value: Any, root: torch.Tensor) -> bool:
-    return isinstance(value, torch.Tensor) and _root(value) is root
+    return _root(value) if isinstance(value, torch.Tensor) else None
 
 
 def _writes_attribute(call: Node, effects: ModuleEffects, attribute: Node) -> bool:
