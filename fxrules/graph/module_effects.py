@@ -15,8 +15,9 @@ each module is read for what it may do (:class:`ModuleEffects`), conservatively:
 
 The state a call writes reaches the aliasing checks as the ``get_attr`` nodes of the graph that read it
 (:func:`written_by`, :func:`attribute_writers`): the attribute is the module's, or one below it, or a tensor it
-owns under another name (tied weights).  Nothing is cached: ``module.training`` and hooks may change between
-two ``apply``\\ s, a graph module's graph within one.
+owns under another name (tied weights).  Nothing is kept from one ``apply`` to the next (``module.training``,
+hooks and attributes may change between two); while ``apply`` rewrites one graph, :func:`attributes_fixed` keeps
+what is found of its attributes and of its module calls that write state.
 """
 
 from __future__ import annotations
@@ -204,8 +205,22 @@ def written_by(node: Node) -> list[Node]:
 def attribute_writers(node: Node) -> list[Node]:
     """The module calls of ``node``'s graph that may write the attribute the ``get_attr`` ``node`` reads, which
     need not be among its users."""
-    return [call for call in node.graph.find_nodes(op="call_module")
-            if _writes_attribute(call, _effects_of_call(call), node)]
+    return [call for call, effects in _state_writers(node.graph) if _writes_attribute(call, effects, node)]
+
+
+def _state_writers(graph: torch.fx.Graph) -> list[tuple[Node, ModuleEffects]]:
+    """The module calls of ``graph`` that may write state, with their effects: within :func:`attributes_fixed`,
+    found once while the graph's module calls are the same ones (nothing changes a module's training flag or
+    hooks while ``apply`` rewrites a graph, and a graph module it calls is no graph it rewrites then)."""
+    calls = graph.find_nodes(op="call_module")
+    scope = _SCOPE.get()
+    cached = scope.writers.get(graph) if scope is not None else None
+    if cached is not None and cached[0] == calls:
+        return cached[1]
+    writers = [(call, effects) for call in calls for effects in (_effects_of_call(call),) if effects.state]
+    if scope is not None:
+        scope.writers[graph] = (calls, writers)
+    return writers
 
 
 def same_memory_attributes(node: Node) -> list[Node]:
@@ -233,22 +248,31 @@ class _AttributeIndex:
     by_root: dict[int, list[Node]]  # id of a root in ``roots`` -> the nodes reading its memory
 
 
-#: The indexes made while :func:`attributes_fixed` holds, per graph; None outside.
-_INDEXES: contextvars.ContextVar[dict[torch.fx.Graph, _AttributeIndex] | None] = \
-    contextvars.ContextVar("fxrules_attribute_indexes", default=None)
+@attrs.frozen
+class _Scope:
+    """What :func:`attributes_fixed` keeps per graph: its attribute index, and its module calls that write state
+    (with the module calls they were found among)."""
+
+    indexes: dict[torch.fx.Graph, _AttributeIndex] = attrs.Factory(dict)
+    writers: dict[torch.fx.Graph, tuple[list[Node], list[tuple[Node, ModuleEffects]]]] = attrs.Factory(dict)
+
+
+#: While :func:`attributes_fixed` holds, what it keeps; None outside.
+_SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("fxrules_attribute_scope", default=None)
 
 
 @contextlib.contextmanager
 def attributes_fixed() -> Iterator[None]:
     """While the body runs, the owning modules' attributes change only as their graphs' ``get_attr`` nodes do
     (``apply``'s rewrites register a tensor only for a new ``get_attr`` of it; helpers see modules read-only):
-    a graph's attribute index is made once and kept while its ``get_attr`` nodes stay the same ones.  Outside,
-    it is made at every question: the caller may reassign an attribute between two."""
-    token = _INDEXES.set({})
+    a graph's attribute index is made once and kept while its ``get_attr`` nodes stay the same ones, and its
+    module calls that write state while its module calls do.  Outside, both are found at every question: the
+    caller may reassign an attribute or set a module training between two."""
+    token = _SCOPE.set(_Scope())
     try:
         yield
     finally:
-        _INDEXES.reset(token)
+        _SCOPE.reset(token)
 
 
 def _attribute_index(graph: torch.fx.Graph) -> _AttributeIndex:
@@ -257,8 +281,8 @@ def _attribute_index(graph: torch.fx.Graph) -> _AttributeIndex:
     ``get_attr`` nodes and erases some, and retargets none), which makes each question cost a list comparison,
     not an attribute lookup per node."""
     nodes, owner = graph.find_nodes(op="get_attr"), graph.owning_module
-    indexes = _INDEXES.get()
-    cached = indexes.get(graph) if indexes is not None else None
+    scope = _SCOPE.get()
+    cached = scope.indexes.get(graph) if scope is not None else None
     if cached is not None and cached.owner is owner and cached.nodes == nodes:
         return cached
     index = _AttributeIndex(owner, nodes, {}, {}, {})
@@ -270,8 +294,8 @@ def _attribute_index(graph: torch.fx.Graph) -> _AttributeIndex:
         root = index.roots[path]
         if root is not None:
             index.by_root.setdefault(id(root), []).append(other)
-    if indexes is not None:
-        indexes[graph] = index
+    if scope is not None:
+        scope.indexes[graph] = index
     return index
 
 

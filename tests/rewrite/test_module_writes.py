@@ -147,6 +147,17 @@ def test_a_write_of_state_between_a_read_and_the_replacement_skips() -> None:
                                                 "reads it and 'relu_1', where the replacement would")
 
 
+def test_a_module_set_training_between_two_applies_writes_at_the_second() -> None:
+    """What a module call writes is decided at each ``apply`` from the module as it is then: a BatchNorm set to
+    training after an ``apply`` that saw it in eval mode writes its running statistics at the next one."""
+    gm = _reads_then_calls(nn.BatchNorm1d(3).eval(), "running_mean")
+    fxrules.apply(gm, fxrules.parse("rule never: torch.neg(torch.neg(x)) => x"))
+    gm.m.train()
+    report, _ = _applied(gm, IDENTITY, [_features()])
+    assert report.counts() == {}
+    assert report["same"].skipped[0].reason.value == "in-place write"
+
+
 @pytest.mark.parametrize("make", [
     pytest.param(lambda: nn.BatchNorm1d(3).eval(), id="eval-mode BatchNorm1d"),
     pytest.param(lambda: nn.BatchNorm1d(3, track_running_stats=False).train(), id="BatchNorm1d without statistics"),
