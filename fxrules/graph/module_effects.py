@@ -57,13 +57,16 @@ class ModuleEffects:
     state: tuple[str, ...] = ()  # paths below the module it may write ("": anything below it)
     impure: bool = False  # must run even when nothing uses its result
     returns_argument: bool = False  # its result may be its first argument or a view of it
+    # runs code fxrules cannot read, which may write any tensor it reaches, not only those under its name (a
+    # cache object holding the root's buffers): every attribute the graph reads
+    anything: bool = False
 
     def writes(self) -> bool:
         return self.every_argument or bool(self.placeholders) or bool(self.state) or self.impure
 
 
 #: A module whose forward fxrules cannot read.
-OPAQUE = ModuleEffects(every_argument=True, state=("",), impure=True, returns_argument=True)
+OPAQUE = ModuleEffects(every_argument=True, state=("",), impure=True, returns_argument=True, anything=True)
 
 #: Classes of torch outside ``torch.nn`` whose calls only check their inputs (by module and name: importing
 #: ``torch.export`` would slow ``import fxrules``): what ``ExportedProgram.module()`` calls first.
@@ -94,7 +97,8 @@ def _torch_module_effects(module: torch.nn.Module) -> ModuleEffects:
         returns = isinstance(module, metadata.ALIASING_MODULES) or _inplace(module) or any(
             effects.returns_argument and not isinstance(child, metadata.ALIASING_MODULES) and not _inplace(child)
             for _, effects, child in children)
-    return ModuleEffects(every_argument, (), tuple(state), any(effects.impure for _, effects, _ in children), returns)
+    return ModuleEffects(every_argument, (), tuple(state), any(effects.impure for _, effects, _ in children), returns,
+                         any(effects.anything for _, effects, _ in children))
 
 
 def _runs_unknown_code(module: torch.nn.Module) -> bool:
@@ -144,13 +148,14 @@ def _graph_module_effects(module: torch.fx.GraphModule) -> ModuleEffects:
     written = tuple((position, str(placeholder.target)) for position, placeholder in enumerate(placeholders)
                     if metadata.in_place_writer(placeholder) is not None)
     state = [str(node.target) for node in graph.find_nodes(op="get_attr") if metadata.in_place_writer(node) is not None]
-    state += [_below(str(call.target), path) for call in graph.find_nodes(op="call_module")
-              for path in _effects_of_call(call).state]
+    calls = [(call, _effects_of_call(call)) for call in graph.find_nodes(op="call_module")]
+    state += [_below(str(call.target), path) for call, effects in calls for path in effects.state]
     impure = any(node.op not in ("placeholder", "output", "get_attr") and metadata.has_side_effects(node)
                  for node in graph.nodes)
     returned = graph.output_node().all_input_nodes
     returns = bool(placeholders) and any(placeholders[0] in metadata.alias_class(node) for node in returned)
-    return ModuleEffects(False, written, tuple(dict.fromkeys(state)), impure, returns)
+    return ModuleEffects(False, written, tuple(dict.fromkeys(state)), impure, returns,
+                         any(effects.anything for _, effects in calls))
 
 
 def _effects_of_call(node: Node) -> ModuleEffects:
@@ -306,7 +311,10 @@ def _root_of(owner: torch.nn.Module | None, path: str) -> torch.Tensor | None:
 
 def _writes_attribute(call: Node, effects: ModuleEffects, attribute: Node) -> bool:
     """Whether ``call`` may write what ``attribute`` reads: a path it writes, or below one (``bn`` writes
-    ``bn.running_mean``), or a tensor it writes under another name (a tied weight, a view of a buffer)."""
+    ``bn.running_mean``), or a tensor it writes under another name (a tied weight, a view of a buffer); any
+    attribute for a call that runs code fxrules cannot read."""
+    if effects.anything:
+        return True
     if not effects.state:
         return False
     path = str(attribute.target)

@@ -147,6 +147,41 @@ def test_a_write_of_state_between_a_read_and_the_replacement_skips() -> None:
                                                 "reads it and 'relu_1', where the replacement would")
 
 
+class _Cache:
+    """A plain object holding tensors, as a key-value cache object does."""
+
+    def __init__(self, key: torch.Tensor) -> None:
+        self.key = key
+
+
+class _WritesItsCache(nn.Module):
+    def __init__(self, cache: _Cache) -> None:
+        super().__init__()
+        self.cache = cache
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.cache.key.add_(x.sum())
+        return x
+
+
+def test_a_call_of_user_code_may_write_any_attribute_the_graph_reads() -> None:
+    """A module of user code may write tensors it reaches other than under its name (here the root's buffer,
+    held by a cache object): ``before = k * 1; m(x); before + 0.5`` keeps its multiplication, which would
+    otherwise read ``k`` after the call updated it."""
+    root = nn.Module()
+    root.register_buffer("k", torch.zeros(3))
+    root.m = _WritesItsCache(_Cache(root.k))
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    before = graph.call_function(operator.mul, (graph.get_attr("k"), 1))
+    called = graph.call_module("m", (x,))
+    graph.output((called, graph.call_function(operator.add, (before, 0.5))))
+    report, _ = _applied(torch.fx.GraphModule(root, graph), IDENTITY, [_features()])
+    assert report.counts() == {}
+    assert report["same"].skipped[0].detail == ("'m' writes into 'k' in place, and the replacement would make "
+                                                "'mul' share memory with 'k'")
+
+
 def test_a_module_set_training_between_two_applies_writes_at_the_second() -> None:
     """What a module call writes is decided at each ``apply`` from the module as it is then: a BatchNorm set to
     training after an ``apply`` that saw it in eval mode writes its running statistics at the next one."""
