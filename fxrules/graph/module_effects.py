@@ -42,6 +42,10 @@ Node = torch.fx.Node
 #: Attributes a normalization writes in place when it tracks running statistics and is training.
 _RUNNING_STATISTICS = ("running_mean", "running_var", "num_batches_tracked")
 
+#: What ``Module.__call__`` looks up on the instance: set there, it replaces the class's code (``m.forward =
+#: torch.relu_`` makes an ``nn.Identity`` write its input).
+_CALLED_ON_THE_INSTANCE = ("forward", "_call_impl")
+
 #: A module's own hooks, and every module's: each runs code of its caller's around ``forward``.
 _OWN_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
@@ -102,19 +106,24 @@ def _torch_module_effects(module: torch.nn.Module) -> ModuleEffects:
 
 
 def _runs_unknown_code(module: torch.nn.Module) -> bool:
-    """Hooks, a lazy module's first call, a class of user code (a graph module's own class is torch's), or a
-    function of user code stored on the module (``m.forward = f``, an activation)."""
+    """Hooks, a lazy module's first call, a class of user code (a graph module's own class is torch's), a
+    ``forward`` set on the module itself (even a function of torch's), or a function of user code stored on the
+    module (an activation)."""
     if isinstance(module, LazyModuleMixin) or any(getattr(module, name, None) for name in _OWN_HOOKS) \
             or any(getattr(nn_module, name) for name in _GLOBAL_HOOKS):
         return True
     cls = type(module)
+    checks_only = (cls.__module__, cls.__qualname__) in _CHECKS_ONLY  # (which sets its forward itself)
     if isinstance(module, torch.fx.GraphModule):
         if cls is not torch.fx.GraphModule and cls.__bases__ != (torch.fx.GraphModule,):
             return True
-    elif not cls.__module__.startswith("torch.nn.modules.") and (cls.__module__, cls.__qualname__) not in _CHECKS_ONLY:
+    elif not cls.__module__.startswith("torch.nn.modules.") and not checks_only:
+        return True
+    attributes = vars(module)
+    if not checks_only and any(name in attributes for name in _CALLED_ON_THE_INSTANCE):  # not the class's code
         return True
     return any(callable(value) and not isinstance(value, type | torch.nn.Module) and not _of_torch(value)
-               for value in vars(module).values())
+               for value in attributes.values())
 
 
 def _of_torch(function: Any) -> bool:

@@ -147,6 +147,23 @@ def test_a_write_of_state_between_a_read_and_the_replacement_skips() -> None:
                                                 "reads it and 'relu_1', where the replacement would")
 
 
+def test_a_forward_set_on_the_module_makes_its_call_a_possible_write() -> None:
+    """``m.forward = torch.relu_`` on an ``nn.Identity`` makes its call write its input, although the function is
+    torch's: ``y = c * 1; m(c); y + 0.5`` keeps its multiplication, which would otherwise read ``c`` after the
+    call zeroed its negative values."""
+    root = nn.Module()
+    root.m = nn.Identity()
+    root.m.forward = torch.relu_
+    graph = torch.fx.Graph()
+    copied = graph.call_function(torch.clone, (graph.placeholder("x"),))
+    before = graph.call_function(operator.mul, (copied, 1))
+    called = graph.call_module("m", (copied,))
+    graph.output((called, graph.call_function(operator.add, (before, 0.5))))
+    report, _ = _applied(torch.fx.GraphModule(root, graph), IDENTITY, [_features()])
+    assert report.counts() == {}
+    assert report["same"].skipped[0].reason.value == "in-place write"
+
+
 class _Cache:
     """A plain object holding tensors, as a key-value cache object does."""
 
