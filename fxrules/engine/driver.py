@@ -46,6 +46,7 @@ from fxrules.engine.report import Report, ReportBuilder, StopReason, combine
 from fxrules.engine.scheduler import Incremental, Plan, Scheduler, SchedulerFactory, reach_of
 from fxrules.engine.shape_propagation import check_example_inputs, propagate_shapes
 from fxrules.graph.metadata import has_side_effects
+from fxrules.graph.module_effects import attributes_fixed
 from fxrules.graph.sizes import fixed
 from fxrules.graph.subgraphs import TOP_LEVEL, CallContext, higher_order_subgraphs
 from fxrules.lang.ir import Rule, RuleSet
@@ -179,7 +180,7 @@ class _Run:
             self.report.passes = 1
             self.report.match_seconds = time.perf_counter() - rewritten.started
             return
-        with fixed(self.gm, self.static_shapes):
+        with fixed(self.gm, self.static_shapes), attributes_fixed():
             rewritten.fired = self._passes(plan, scheduler, rewritten.transaction)
 
     def commit(self, rewritten: _Rewritten, path: str) -> None:

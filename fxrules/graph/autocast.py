@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import inspect
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
@@ -141,9 +142,11 @@ def changed_dtype(matched: Iterable[Node], outputs: Sequence[Node], values: Sequ
     in_order = sorted(matched, key=lambda n: n._sort_key)
     for state in states:
         try:
-            with entered(state):
+            with warnings.catch_warnings(), entered(state):
+                warnings.simplefilter("ignore")  # torch's warning that it cannot run a region: said below instead
                 before = run_on_fake(in_order)
                 after = run_on_fake(created, before)
+                _check_runnable(state, before, after)
             for output, value in zip(outputs, values, strict=True):
                 was = _dtypes(before[output])
                 now = _dtypes(after[value] if isinstance(value, Node) and value in after else fake_value(value))
@@ -155,6 +158,20 @@ def changed_dtype(matched: Iterable[Node], outputs: Sequence[Node], values: Sequ
         if cast is not None:
             return cast
     return None
+
+
+def _check_runnable(state: State, *results: dict[Node, Any]) -> None:
+    """Raise when a region of ``state`` that casts a device the results are on is one torch disables on this
+    machine (``torch.autocast("cuda")`` without CUDA): the run shows the dtypes the region would not give."""
+    innermost = {entry.device_type: entry for entry in state}
+    disabled = {device: entry for device, entry in innermost.items()
+                if entry.enabled is True and not torch.is_autocast_enabled(device)}
+    if not disabled:
+        return
+    for values in results:
+        for leaf in torch.utils._pytree.tree_leaves(list(values.values())):
+            if isinstance(leaf, torch.Tensor) and leaf.device.type in disabled:
+                raise RuntimeError(f"torch cannot run {disabled[leaf.device.type]} on this machine")
 
 
 def _cast_anew(matched: list[Node], created: Sequence[Node], before: dict[Node, Any], after: dict[Node, Any],

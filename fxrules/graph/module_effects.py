@@ -15,13 +15,17 @@ each module is read for what it may do (:class:`ModuleEffects`), conservatively:
 
 The state a call writes reaches the aliasing checks as the ``get_attr`` nodes of the graph that read it
 (:func:`written_by`, :func:`attribute_writers`): the attribute is the module's, or one below it, or a tensor it
-owns under another name (tied weights).  Nothing is cached: ``module.training`` and hooks may change between
-two ``apply``\\ s, a graph module's graph within one.
+owns under another name (tied weights).  Nothing is kept from one ``apply`` to the next (``module.training``,
+hooks and attributes may change between two); while ``apply`` rewrites one graph, :func:`attributes_fixed` keeps
+what is found of its attributes and of its module calls that write state.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import operator
+from collections.abc import Iterator
 from typing import Any
 
 import attrs
@@ -38,6 +42,10 @@ Node = torch.fx.Node
 #: Attributes a normalization writes in place when it tracks running statistics and is training.
 _RUNNING_STATISTICS = ("running_mean", "running_var", "num_batches_tracked")
 
+#: What ``Module.__call__`` looks up on the instance: set there, it replaces the class's code (``m.forward =
+#: torch.relu_`` makes an ``nn.Identity`` write its input).
+_CALLED_ON_THE_INSTANCE = ("forward", "_call_impl")
+
 #: A module's own hooks, and every module's: each runs code of its caller's around ``forward``.
 _OWN_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 _GLOBAL_HOOKS = ("_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
@@ -53,13 +61,16 @@ class ModuleEffects:
     state: tuple[str, ...] = ()  # paths below the module it may write ("": anything below it)
     impure: bool = False  # must run even when nothing uses its result
     returns_argument: bool = False  # its result may be its first argument or a view of it
+    # runs code fxrules cannot read, which may write any tensor it reaches, not only those under its name (a
+    # cache object holding the root's buffers): every attribute the graph reads
+    anything: bool = False
 
     def writes(self) -> bool:
         return self.every_argument or bool(self.placeholders) or bool(self.state) or self.impure
 
 
 #: A module whose forward fxrules cannot read.
-OPAQUE = ModuleEffects(every_argument=True, state=("",), impure=True, returns_argument=True)
+OPAQUE = ModuleEffects(every_argument=True, state=("",), impure=True, returns_argument=True, anything=True)
 
 #: Classes of torch outside ``torch.nn`` whose calls only check their inputs (by module and name: importing
 #: ``torch.export`` would slow ``import fxrules``): what ``ExportedProgram.module()`` calls first.
@@ -90,23 +101,29 @@ def _torch_module_effects(module: torch.nn.Module) -> ModuleEffects:
         returns = isinstance(module, metadata.ALIASING_MODULES) or _inplace(module) or any(
             effects.returns_argument and not isinstance(child, metadata.ALIASING_MODULES) and not _inplace(child)
             for _, effects, child in children)
-    return ModuleEffects(every_argument, (), tuple(state), any(effects.impure for _, effects, _ in children), returns)
+    return ModuleEffects(every_argument, (), tuple(state), any(effects.impure for _, effects, _ in children), returns,
+                         any(effects.anything for _, effects, _ in children))
 
 
 def _runs_unknown_code(module: torch.nn.Module) -> bool:
-    """Hooks, a lazy module's first call, a class of user code (a graph module's own class is torch's), or a
-    function of user code stored on the module (``m.forward = f``, an activation)."""
+    """Hooks, a lazy module's first call, a class of user code (a graph module's own class is torch's), a
+    ``forward`` set on the module itself (even a function of torch's), or a function of user code stored on the
+    module (an activation)."""
     if isinstance(module, LazyModuleMixin) or any(getattr(module, name, None) for name in _OWN_HOOKS) \
             or any(getattr(nn_module, name) for name in _GLOBAL_HOOKS):
         return True
     cls = type(module)
+    checks_only = (cls.__module__, cls.__qualname__) in _CHECKS_ONLY  # (which sets its forward itself)
     if isinstance(module, torch.fx.GraphModule):
         if cls is not torch.fx.GraphModule and cls.__bases__ != (torch.fx.GraphModule,):
             return True
     elif not _runs_torch_code_only(cls):
         return True
+    attributes = vars(module)
+    if not checks_only and any(name in attributes for name in _CALLED_ON_THE_INSTANCE):  # not the class's code
+        return True
     return any(callable(value) and not isinstance(value, type | torch.nn.Module) and not _of_torch(value)
-               for value in vars(module).values())
+               for value in attributes.values())
 
 
 def _runs_torch_code_only(cls: type) -> bool:
@@ -161,13 +178,14 @@ def _graph_module_effects(module: torch.fx.GraphModule) -> ModuleEffects:
     written = tuple((position, str(placeholder.target)) for position, placeholder in enumerate(placeholders)
                     if metadata.in_place_writer(placeholder) is not None)
     state = [str(node.target) for node in graph.find_nodes(op="get_attr") if metadata.in_place_writer(node) is not None]
-    state += [_below(str(call.target), path) for call in graph.find_nodes(op="call_module")
-              for path in _effects_of_call(call).state]
+    calls = [(call, _effects_of_call(call)) for call in graph.find_nodes(op="call_module")]
+    state += [_below(str(call.target), path) for call, effects in calls for path in effects.state]
     impure = any(node.op not in ("placeholder", "output", "get_attr") and metadata.has_side_effects(node)
                  for node in graph.nodes)
     returned = graph.output_node().all_input_nodes
     returns = bool(placeholders) and any(placeholders[0] in metadata.alias_class(node) for node in returned)
-    return ModuleEffects(False, written, tuple(dict.fromkeys(state)), impure, returns)
+    return ModuleEffects(False, written, tuple(dict.fromkeys(state)), impure, returns,
+                         any(effects.anything for _, effects in calls))
 
 
 def _effects_of_call(node: Node) -> ModuleEffects:
@@ -222,32 +240,111 @@ def written_by(node: Node) -> list[Node]:
 def attribute_writers(node: Node) -> list[Node]:
     """The module calls of ``node``'s graph that may write the attribute the ``get_attr`` ``node`` reads, which
     need not be among its users."""
-    return [call for call in node.graph.find_nodes(op="call_module")
-            if _writes_attribute(call, _effects_of_call(call), node)]
+    return [call for call, effects in _state_writers(node.graph) if _writes_attribute(call, effects, node)]
+
+
+def _state_writers(graph: torch.fx.Graph) -> list[tuple[Node, ModuleEffects]]:
+    """The module calls of ``graph`` that may write state, with their effects: within :func:`attributes_fixed`,
+    found once while the graph's module calls are the same ones (nothing changes a module's training flag or
+    hooks while ``apply`` rewrites a graph, and a graph module it calls is no graph it rewrites then)."""
+    calls = graph.find_nodes(op="call_module")
+    scope = _SCOPE.get()
+    cached = scope.writers.get(graph) if scope is not None else None
+    if cached is not None and cached[0] == calls:
+        return cached[1]
+    writers = [(call, effects) for call in calls for effects in (_effects_of_call(call),) if effects.state]
+    if scope is not None:
+        scope.writers[graph] = (calls, writers)
+    return writers
 
 
 def same_memory_attributes(node: Node) -> list[Node]:
     """The other ``get_attr`` nodes of ``node``'s graph that read memory ``node``'s reads: the same attribute
     (a graph may read it more than once), or the same tensor or a view of its memory under another name (a tied
     weight); a write through one is a write into the others."""
+    index = _attribute_index(node.graph)
     path = str(node.target)
-    others = [other for other in node.graph.find_nodes(op="get_attr") if other is not node]
-    if not others:
-        return []
-    owner = node.graph.owning_module
+    root = index.roots[path] if path in index.roots else _root_of(index.owner, path)
+    found = dict.fromkeys(index.by_path.get(path, ()))
+    if root is not None:
+        found.update(dict.fromkeys(index.by_root.get(id(root), ())))
+    found.pop(node, None)
+    return list(found)
+
+
+@attrs.frozen
+class _AttributeIndex:
+    """A graph's ``get_attr`` nodes by the attribute they read and by the tensor whose memory that is."""
+
+    owner: torch.nn.Module | None
+    nodes: list[Node]  # as ``find_nodes`` listed them when the index was made
+    roots: dict[str, torch.Tensor | None]  # path -> the tensor whose memory it reads (None: no tensor); kept alive
+    by_path: dict[str, list[Node]]
+    by_root: dict[int, list[Node]]  # id of a root in ``roots`` -> the nodes reading its memory
+
+
+@attrs.frozen
+class _Scope:
+    """What :func:`attributes_fixed` keeps per graph: its attribute index, and its module calls that write state
+    (with the module calls they were found among)."""
+
+    indexes: dict[torch.fx.Graph, _AttributeIndex] = attrs.Factory(dict)
+    writers: dict[torch.fx.Graph, tuple[list[Node], list[tuple[Node, ModuleEffects]]]] = attrs.Factory(dict)
+
+
+#: While :func:`attributes_fixed` holds, what it keeps; None outside.
+_SCOPE: contextvars.ContextVar[_Scope | None] = contextvars.ContextVar("fxrules_attribute_scope", default=None)
+
+
+@contextlib.contextmanager
+def attributes_fixed() -> Iterator[None]:
+    """While the body runs, the owning modules' attributes change only as their graphs' ``get_attr`` nodes do
+    (``apply``'s rewrites register a tensor only for a new ``get_attr`` of it; helpers see modules read-only):
+    a graph's attribute index is made once and kept while its ``get_attr`` nodes stay the same ones, and its
+    module calls that write state while its module calls do.  Outside, both are found at every question: the
+    caller may reassign an attribute or set a module training between two."""
+    token = _SCOPE.set(_Scope())
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
+
+
+def _attribute_index(graph: torch.fx.Graph) -> _AttributeIndex:
+    """The index of ``graph``'s ``get_attr`` nodes: kept within :func:`attributes_fixed` while the graph's
+    ``get_attr`` nodes are exactly those it was made of (the same nodes in the same order; a rewrite makes new
+    ``get_attr`` nodes and erases some, and retargets none), which makes each question cost a list comparison,
+    not an attribute lookup per node."""
+    nodes, owner = graph.find_nodes(op="get_attr"), graph.owning_module
+    scope = _SCOPE.get()
+    cached = scope.indexes.get(graph) if scope is not None else None
+    if cached is not None and cached.owner is owner and cached.nodes == nodes:
+        return cached
+    index = _AttributeIndex(owner, nodes, {}, {}, {})
+    for other in nodes:
+        path = str(other.target)
+        if path not in index.roots:
+            index.roots[path] = _root_of(owner, path)
+        index.by_path.setdefault(path, []).append(other)
+        root = index.roots[path]
+        if root is not None:
+            index.by_root.setdefault(id(root), []).append(other)
+    if scope is not None:
+        scope.indexes[graph] = index
+    return index
+
+
+def _root_of(owner: torch.nn.Module | None, path: str) -> torch.Tensor | None:
     value = _attribute(owner, path)
-    root = _root(value) if isinstance(value, torch.Tensor) else None
-    return [other for other in others if str(other.target) == path
-            or (root is not None and _same_root(_attribute(owner, str(other.target)), root))]
-
-
-def _same_root(value: Any, root: torch.Tensor) -> bool:
-    return isinstance(value, torch.Tensor) and _root(value) is root
+    return _root(value) if isinstance(value, torch.Tensor) else None
 
 
 def _writes_attribute(call: Node, effects: ModuleEffects, attribute: Node) -> bool:
     """Whether ``call`` may write what ``attribute`` reads: a path it writes, or below one (``bn`` writes
-    ``bn.running_mean``), or a tensor it writes under another name (a tied weight, a view of a buffer)."""
+    ``bn.running_mean``), or a tensor it writes under another name (a tied weight, a view of a buffer); any
+    attribute for a call that runs code fxrules cannot read."""
+    if effects.anything:
+        return True
     if not effects.state:
         return False
     path = str(attribute.target)

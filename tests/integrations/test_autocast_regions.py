@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 import torch
 import torch.fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from torch.fx.passes.shape_prop import ShapeProp
 
 import fxrules
@@ -215,6 +217,24 @@ def test_symbolic_region_without_metadata_refuses_every_rewrite_it_cannot_check(
     assert report.counts() == {}
     assert _skips(report) == {"times_one": [(
         "autocast", "the dtypes in autocast(cpu, torch.bfloat16) are unknown: node 'a' has no shape metadata")]}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the region can be run where CUDA is available")
+def test_a_cuda_region_of_cuda_tensors_on_a_machine_without_cuda_refuses_what_it_cannot_check() -> None:
+    """A graph of CUDA tensors (its metadata fake CUDA tensors) rewritten where torch cannot run CUDA autocast:
+    torch would run the region without autocast, so the dtypes it gives on a GPU are unknown, and the fusion
+    (a float16 addmm on a GPU) is refused, not accepted as float32."""
+    gm = _in_symbolic_region(lambda a, w, b: torch.matmul(a, w) + b)
+    enter = gm.graph.find_nodes(op="call_function", target=torch.amp.autocast_mode._enter_autocast)[0]
+    enter.args = ("cuda", torch.float16, True, None)
+    gm.recompile()
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    with mode, pytest.warns(UserWarning, match="Disabling autocast"):
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*(torch.empty(t.shape, device="cuda") for t in INPUTS))
+    report = fxrules.apply(gm, "fusions.fxr")
+    assert report.counts() == {}
+    assert _skips(report) == {"addmm": [("autocast", "the dtypes in autocast(cuda, torch.float16) are unknown: torch "
+                                                     "cannot run autocast(cuda, torch.float16) on this machine")]}
 
 
 def _fuse_in_cond(p: torch.Tensor, a: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -175,6 +175,69 @@ def test_a_write_of_state_between_a_read_and_the_replacement_skips() -> None:
                                                 "reads it and 'relu_1', where the replacement would")
 
 
+def test_a_forward_set_on_the_module_makes_its_call_a_possible_write() -> None:
+    """``m.forward = torch.relu_`` on an ``nn.Identity`` makes its call write its input, although the function is
+    torch's: ``y = c * 1; m(c); y + 0.5`` keeps its multiplication, which would otherwise read ``c`` after the
+    call zeroed its negative values."""
+    root = nn.Module()
+    root.m = nn.Identity()
+    root.m.forward = torch.relu_
+    graph = torch.fx.Graph()
+    copied = graph.call_function(torch.clone, (graph.placeholder("x"),))
+    before = graph.call_function(operator.mul, (copied, 1))
+    called = graph.call_module("m", (copied,))
+    graph.output((called, graph.call_function(operator.add, (before, 0.5))))
+    report, _ = _applied(torch.fx.GraphModule(root, graph), IDENTITY, [_features()])
+    assert report.counts() == {}
+    assert report["same"].skipped[0].reason.value == "in-place write"
+
+
+class _Cache:
+    """A plain object holding tensors, as a key-value cache object does."""
+
+    def __init__(self, key: torch.Tensor) -> None:
+        self.key = key
+
+
+class _WritesItsCache(nn.Module):
+    def __init__(self, cache: _Cache) -> None:
+        super().__init__()
+        self.cache = cache
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.cache.key.add_(x.sum())
+        return x
+
+
+def test_a_call_of_user_code_may_write_any_attribute_the_graph_reads() -> None:
+    """A module of user code may write tensors it reaches other than under its name (here the root's buffer,
+    held by a cache object): ``before = k * 1; m(x); before + 0.5`` keeps its multiplication, which would
+    otherwise read ``k`` after the call updated it."""
+    root = nn.Module()
+    root.register_buffer("k", torch.zeros(3))
+    root.m = _WritesItsCache(_Cache(root.k))
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    before = graph.call_function(operator.mul, (graph.get_attr("k"), 1))
+    called = graph.call_module("m", (x,))
+    graph.output((called, graph.call_function(operator.add, (before, 0.5))))
+    report, _ = _applied(torch.fx.GraphModule(root, graph), IDENTITY, [_features()])
+    assert report.counts() == {}
+    assert report["same"].skipped[0].detail == ("'m' writes into 'k' in place, and the replacement would make "
+                                                "'mul' share memory with 'k'")
+
+
+def test_a_module_set_training_between_two_applies_writes_at_the_second() -> None:
+    """What a module call writes is decided at each ``apply`` from the module as it is then: a BatchNorm set to
+    training after an ``apply`` that saw it in eval mode writes its running statistics at the next one."""
+    gm = _reads_then_calls(nn.BatchNorm1d(3).eval(), "running_mean")
+    fxrules.apply(gm, fxrules.parse("rule never: torch.neg(torch.neg(x)) => x"))
+    gm.m.train()
+    report, _ = _applied(gm, IDENTITY, [_features()])
+    assert report.counts() == {}
+    assert report["same"].skipped[0].reason.value == "in-place write"
+
+
 @pytest.mark.parametrize("make", [
     pytest.param(lambda: nn.BatchNorm1d(3).eval(), id="eval-mode BatchNorm1d"),
     pytest.param(lambda: nn.BatchNorm1d(3, track_running_stats=False).train(), id="BatchNorm1d without statistics"),
