@@ -403,9 +403,37 @@ def test_a_node_a_sequence_replacement_returns_is_seen_as_returned_by_the_later_
 
     def f(a: torch.Tensor, b: torch.Tensor) -> object:
         n = a.relu()
-        return torch.broadcast_tensors(n, b), n.contiguous().sum()
+        return torch.broadcast_tensors(n, b.relu()), n.contiguous().sum()
     rewritten = torch.fx.symbolic_trace(f)
     report = fxrules.apply(rewritten, rules)
     assert report.counts() == {"pair": 1}
     assert skip_reasons(report, "copy") == {"alias": 1}
     assert ".contiguous()" in rewritten.code
+
+
+UNSTACK = "rule unstack: torch.unbind(torch.stack([a, b])) => (a, b)\n"
+
+
+def test_a_sequence_replacing_a_returned_value_is_checked_for_each_of_its_nodes() -> None:
+    """A caller reading ``parts[0]`` of the tuple that replaced ``unbind`` reads ``x`` itself: returned, it would
+    share memory with the graph input (the unbound parts were views of the new stacked tensor), so the rewrite
+    is skipped."""
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.unbind(torch.stack([x, y]))[0]
+    report, rewritten = rewrite_unobservably(f, [_input(), _input()], fxrules.parse(UNSTACK))
+    assert skip_reasons(report, "unstack") == {"alias": 1}
+    assert "torch.stack" in rewritten.code
+
+
+def test_an_item_of_a_sequence_replacement_shares_memory_with_what_reads_it() -> None:
+    """After ``unstack``, the returned ``parts[0]`` is ``(mul, mul_1)[0]``, which is ``mul``: a later ``x * 1.0 =>
+    x`` would return the graph input itself, and is skipped."""
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.unbind(torch.stack([x * 1.0, y * 2.0]))[0]
+    gm = torch.fx.symbolic_trace(f)
+    assert fxrules.apply(gm, fxrules.parse(UNSTACK)).counts() == {"unstack": 1}
+    report = fxrules.apply(gm, IDENTITY)
+    assert skip_reasons(report, "same") == {"alias": 1}
+    inputs = [_input(), _input()]
+    assert_same([gm(*inputs)], [f(*inputs)], "the output")
+    assert gm(*inputs).data_ptr() != inputs[0].data_ptr()
