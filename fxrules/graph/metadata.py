@@ -444,13 +444,19 @@ def _aten_schemas(target: Any) -> list[Any]:
 
 def _parameters(target: Any, schemas: list[Any]) -> list[tuple[str, Any]]:
     """A call's parameters in order, (name, default; True, where a flag would be, when it has none): its Python
-    signature's, else its first schema's."""
+    signature's, else its first schema's (an aten overload's Python signature is ``*args, **kwargs``)."""
     try:
-        return [(name, True if parameter.default is inspect.Parameter.empty else parameter.default)
-                for name, parameter in inspect.signature(target).parameters.items()]
+        parameters = inspect.signature(target).parameters
     except (TypeError, ValueError):
-        return [(argument.name, argument.default_value if argument.has_default_value() else True)
-                for argument in schemas[0].arguments] if schemas else []
+        parameters = None
+    if parameters is not None and not (schemas and all(p.kind in _VARIADIC for p in parameters.values())):
+        return [(name, True if parameter.default is inspect.Parameter.empty else parameter.default)
+                for name, parameter in parameters.items()]
+    return [(argument.name, argument.default_value if argument.has_default_value() else True)
+            for argument in schemas[0].arguments] if schemas else []
+
+
+_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
 
 def may_write_in_place(node: torch.fx.Node) -> bool:

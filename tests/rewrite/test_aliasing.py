@@ -154,6 +154,39 @@ def test_a_batch_norm_that_is_not_training_writes_nothing(training: bool | None)
     assert "batch_norm" not in rewritten.code
 
 
+class _Statistics(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(4))
+        self.register_buffer("var", torch.ones(4))
+
+
+def _aten_batch_norm_after_a_read_of_its_mean(training: bool) -> torch.fx.GraphModule:
+    """``mean * 1.0`` read before ``aten.batch_norm.default`` (as a training export spells it) updates ``mean``."""
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    mean, var = graph.get_attr("mean"), graph.get_attr("var")
+    read = graph.call_function(torch.mul, (mean, 1.0))
+    normalized = graph.call_function(torch.ops.aten.batch_norm.default,
+                                     (x, None, None, mean, var, training, 0.5, 1e-5, False))
+    graph.output((normalized, graph.call_function(torch.add, (read, 0.0))))
+    return torch.fx.GraphModule(_Statistics(), graph)
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["training", "eval"])
+def test_an_aten_batch_norm_writes_its_running_statistics_when_training(training: bool) -> None:
+    """An aten overload's parameters are its schema's (its Python signature is ``*args, **kwargs``): a training
+    ``aten.batch_norm.default`` updates ``mean`` in place, so ``mean * 1.0`` read before it is not replaced by
+    ``mean`` read after it; in eval mode it only reads, and the identity fires."""
+    gm, x = _aten_batch_norm_after_a_read_of_its_mean(training), torch.randn(3, 4) + 5.0
+    report = fxrules.apply(gm, IDENTITY)
+    if training:
+        assert skip_reasons(report, "same") == {"in-place write": 1}
+    else:
+        assert report.counts() == {"same": 1}
+    assert_same(list(gm(x)), list(_aten_batch_norm_after_a_read_of_its_mean(training)(x)), "the outputs")
+
+
 RELU_TWICE = fxrules.parse("rule relu_twice: relu(relu(x)) => relu(x)")
 
 
