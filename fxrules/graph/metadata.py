@@ -250,6 +250,8 @@ def aliased_inputs(node: torch.fx.Node) -> tuple[torch.fx.Node, ...]:
     first = node.args[0] if node.args else node.kwargs.get("input", node.kwargs.get("self"))
     if isinstance(first, torch.fx.Node) and _may_return_first(node):
         found.append(first)
+    elif isinstance(first, (tuple, list)) and node.target is operator.getitem:
+        found += _nodes_of(first)  # an item of a sequence a rewrite put in place of a node: (x, y)[0] is x
     return tuple(found)
 
 
@@ -296,9 +298,15 @@ def alias_class(node: torch.fx.Node) -> dict[torch.fx.Node, None]:
             stack.append(out)
         args = current.args
         first = args[0] if args else kwargs.get("input", kwargs.get("self"))
-        if isinstance(first, torch.fx.Node) and first not in found and _may_return_first(current):
-            found[first] = None
-            stack.append(first)
+        if isinstance(first, torch.fx.Node):
+            if first not in found and _may_return_first(current):
+                found[first] = None
+                stack.append(first)
+        elif isinstance(first, (tuple, list)) and current.target is operator.getitem:  # (x, y)[0]: as above
+            for item in _nodes_of(first):
+                if item not in found:
+                    found[item] = None
+                    stack.append(item)
         for user in current.users:
             if user not in found and _result_aliases(user, current):
                 found[user] = None
@@ -318,7 +326,10 @@ def _result_aliases(user: torch.fx.Node, node: torch.fx.Node) -> bool:
         return True
     args = user.args
     first = args[0] if args else kwargs.get("input", kwargs.get("self"))
-    return first is node and _may_return_first(user)
+    if first is node:
+        return _may_return_first(user)
+    # (x, y)[0], where a rewrite replaced a node by a sequence: the item is the node itself
+    return isinstance(first, (tuple, list)) and user.target is operator.getitem and node in _nodes_of(first)
 
 
 def writes_into(user: torch.fx.Node, node: torch.fx.Node) -> bool:
@@ -433,13 +444,19 @@ def _aten_schemas(target: Any) -> list[Any]:
 
 def _parameters(target: Any, schemas: list[Any]) -> list[tuple[str, Any]]:
     """A call's parameters in order, (name, default; True, where a flag would be, when it has none): its Python
-    signature's, else its first schema's."""
+    signature's, else its first schema's (an aten overload's Python signature is ``*args, **kwargs``)."""
     try:
-        return [(name, True if parameter.default is inspect.Parameter.empty else parameter.default)
-                for name, parameter in inspect.signature(target).parameters.items()]
+        parameters = inspect.signature(target).parameters
     except (TypeError, ValueError):
-        return [(argument.name, argument.default_value if argument.has_default_value() else True)
-                for argument in schemas[0].arguments] if schemas else []
+        parameters = None
+    if parameters is not None and not (schemas and all(p.kind in _VARIADIC for p in parameters.values())):
+        return [(name, True if parameter.default is inspect.Parameter.empty else parameter.default)
+                for name, parameter in parameters.items()]
+    return [(argument.name, argument.default_value if argument.has_default_value() else True)
+            for argument in schemas[0].arguments] if schemas else []
+
+
+_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
 
 def may_write_in_place(node: torch.fx.Node) -> bool:
@@ -569,8 +586,11 @@ def _joins_returned(returned: Container[torch.fx.Node], replaced: Sequence[torch
     for node in (*replaced, *created):
         if node in returned:
             return True
-    for value in values:  # (a node in a sequence joins no class: a user given `(x, y)` is no view of x)
-        if isinstance(value, torch.fx.Node) and value in returned:
+    for value in values:  # a node in a sequence too: a user `(x, y)[0]` of the replaced node is x
+        if isinstance(value, torch.fx.Node):
+            if value in returned:
+                return True
+        elif isinstance(value, (tuple, list)) and any(node in returned for node in _nodes_of(value)):
             return True
     for node in created:
         for used in node.all_input_nodes:

@@ -124,14 +124,15 @@ class Splice:
     def pairs(self) -> list[tuple[Node, Node]]:
         """(output, existing node it would share memory with) for each output replaced by a value that
         exists already or is a view of one: ``x * 1 => x`` makes it ``x``, ``reshape(reshape(x, a), b) =>
-        reshape(x, b)`` a view of ``x``.  Not when it was a view of that value already (``x.t().t() => x``):
-        nothing a write could see changes.  Found once, for the two checks that read them."""
+        reshape(x, b)`` a view of ``x``; a sequence's nodes each (a user's ``(x, y)[0]`` is ``x``).  Not when it
+        was a view of that value already (``x.t().t() => x``): nothing a write could see changes.  Found once, for
+        the two checks that read them."""
         if self._pairs is None:
             new = set(self.created)
             self._pairs = [(output, existing)
                            for output, value in zip(self.match.outputs, self.values, strict=True)
-                           if isinstance(value, Node) and value is not output
-                           for existing in _existing_aliases(value, new)
+                           for item in _nodes_of(value) if item is not output
+                           for existing in _existing_aliases(item, new)
                            if view_base(existing) is not view_base(output)]
         return self._pairs
 
@@ -542,6 +543,13 @@ def _alias(splice: Splice) -> Detail | None:
         return f"'{output.name}' is returned, and the replacement would make it share memory with {kind} " \
                f"'{exposed.name}': a caller writing into the result would change it"
     return None
+
+
+def _nodes_of(value: Any) -> list[Node]:
+    """``value`` if it is a node, else the nodes in it (a sequence, nested or not)."""
+    found: list[Node] = []
+    torch.fx.node.map_arg(value, found.append)
+    return found
 
 
 def _existing_aliases(value: Node, new: set[Node]) -> list[Node]:

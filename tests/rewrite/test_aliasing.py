@@ -155,6 +155,39 @@ def test_a_batch_norm_that_is_not_training_writes_nothing(training: bool | None)
     assert "batch_norm" not in rewritten.code
 
 
+class _Statistics(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(4))
+        self.register_buffer("var", torch.ones(4))
+
+
+def _aten_batch_norm_after_a_read_of_its_mean(training: bool) -> torch.fx.GraphModule:
+    """``mean * 1.0`` read before ``aten.batch_norm.default`` (as a training export spells it) updates ``mean``."""
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    mean, var = graph.get_attr("mean"), graph.get_attr("var")
+    read = graph.call_function(torch.mul, (mean, 1.0))
+    normalized = graph.call_function(torch.ops.aten.batch_norm.default,
+                                     (x, None, None, mean, var, training, 0.5, 1e-5, False))
+    graph.output((normalized, graph.call_function(torch.add, (read, 0.0))))
+    return torch.fx.GraphModule(_Statistics(), graph)
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["training", "eval"])
+def test_an_aten_batch_norm_writes_its_running_statistics_when_training(training: bool) -> None:
+    """An aten overload's parameters are its schema's (its Python signature is ``*args, **kwargs``): a training
+    ``aten.batch_norm.default`` updates ``mean`` in place, so ``mean * 1.0`` read before it is not replaced by
+    ``mean`` read after it; in eval mode it only reads, and the identity fires."""
+    gm, x = _aten_batch_norm_after_a_read_of_its_mean(training), torch.randn(3, 4) + 5.0
+    report = fxrules.apply(gm, IDENTITY)
+    if training:
+        assert skip_reasons(report, "same") == {"in-place write": 1}
+    else:
+        assert report.counts() == {"same": 1}
+    assert_same(list(gm(x)), list(_aten_batch_norm_after_a_read_of_its_mean(training)(x)), "the outputs")
+
+
 RELU_TWICE = fxrules.parse("rule relu_twice: relu(relu(x)) => relu(x)")
 
 
@@ -404,7 +437,7 @@ def test_a_node_a_sequence_replacement_returns_is_seen_as_returned_by_the_later_
 
     def f(a: torch.Tensor, b: torch.Tensor) -> object:
         n = a.relu()
-        return torch.broadcast_tensors(n, b), n.contiguous().sum()
+        return torch.broadcast_tensors(n, b.relu()), n.contiguous().sum()
     rewritten = torch.fx.symbolic_trace(f)
     report = fxrules.apply(rewritten, rules)
     assert report.counts() == {"pair": 1}
@@ -477,3 +510,31 @@ def test_a_tied_buffer_reassigned_between_two_applies_is_seen_by_the_second() ->
     fxrules.apply(gm, unrelated)
     gm.b = gm.a  # now b is a, which the graph writes after reading b
     assert skip_reasons(fxrules.apply(gm, IDENTITY), "same") == {"in-place write": 1}
+
+
+UNSTACK = "rule unstack: torch.unbind(torch.stack([a, b])) => (a, b)\n"
+
+
+def test_a_sequence_replacing_a_returned_value_is_checked_for_each_of_its_nodes() -> None:
+    """A caller reading ``parts[0]`` of the tuple that replaced ``unbind`` reads ``x`` itself: returned, it would
+    share memory with the graph input (the unbound parts were views of the new stacked tensor), so the rewrite
+    is skipped."""
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.unbind(torch.stack([x, y]))[0]
+    report, rewritten = rewrite_unobservably(f, [_input(), _input()], fxrules.parse(UNSTACK))
+    assert skip_reasons(report, "unstack") == {"alias": 1}
+    assert "torch.stack" in rewritten.code
+
+
+def test_an_item_of_a_sequence_replacement_shares_memory_with_what_reads_it() -> None:
+    """After ``unstack``, the returned ``parts[0]`` is ``(mul, mul_1)[0]``, which is ``mul``: a later ``x * 1.0 =>
+    x`` would return the graph input itself, and is skipped."""
+    def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.unbind(torch.stack([x * 1.0, y * 2.0]))[0]
+    gm = torch.fx.symbolic_trace(f)
+    assert fxrules.apply(gm, fxrules.parse(UNSTACK)).counts() == {"unstack": 1}
+    report = fxrules.apply(gm, IDENTITY)
+    assert skip_reasons(report, "same") == {"alias": 1}
+    inputs = [_input(), _input()]
+    assert_same([gm(*inputs)], [f(*inputs)], "the output")
+    assert gm(*inputs).data_ptr() != inputs[0].data_ptr()
