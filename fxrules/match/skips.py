@@ -77,11 +77,14 @@ class SkipReason(str, enum.Enum):
     IN_PLACE_WRITE = (
         "in-place write",
         "the replacement makes an output share memory with a value that already exists: the value itself (`x "
-        "* 1 => x`) or a view of it (`reshape(reshape(x, a), b) => reshape(x, b)`, where the first reshape "
-        "copied), and the graph writes into either in place, directly or through any view or alias of it (`y "
+        "* 1 => x`), a view of it (`reshape(reshape(x, a), b) => reshape(x, b)`, where the first reshape "
+        "copied) or an item of a sequence replacing the output (`torch.unbind(torch.stack([a, b])) => (a, b)`: "
+        "a user's `[0]` of it is `a`), and the graph writes into either in place, directly or through any view "
+        "or alias of it (`y "
         "= x * 1; y.add_(1)`, `y[0:1].zero_()`, `x.t().mul_(2)`, `F.relu(y, inplace=True)`, an "
         "`nn.ReLU(inplace=True)` call, `out=y`, `y` in an `out=` tuple or a `_foreach_*_` list, any argument an "
-        "aten schema declares written, the running statistics `F.batch_norm(z, y, v, training=True)` updates, "
+        "aten schema declares written, the running statistics `F.batch_norm(z, y, v, training=True)` (or "
+        "`aten.batch_norm.default` training) updates, "
         "a submodule call that may write `y` or the attribute `y` reads, *What a module call writes*): "
         "the write would reach both; or the graph writes into a capture between a matched node reading it and "
         "the output the replacement goes before (`r = x.relu(); x.add_(1); r.relu()`): the replacement would "
