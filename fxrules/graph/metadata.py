@@ -251,7 +251,7 @@ def aliased_inputs(node: torch.fx.Node) -> tuple[torch.fx.Node, ...]:
     if isinstance(first, torch.fx.Node) and _may_return_first(node):
         found.append(first)
     elif isinstance(first, (tuple, list)) and node.target is operator.getitem:
-        found += _nodes_of(first)  # an item of a sequence a rewrite put in place of a node: (x, y)[0] is x
+        found += nodes_of(first)  # an item of a sequence a rewrite put in place of a node: (x, y)[0] is x
     return tuple(found)
 
 
@@ -303,7 +303,7 @@ def alias_class(node: torch.fx.Node) -> dict[torch.fx.Node, None]:
                 found[first] = None
                 stack.append(first)
         elif isinstance(first, (tuple, list)) and current.target is operator.getitem:  # (x, y)[0]: as above
-            for item in _nodes_of(first):
+            for item in nodes_of(first):
                 if item not in found:
                     found[item] = None
                     stack.append(item)
@@ -329,7 +329,7 @@ def _result_aliases(user: torch.fx.Node, node: torch.fx.Node) -> bool:
     if first is node:
         return _may_return_first(user)
     # (x, y)[0], where a rewrite replaced a node by a sequence: the item is the node itself
-    return isinstance(first, (tuple, list)) and user.target is operator.getitem and node in _nodes_of(first)
+    return isinstance(first, (tuple, list)) and user.target is operator.getitem and node in nodes_of(first)
 
 
 def writes_into(user: torch.fx.Node, node: torch.fx.Node) -> bool:
@@ -533,7 +533,7 @@ class GraphEffects:
         if returned is None:  # the first question: the classes as they are now, this rewrite added below
             returned = self._returned = _returned_aliases(self.graph)
         if _joins_returned(returned, replaced, values, created):
-            for node in (*replaced, *created, *_nodes_of(values)):
+            for node in (*replaced, *created, *nodes_of(values)):
                 returned.update(alias_class(node))
         return returned
 
@@ -590,7 +590,7 @@ def _joins_returned(returned: Container[torch.fx.Node], replaced: Sequence[torch
         if isinstance(value, torch.fx.Node):
             if value in returned:
                 return True
-        elif isinstance(value, (tuple, list)) and any(node in returned for node in _nodes_of(value)):
+        elif isinstance(value, (tuple, list)) and any(node in returned for node in nodes_of(value)):
             return True
     for node in created:
         for used in node.all_input_nodes:
@@ -599,10 +599,10 @@ def _joins_returned(returned: Container[torch.fx.Node], replaced: Sequence[torch
     return False
 
 
-def _nodes_of(values: Sequence[Any]) -> list[torch.fx.Node]:
-    """The nodes among ``values``, and in the sequences among them."""
+def nodes_of(value: Any) -> list[torch.fx.Node]:
+    """``value`` if it is a node, else the nodes in it, however nested in lists, tuples and dicts."""
     found: list[torch.fx.Node] = []
-    torch.fx.node.map_arg(tuple(values), found.append)
+    torch.fx.node.map_arg(value, found.append)
     return found
 
 

@@ -230,7 +230,7 @@ def written_by(node: Node) -> list[Node]:
     else:
         args, kwargs = node.args, node.kwargs
         found = [value for position, name in effects.placeholders
-                 for value in _nodes(args[position] if position < len(args) else kwargs.get(name))]
+                 for value in metadata.nodes_of(args[position] if position < len(args) else kwargs.get(name))]
     if effects.state:
         found += [attribute for attribute in node.graph.find_nodes(op="get_attr")
                   if _writes_attribute(node, effects, attribute)]
@@ -357,13 +357,6 @@ def _writes_attribute(call: Node, effects: ModuleEffects, attribute: Node) -> bo
     root = _root(value)
     return any(_root(tensor) is root for full in written
                for tensor in _tensors_under(_attribute(attribute.graph.owning_module, full)))
-
-
-def _nodes(value: Any) -> list[Node]:
-    """The nodes in an argument, however nested in lists, tuples and dicts."""
-    found: list[Node] = []
-    torch.fx.node.map_arg(value, found.append)
-    return found
 
 
 def _attribute(owner: torch.nn.Module | None, path: str) -> Any:

@@ -35,6 +35,7 @@ from fxrules.graph.metadata import (
     changes_an_argument,
     in_place_writer,
     may_write_in_place,
+    nodes_of,
     possible_writers,
     view_base,
     writes_into,
@@ -131,7 +132,7 @@ class Splice:
             new = set(self.created)
             self._pairs = [(output, existing)
                            for output, value in zip(self.match.outputs, self.values, strict=True)
-                           for item in _nodes_of(value) if item is not output
+                           for item in nodes_of(value) if item is not output
                            for existing in _existing_aliases(item, new)
                            if view_base(existing) is not view_base(output)]
         return self._pairs
@@ -543,13 +544,6 @@ def _alias(splice: Splice) -> Detail | None:
         return f"'{output.name}' is returned, and the replacement would make it share memory with {kind} " \
                f"'{exposed.name}': a caller writing into the result would change it"
     return None
-
-
-def _nodes_of(value: Any) -> list[Node]:
-    """``value`` if it is a node, else the nodes in it (a sequence, nested or not)."""
-    found: list[Node] = []
-    torch.fx.node.map_arg(value, found.append)
-    return found
 
 
 def _existing_aliases(value: Node, new: set[Node]) -> list[Node]:
