@@ -49,9 +49,14 @@ def _reads_then_calls(module: nn.Module, attribute: str) -> torch.fx.GraphModule
     read of the attribute happen where ``before + 0.5`` is, after the call."""
     root = nn.Module()
     root.m = module
+    return _reads_then_calls_m(root, f"m.{attribute}")
+
+
+def _reads_then_calls_m(root: nn.Module, path: str) -> torch.fx.GraphModule:
+    """``before = <path> * 1; called = m(x); return called, before + 0.5`` on ``root``, whose ``m`` is called."""
     graph = torch.fx.Graph()
     x = graph.placeholder("x")
-    before = graph.call_function(operator.mul, (graph.get_attr(f"m.{attribute}"), 1))
+    before = graph.call_function(operator.mul, (graph.get_attr(path), 1))
     called = graph.call_module("m", (x,))
     graph.output((called, graph.call_function(operator.add, (before, 0.5))))
     return torch.fx.GraphModule(root, graph)
@@ -216,12 +221,7 @@ def test_a_call_of_user_code_may_write_any_attribute_the_graph_reads() -> None:
     root = nn.Module()
     root.register_buffer("k", torch.zeros(3))
     root.m = _WritesItsCache(_Cache(root.k))
-    graph = torch.fx.Graph()
-    x = graph.placeholder("x")
-    before = graph.call_function(operator.mul, (graph.get_attr("k"), 1))
-    called = graph.call_module("m", (x,))
-    graph.output((called, graph.call_function(operator.add, (before, 0.5))))
-    report, _ = _applied(torch.fx.GraphModule(root, graph), IDENTITY, [_features()])
+    report, _ = _applied(_reads_then_calls_m(root, "k"), IDENTITY, [_features()])
     assert report.counts() == {}
     assert report["same"].skipped[0].detail == ("'m' writes into 'k' in place, and the replacement would make "
                                                 "'mul' share memory with 'k'")
@@ -362,12 +362,7 @@ def test_a_tied_tensor_written_under_another_name_is_written() -> None:
     root.m = nn.BatchNorm1d(3).train()
     root.other = nn.Module()
     root.other.register_buffer("alias", root.m.running_mean)
-    graph = torch.fx.Graph()
-    x = graph.placeholder("x")
-    before = graph.call_function(operator.mul, (graph.get_attr("other.alias"), 1))
-    called = graph.call_module("m", (x,))
-    graph.output((called, graph.call_function(operator.add, (before, 0.5))))
-    report, _ = _applied(torch.fx.GraphModule(root, graph), IDENTITY, [_features()])
+    report, _ = _applied(_reads_then_calls_m(root, "other.alias"), IDENTITY, [_features()])
     assert skip_reasons(report, "same") == {"in-place write": 1}
 
 
