@@ -461,21 +461,31 @@ _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
 def may_write_in_place(node: torch.fx.Node) -> bool:
     """Whether a node changes any of its arguments in place: every writer :func:`in_place_writer` finds is one."""
-    op, kwargs = node.op, node.kwargs
+    op = node.op
     writing = None if op == "call_module" else _writing_arguments(op, node.target)
     if writing is not None:  # nearly every node: its target's writes decided once, its arguments read here
-        position, keywords = writing
-        args = node.args
-        if position is not None and len(args) > position and args[position] is True:
-            return True
-        return bool(kwargs) and (kwargs.get("inplace") is True
-                                 or any(_nodes_in(kwargs[name]) for name in keywords if name in kwargs))
+        return _writes_by_arguments(node, writing)
+    kwargs = node.kwargs
     out = kwargs.get("out")
     if (out is not None and _nodes_in(out)) or changes_an_argument(node):
         return True
     if op == "call_module":
         return module_effects.may_write(node)
     return op == "call_function" and bool(_declared_written(node))
+
+
+def _writes_by_arguments(node: torch.fx.Node, writing: tuple[int | None, tuple[str, ...]]) -> bool:
+    """:func:`may_write_in_place` of a call whose target writes only where its arguments say so
+    (:func:`_writing_arguments` is not None).  Reads the slots behind ``Node.args`` and ``Node.kwargs`` (a
+    property call each): asked of the nodes of every rewrite."""
+    position, keywords = writing
+    if position is not None:
+        args = node._args
+        if len(args) > position and args[position] is True:
+            return True
+    kwargs = node._kwargs
+    return bool(kwargs) and (kwargs.get("inplace") is True
+                             or any(_nodes_in(kwargs[name]) for name in keywords if name in kwargs))
 
 
 class GraphEffects:
@@ -490,16 +500,18 @@ class GraphEffects:
       found at the first question; every rewrite is told to it before it happens (:meth:`rewriting`, which
       answers), and the classes it joins are added.  Again a superset: a node too many
       costs the full check of the rewrite that asks about it, never a wrong answer.
-    * :func:`has_side_effects`, with ``Node.is_impure`` of a function call decided once per target (but a
-      higher-order operator's, which depends on its arguments): which functions are impure is torch's
-      registry, which nothing changes while a graph is rewritten.
+    * :func:`has_side_effects`, with ``Node.is_impure`` of a function or method call decided once per target
+      (but a higher-order operator's, which depends on its arguments), with how the target may write in place
+      (:func:`_writing_arguments`): which functions are impure is torch's registry, which nothing changes
+      while a graph is rewritten (torch decides a method call's purity by its op alone).
     """
 
     def __init__(self, graph: torch.fx.Graph) -> None:
         self.graph = graph
         self._writers: list[torch.fx.Node] | None = None  # None: not walked yet
         self._returned: dict[torch.fx.Node, None] | None = None  # None: not found yet
-        self._impure: dict[tuple[Any, bool], bool] = {}  # (call_function target, impure_random) -> is_impure
+        #: (op, target, impure_random) of a function or method call -> is_impure, _writing_arguments
+        self._calls: dict[tuple[str, Any, bool], tuple[bool, tuple[int | None, tuple[str, ...]] | None]] = {}
 
     def noticed(self, nodes: Iterable[torch.fx.Node]) -> None:
         """``nodes`` were created, or given other arguments (a write may have become one: ``inplace=True``)."""
@@ -539,15 +551,20 @@ class GraphEffects:
 
     def has_side_effects(self, node: torch.fx.Node, impure_random: bool = True) -> bool:
         """:func:`has_side_effects`."""
-        if node.op != "call_function":
+        op = node.op
+        if op not in ("call_function", "call_method"):
             return has_side_effects(node, impure_random)
-        key = (node.target, impure_random)
-        impure = self._impure.get(key)
-        if impure is None:
-            impure = node.is_impure(impure_random)
-            if not isinstance(node.target, torch._ops.HigherOrderOperator):  # (a slow isinstance: asked once)
-                self._impure[key] = impure  # else its arguments decide: asked each time
-        return impure or may_write_in_place(node)
+        target = node.target
+        key = (op, target, impure_random)
+        known = self._calls.get(key)
+        if known is None:
+            known = (node.is_impure(impure_random), _writing_arguments(op, target))
+            if not isinstance(target, torch._ops.HigherOrderOperator):  # (a slow isinstance: asked once)
+                self._calls[key] = known  # else its arguments decide whether it is impure: asked each time
+        impure, writing = known
+        if impure:
+            return True
+        return may_write_in_place(node) if writing is None else _writes_by_arguments(node, writing)
 
 
 def _writers(graph: torch.fx.Graph) -> list[torch.fx.Node]:

@@ -42,7 +42,20 @@ from fxrules.graph.metadata import (
     written_values,
 )
 from fxrules.graph.subgraphs import OUTSIDE
-from fxrules.lang.ir import OpKind, OpTemplate, Rule, walk
+from fxrules.lang.ir import (
+    AltTemplate,
+    Capture,
+    Literal,
+    OpKind,
+    OpTemplate,
+    Rule,
+    SeqTemplate,
+    SliceTemplate,
+    Template,
+    children,
+    pattern_templates,
+    walk,
+)
 from fxrules.match.skips import Skip, SkipReason
 from fxrules.memo import per_object
 
@@ -83,9 +96,12 @@ class Found:
     def check(self, rule: Rule, nodes: Mapping[int, Node], outputs: tuple[Node | None, ...],
               bindings: Mapping[str, Any]) -> None:
         """Run the ``match`` stage on one structural match of ``rule``."""
+        checks = checks_for(rule).match
+        if not checks:  # most one-operation rules: nothing to fill in
+            return
         self.rule, self.nodes, self.matched, self.outputs, self.bindings = \
             rule, nodes, set(nodes.values()), outputs, bindings
-        run_checks(MATCH_CHECKS, self)
+        run_checks(checks, self)
 
 
 @attrs.define
@@ -99,7 +115,7 @@ class InPass:
     def check(self, match: Match) -> None:
         """Run the ``pass`` stage on ``match``."""
         self.match = match
-        run_checks(PASS_CHECKS, self)
+        run_checks(checks_for(match.rule).in_pass, self)
 
 
 @attrs.define
@@ -140,21 +156,88 @@ class Splice:
 
 @attrs.frozen
 class SafetyCheck:
-    """One safety check: its name, the reason it skips with, when it runs, what it refuses (for the docs)."""
+    """One safety check: its name, the reason it skips with, when it runs, what it refuses (for the docs), and
+    the rules it may refuse a match of."""
 
     name: str
     reason: SkipReason
     stage: Stage
     refuses: str
     test: Callable[[Any], Detail | None]  # the stage's subject -> None (safe) or why not
+    #: rule -> whether ``test`` can return a detail for any match of it, decided from the rule alone; a check
+    #: that cannot is not run for that rule (:func:`checks_for`).  None: it may, for every rule.  Each one says
+    #: why it is exact: a wrong False would let through what the check refuses.
+    may_refuse: Callable[[Rule], bool] | None = None
+
+
+@attrs.frozen
+class RuleChecks:
+    """The checks of each stage that may refuse a match of one rule, in order."""
+
+    match: tuple[SafetyCheck, ...]
+    in_pass: tuple[SafetyCheck, ...]
+    emit: tuple[SafetyCheck, ...]
+    splice: tuple[SafetyCheck, ...]
+
+
+@per_object
+def checks_for(rule: Rule) -> RuleChecks:
+    """The checks of each stage to run on the matches of ``rule``: the stage's, but those that cannot refuse
+    any (:attr:`SafetyCheck.may_refuse`), decided once per rule (a call of a check that returns at once costs
+    as much as the test itself, on every rewrite)."""
+    return RuleChecks(*(tuple(check for check in checks if check.may_refuse is None or check.may_refuse(rule))
+                        for checks in (MATCH_CHECKS, PASS_CHECKS, EMIT_CHECKS, SPLICE_CHECKS)))
 
 
 def run_checks(checks: tuple[SafetyCheck, ...], subject: Any) -> None:
-    """Run ``checks`` (one stage's) on ``subject``; raise the first one's :class:`Skip` that fails."""
+    """Run ``checks`` (one stage's, or :func:`checks_for` one rule's) on ``subject``; raise the first one's
+    :class:`Skip` that fails."""
     for check in checks:
         detail = check.test(subject)
         if detail is not None:
             raise Skip(check.reason, detail)
+
+
+# ---------------------------------------------------------------- what a rule's pattern certainly matches
+
+
+#: The operations whose match matches each of their operands against the node's arguments (an attribute's
+#: ``get_attr`` node has none; a helper is no pattern operation).
+_READS_OPERANDS = (OpKind.FUNCTION, OpKind.METHOD, OpKind.MODULE, OpKind.FAMILY)
+
+
+def _operations(rule: Rule) -> list[OpTemplate]:
+    """The pattern's operations, each once."""
+    return list({id(t): t for t in pattern_templates(rule) if isinstance(t, OpTemplate)}.values())
+
+
+def _certainly_below(operation: OpTemplate) -> list[Template]:
+    """The templates every match of ``operation`` matches below it: its operands, theirs, and so on, through
+    lists and slices; not inside ``A | B`` (one option matches) nor below an attribute (nothing is read).
+    Each one it matches to a value in the arguments of ``operation``'s node or of a node that is an input of
+    that one, directly or not: a node among them is defined before ``operation``'s node, and is not computed
+    from it."""
+    found: dict[int, Template] = {}
+    stack = list(children(operation)) if operation.kind in _READS_OPERANDS else []
+    while stack:
+        current = stack.pop()
+        if current is None or id(current) in found or isinstance(current, AltTemplate):
+            continue
+        found[id(current)] = current
+        if isinstance(current, SeqTemplate | SliceTemplate) or (
+                isinstance(current, OpTemplate) and current.kind in _READS_OPERANDS):
+            stack += children(current)
+    return list(found.values())
+
+
+def _node_names(rule: Rule) -> set[str]:
+    """The names the pattern binds to nodes it matches or to modules (``n = ...``, an attribute, a module): a
+    replacement names them as captures."""
+    return {name for op in _operations(rule) for name in (op.name, op.binds) if name}
+
+
+def _capture_names(templates: list[Template] | tuple[Template, ...]) -> set[str]:
+    return {t.name for t in templates if isinstance(t, Capture)}
 
 
 # ---------------------------------------------------------------- the match stage
@@ -165,16 +248,20 @@ def _escaping_user(found: Found) -> Detail | None:
     if len(matched) < 2:
         return None
     outputs, retired = found.outputs, found.retired
-    for node in matched:  # nearly every match: none escapes, and no list is needed
-        if node not in outputs and _escapes(node, matched, retired):
-            break
-    else:
+    first: Node | None = None  # the escaping node first in graph order, found in one pass without a list
+    for node in matched:
+        if node not in outputs and (first is None or node._sort_key < first._sort_key) \
+                and _escapes(node, matched, retired):
+            first = node
+    if first is None:
         return None
-    escaping_from = [node for node in matched if node not in outputs and _escapes(node, matched, retired)]
-    if not escaping_from:
-        return None
-    node = min(escaping_from, key=lambda n: n._sort_key)  # the first in graph order
-    return lambda: escaping_detail(node, matched, retired)
+    return lambda: escaping_detail(first, matched, retired)
+
+
+def _may_escape(rule: Rule) -> bool:
+    """Exact: a match binds one node per operation of the pattern (:attr:`Found.nodes` is keyed by operation), so
+    a pattern of one operation matches one node, and :func:`_escaping_user` refuses nothing below two."""
+    return len(_operations(rule)) >= 2
 
 
 def escaping_detail(node: Node, matched: set[Node], retired: Mapping[Node, None]) -> str:
@@ -211,6 +298,11 @@ def _maybe_unnamed(rule: Rule) -> tuple[OpTemplate, ...]:
                  if isinstance(template, OpTemplate) and template.kind in (OpKind.MODULE, OpKind.ATTR))
 
 
+def _may_be_impure(rule: Rule) -> bool:
+    """Exact: :func:`_impure` looks only at the operations :func:`_maybe_unnamed` lists."""
+    return bool(_maybe_unnamed(rule))
+
+
 def _named_exactly(template: OpTemplate, node: Node, module_of: Callable[[Node], torch.nn.Module | None]) -> bool:
     if template.kind is OpKind.MODULE:
         return type(module_of(node)) is template.target
@@ -223,6 +315,25 @@ def _cycle(found: Found) -> Detail | None:
     if _depends_on(captured, matched):
         return "a capture depends on a node of the match; rewriting would create a cycle"
     return None
+
+
+def _may_cycle(rule: Rule) -> bool:
+    """Exact: False when one operation, the base, is certainly below every other (each one's node is computed
+    from the base's, which is then the earliest node of any match) and every capture is certainly below the
+    base (:func:`_certainly_below`: each node bound to one is defined before the base's).  Then no capture comes
+    after the earliest matched node, and :func:`_depends_on` returns False before it searches.  Without a
+    capture, nothing :func:`_cycle` reads is there: the other bindings are matched nodes (``n = ...``, an
+    attribute), modules and sizes.  ``neg(neg(x))`` and ``sigmoid(x) * x`` have a base; ``relu(n) * n`` does not.
+    """
+    names = _capture_names(pattern_templates(rule))
+    if not names:
+        return False
+    operations = _operations(rule)
+    below = {id(op): {id(t) for t in _certainly_below(op)} for op in operations}
+    for base in operations:
+        if all(other is base or id(base) in below[id(other)] for other in operations):
+            return not names <= _capture_names(_certainly_below(base))
+    return True
 
 
 def _depends_on(captured: list[Node], matched: set[Node]) -> bool:
@@ -256,6 +367,12 @@ def _overlap(in_pass: InPass) -> Detail | None:
 
 
 # ---------------------------------------------------------------- the emit stage
+
+
+def _several_outputs(rule: Rule) -> bool:
+    """Exact for the checks that return at once for a match of one output: a match has an output node per
+    output of the pattern (:meth:`~fxrules.match.matcher.Matcher.to_match`)."""
+    return len(rule.pattern) > 1
 
 
 def _captured_late(splice: Splice) -> Detail | None:
@@ -319,6 +436,25 @@ def _no_change(splice: Splice) -> Detail | None:
         return "the replacement is the matched node itself"
     return lambda: (f"the replacement computes '{match.anchor.name}' as the match does: "
                     f"{', '.join(str(n.target) for n in created)} of the same arguments")
+
+
+def _may_be_unchanged(rule: Rule) -> bool:
+    """Exact: :func:`_no_change` refuses only when every output is replaced by itself or by a new node of its op
+    and target; False when some output's replacement is neither, whatever the match: a literal (not a node), a
+    list, a slice, or a capture certainly below the output's operation (:func:`_certainly_below`: a node
+    defined before the output's, so neither the output nor new).  Not a name the pattern gives a node
+    (``n = torch.neg(x)``: ``n`` may be the output itself)."""
+    if len(rule.pattern) != len(rule.replacement):
+        return True
+    node_names = _node_names(rule)
+    for output, replacement in zip(rule.pattern, rule.replacement, strict=True):
+        if isinstance(replacement, SeqTemplate | SliceTemplate) or (
+                isinstance(replacement, Literal) and not isinstance(replacement.value, Node)):
+            return False
+        if isinstance(replacement, Capture) and replacement.name not in node_names \
+                and isinstance(output, OpTemplate) and replacement.name in _capture_names(_certainly_below(output)):
+            return False
+    return True
 
 
 def _same_value(value: Any, old: Any, new: set[Node], seen: dict[Node, Node]) -> bool:
@@ -385,10 +521,13 @@ def _effects_kept(splice: Splice) -> Detail | None:
     .add_(1)``, not a view of anything outside) is seen only through the match's outputs, which the
     replacement replaces.  Random operations (``torch.rand``, dropout in training) may be removed: a pattern
     names them on purpose, and the ``impure`` check refuses a match that would remove one it does not name."""
-    match, effects = splice.match, splice.effects
-    effectful = [node for node in match.nodes if effects.has_side_effects(node, False)]  # False: impure_random
-    if not effectful:  # nearly every match: nothing more to find
+    match, has_side_effects = splice.match, splice.effects.has_side_effects
+    for node in match.nodes:  # nearly every match: no node has an effect, and no list is needed
+        if has_side_effects(node, False):  # False: impure_random
+            break
+    else:
         return None
+    effectful = [node for node in match.nodes if has_side_effects(node, False)]
     kept = {value for value in splice.values if isinstance(value, Node)}
     matched = set(match.nodes)
     for node in effectful:
@@ -502,7 +641,7 @@ def _autocast(splice: Splice) -> Detail | None:
 
 def _in_place_write(splice: Splice) -> Detail | None:
     """The write would reach both the output and the value it would share memory with."""
-    if not splice.effects.writers_exist() and not any(may_write_in_place(n) for n in splice.created):
+    if not splice.effects.writers_exist() and not _any_writes(splice.created):
         return None  # no node could write: the aliases need no search (nor the pairs)
     for output, existing in splice.pairs():
         for node in (output, existing):
@@ -515,6 +654,13 @@ def _in_place_write(splice: Splice) -> Detail | None:
                 return f"'{write.name}' writes into {where} in place, and the replacement would make " \
                        f"'{output.name}' share memory with '{existing.name}'"
     return None
+
+
+def _any_writes(nodes: list[Node] | tuple[()]) -> bool:
+    for node in nodes:  # noqa: SIM110 - a loop: any() would add a generator on a hot path (every rewrite)
+        if may_write_in_place(node):
+            return True
+    return False
 
 
 def _alias(splice: Splice) -> Detail | None:
@@ -564,27 +710,29 @@ def _existing_aliases(value: Node, new: set[Node]) -> list[Node]:
 SAFETY_CHECKS = (
     SafetyCheck("escaping_user", SkipReason.ESCAPING_USER, Stage.MATCH,
                 "a matched node other than an output is used outside the match (the rewrite would delete it)",
-                _escaping_user),
+                _escaping_user, _may_escape),
     SafetyCheck("impure", SkipReason.IMPURE, Stage.MATCH,
-                "the match contains an impure node whose target the pattern does not name exactly", _impure),
+                "the match contains an impure node whose target the pattern does not name exactly", _impure,
+                _may_be_impure),
     SafetyCheck("cycle", SkipReason.CYCLE, Stage.MATCH,
-                "a capture is computed from a matched node", _cycle),
+                "a capture is computed from a matched node", _cycle, _may_cycle),
     SafetyCheck("overlap", SkipReason.OVERLAP, Stage.PASS,
                 "the match contains a node another rewrite of the pass created", _overlap),
     SafetyCheck("captured_late", SkipReason.ORDER, Stage.EMIT,
-                "a pattern with several outputs captures a node defined after its first output", _captured_late),
+                "a pattern with several outputs captures a node defined after its first output", _captured_late,
+                _several_outputs),
     SafetyCheck("written_between", SkipReason.IN_PLACE_WRITE, Stage.EMIT,
                 "a capture is written in place between a matched node reading it and the output the replacement "
                 "goes before (the replacement would read another value)", _written_between),
     SafetyCheck("no_change", SkipReason.NO_CHANGE, Stage.SPLICE,
                 "the replacement is the matched output itself, or computes it as the match does (the same "
-                "operations of the same arguments)", _no_change),
+                "operations of the same arguments)", _no_change, _may_be_unchanged),
     SafetyCheck("effects_kept", SkipReason.IMPURE, Stage.SPLICE,
                 "a matched node with an effect beyond its result (an in-place write, out=, an assertion) would be "
                 "removed, and the replacement does not perform the same effect", _effects_kept),
     SafetyCheck("used_late", SkipReason.ORDER, Stage.SPLICE,
                 "a replacement of several outputs uses a node defined after the output it replaces, or after "
-                "the first output", _used_late),
+                "the first output", _used_late, _several_outputs),
     SafetyCheck("literal_receiver", SkipReason.LITERAL_RECEIVER, Stage.SPLICE,
                 "an output replaced by a literal is the receiver of a method call", _literal_receiver),
     SafetyCheck("grad_mode", SkipReason.GRAD_MODE, Stage.SPLICE,

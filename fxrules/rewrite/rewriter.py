@@ -51,7 +51,7 @@ from fxrules.lang.ir import (
     Template,
 )
 from fxrules.match.matcher import Match
-from fxrules.match.safety import EMIT_CHECKS, SPLICE_CHECKS, Splice, run_checks
+from fxrules.match.safety import Splice, checks_for, run_checks
 from fxrules.match.skips import Skip, SkipReason
 from fxrules.memo import per_object
 from fxrules.rewrite.aten import ATEN_GRAPH, Level, NoAtenSpelling, aten_name, graph_level, spelled
@@ -136,12 +136,13 @@ class Rewriter:
         splice = Splice(match, outputs[0] if len(outputs) == 1 else min(outputs, key=lambda n: n._sort_key),
                         self.graph, self.transaction.retired, self.context.alias_free, _operation_name,
                         self.effects)
-        run_checks(EMIT_CHECKS, splice)
+        checks = checks_for(match.rule)  # the checks that may refuse a match of this rule, by stage
+        run_checks(checks.emit, splice)
         mark = self.transaction.mark(self.graph)
         try:  # a skip halfway (a helper's value unknown, no aten spelling...) leaves nothing behind
             splice.values, splice.created = self._emit(match, splice.anchor)
             splice.grad_modes, splice.autocast = self.grad_modes, self.autocast
-            run_checks(SPLICE_CHECKS, splice)
+            run_checks(checks.splice, splice)
         except Skip:
             self.transaction.undo_since(mark, self.graph)
             raise
