@@ -96,7 +96,7 @@ class Found:
     def check(self, rule: Rule, nodes: Mapping[int, Node], outputs: tuple[Node | None, ...],
               bindings: Mapping[str, Any]) -> None:
         """Run the ``match`` stage on one structural match of ``rule``."""
-        checks = checks_for(rule).match
+        checks = checks_for(rule).match.all
         if not checks:  # most one-operation rules: nothing to fill in
             return
         self.rule, self.nodes, self.matched, self.outputs, self.bindings = \
@@ -115,7 +115,7 @@ class InPass:
     def check(self, match: Match) -> None:
         """Run the ``pass`` stage on ``match``."""
         self.match = match
-        run_checks(checks_for(match.rule).in_pass, self)
+        run_checks(PASS_CHECKS, self)  # (each may refuse a match of any rule: no :func:`checks_for` lookup)
 
 
 @attrs.define
@@ -138,6 +138,13 @@ class Splice:
     created: list[Node] | tuple[()] = ()
     _pairs: list[tuple[Node, Node]] | None = attrs.field(default=None, init=False)
 
+    def facts(self) -> int:
+        """What the graph holds of :data:`WRITERS`, :data:`GRAD_MODES` and :data:`AUTOCAST` at this stage: the
+        replacement's nodes are the ``splice`` stage's, the regions are told to it for that stage."""
+        writers = self.effects.writers_exist() or _any_writes(self.created)
+        return (WRITERS if writers else 0) | (GRAD_MODES if self.grad_modes is not None else 0) \
+            | (AUTOCAST if self.autocast is not None else 0)
+
     def pairs(self) -> list[tuple[Node, Node]]:
         """(output, existing node it would share memory with) for each output replaced by a value that
         exists already or is a view of one: ``x * 1 => x`` makes it ``x``, ``reshape(reshape(x, a), b) =>
@@ -154,6 +161,11 @@ class Splice:
         return self._pairs
 
 
+#: What a graph may hold that some checks need to refuse anything (:attr:`SafetyCheck.needs`), as bits: a node that
+#: may write in place (in the graph, or among the replacement's nodes), grad-mode regions, autocast regions.
+WRITERS, GRAD_MODES, AUTOCAST = 1, 2, 4
+
+
 @attrs.frozen
 class SafetyCheck:
     """One safety check: its name, the reason it skips with, when it runs, what it refuses (for the docs), and
@@ -165,28 +177,50 @@ class SafetyCheck:
     refuses: str
     test: Callable[[Any], Detail | None]  # the stage's subject -> None (safe) or why not
     #: rule -> whether ``test`` can return a detail for any match of it, decided from the rule alone; a check
-    #: that cannot is not run for that rule (:func:`checks_for`).  None: it may, for every rule.  Each one says
-    #: why it is exact: a wrong False would let through what the check refuses.
+    #: that cannot is not run for that rule (:func:`checks_for`; a ``pass`` check runs for every rule).  None: it
+    #: may, for every rule.  Each one says why it is exact: a wrong False would let through what the check refuses.
     may_refuse: Callable[[Rule], bool] | None = None
+    #: what the graph must hold (bits of :data:`WRITERS`, :data:`GRAD_MODES`, :data:`AUTOCAST`) for ``test`` to
+    #: refuse anything: without it, ``test`` returns None at once, and an ``emit`` or ``splice`` stage does not
+    #: call it (:meth:`StageChecks.needed`)
+    needs: int = 0
+
+
+@attrs.define
+class StageChecks:
+    """The checks of one stage that may refuse a match of one rule, in order (:func:`checks_for`): ``all``, and
+    those a rewrite needs given what its graph holds (:meth:`needed`)."""
+
+    all: tuple[SafetyCheck, ...]
+    _by_facts: dict[int, tuple[SafetyCheck, ...]] = attrs.field(factory=dict, init=False)
+
+    def needed(self, splice: Splice) -> tuple[SafetyCheck, ...]:
+        """The checks whose :attr:`~SafetyCheck.needs` the splice's graph holds (:meth:`Splice.facts`); each
+        set found once."""
+        facts = splice.facts()
+        needed = self._by_facts.get(facts)
+        if needed is None:
+            needed = self._by_facts[facts] = tuple(check for check in self.all if check.needs & facts == check.needs)
+        return needed
 
 
 @attrs.frozen
 class RuleChecks:
-    """The checks of each stage that may refuse a match of one rule, in order."""
+    """The checks of each stage that may refuse a match of one rule (the ``pass`` stage's may refuse any)."""
 
-    match: tuple[SafetyCheck, ...]
-    in_pass: tuple[SafetyCheck, ...]
-    emit: tuple[SafetyCheck, ...]
-    splice: tuple[SafetyCheck, ...]
+    match: StageChecks
+    emit: StageChecks
+    splice: StageChecks
 
 
 @per_object
 def checks_for(rule: Rule) -> RuleChecks:
     """The checks of each stage to run on the matches of ``rule``: the stage's, but those that cannot refuse
-    any (:attr:`SafetyCheck.may_refuse`), decided once per rule (a call of a check that returns at once costs
-    as much as the test itself, on every rewrite)."""
-    return RuleChecks(*(tuple(check for check in checks if check.may_refuse is None or check.may_refuse(rule))
-                        for checks in (MATCH_CHECKS, PASS_CHECKS, EMIT_CHECKS, SPLICE_CHECKS)))
+    any (:attr:`SafetyCheck.may_refuse`), decided once per rule (in a rewrite, a check that returns at once
+    costs about as much as one that tests something: calling it)."""
+    return RuleChecks(*(StageChecks(tuple(check for check in checks
+                                          if check.may_refuse is None or check.may_refuse(rule)))
+                        for checks in (MATCH_CHECKS, EMIT_CHECKS, SPLICE_CHECKS)))
 
 
 def run_checks(checks: tuple[SafetyCheck, ...], subject: Any) -> None:
@@ -723,7 +757,7 @@ SAFETY_CHECKS = (
                 _several_outputs),
     SafetyCheck("written_between", SkipReason.IN_PLACE_WRITE, Stage.EMIT,
                 "a capture is written in place between a matched node reading it and the output the replacement "
-                "goes before (the replacement would read another value)", _written_between),
+                "goes before (the replacement would read another value)", _written_between, needs=WRITERS),
     SafetyCheck("no_change", SkipReason.NO_CHANGE, Stage.SPLICE,
                 "the replacement is the matched output itself, or computes it as the match does (the same "
                 "operations of the same arguments)", _no_change, _may_be_unchanged),
@@ -737,13 +771,14 @@ SAFETY_CHECKS = (
                 "an output replaced by a literal is the receiver of a method call", _literal_receiver),
     SafetyCheck("grad_mode", SkipReason.GRAD_MODE, Stage.SPLICE,
                 "the match spans two grad modes, or a value computed without grad would replace one used where "
-                "grad is enabled", _grad_mode),
+                "grad is enabled", _grad_mode, needs=GRAD_MODES),
     SafetyCheck("autocast", SkipReason.AUTOCAST, Stage.SPLICE,
                 "the match spans two autocast states, or under autocast an output's dtype would change, or a new "
-                "node would be cast to a dtype no matched node of its operation computes in", _autocast),
+                "node would be cast to a dtype no matched node of its operation computes in", _autocast,
+                needs=AUTOCAST),
     SafetyCheck("in_place_write", SkipReason.IN_PLACE_WRITE, Stage.SPLICE,
                 "an output would share memory with an existing value, and the graph writes into either in place",
-                _in_place_write),
+                _in_place_write, needs=WRITERS),
     SafetyCheck("alias", SkipReason.ALIAS, Stage.SPLICE,
                 "a returned output would share memory with a graph input, an attribute or another returned value",
                 _alias),

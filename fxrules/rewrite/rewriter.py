@@ -137,12 +137,12 @@ class Rewriter:
                         self.graph, self.transaction.retired, self.context.alias_free, _operation_name,
                         self.effects)
         checks = checks_for(match.rule)  # the checks that may refuse a match of this rule, by stage
-        run_checks(checks.emit, splice)
+        run_checks(checks.emit.needed(splice), splice)
         mark = self.transaction.mark(self.graph)
         try:  # a skip halfway (a helper's value unknown, no aten spelling...) leaves nothing behind
             splice.values, splice.created = self._emit(match, splice.anchor)
             splice.grad_modes, splice.autocast = self.grad_modes, self.autocast
-            run_checks(checks.splice, splice)
+            run_checks(checks.splice.needed(splice), splice)
         except Skip:
             self.transaction.undo_since(mark, self.graph)
             raise
