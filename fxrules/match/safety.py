@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -459,7 +459,8 @@ def _no_change(splice: Splice) -> Detail | None:
     match, values, created = splice.match, splice.values, splice.created
     for value, output in zip(values, match.outputs, strict=True):
         if value is not output and not (isinstance(value, Node) and value.op == output.op
-                                        and value.target == output.target and value in created):
+                                        and value.target == output.target and value in created
+                                        and not _uses_another_node(value, output, created)):
             return None  # the first tests of _same_value, which would fail: the usual replacement differs here
     new = set(created)
     seen: dict[Node, Node] = {}
@@ -523,13 +524,18 @@ def _same_value(value: Any, old: Any, new: set[Node], seen: dict[Node, Node]) ->
     return False
 
 
-def _uses_another_node(value: Node, old: Node, new: set[Node]) -> bool:
+def _uses_another_node(value: Node, old: Node, new: Container[Node]) -> bool:
     """``value`` has an existing node as an argument that is no argument of ``old``: however both calls' arguments
     are bound to names (as written, or by parameter name), that one can be the same as no argument of ``old`` (an
     existing node is the same only as itself, and binding fills in no node)."""
-    olds = {id(argument) for argument in (*old.args, *old.kwargs.values())}
-    return any(isinstance(argument, Node) and argument not in new and id(argument) not in olds
-               for argument in (*value.args, *value.kwargs.values()))
+    olds: set[int] | None = None  # by identity: an argument may be a tensor, whose == is elementwise
+    for argument in (*value.args, *value.kwargs.values()):  # a loop, not any(): asked at most rewrites that
+        if isinstance(argument, Node) and argument not in new:  # make a node of the output's target
+            if olds is None:
+                olds = {id(argument) for argument in (*old.args, *old.kwargs.values())}
+            if id(argument) not in olds:
+                return True
+    return False
 
 
 def _arguments(node: Node, normalize: bool) -> dict[Any, Any] | None:
@@ -625,6 +631,17 @@ def _literal_receiver(splice: Splice) -> Detail | None:
                 return f"'{user.name}' calls .{user.target}() on '{output.name}', which the replacement makes the " \
                        f"literal {value!r}"
     return None
+
+
+def _may_replace_by_a_literal(rule: Rule) -> bool:
+    """Exact: :func:`_literal_receiver` looks only at outputs replaced by no node; False when every output's
+    replacement is a call the rewriter makes a node of, whatever the match (or skips): a method, a module, a
+    function but ``getattr`` (of a module capture: a plain attribute is read as a literal) and the ``operator``
+    functions (done at once on plain numbers: ``c * 1`` of a literal ``c``)."""
+    return not all(isinstance(output, OpTemplate) and (
+        output.kind in (OpKind.METHOD, OpKind.MODULE) or (
+            output.kind is OpKind.FUNCTION and output.target is not getattr
+            and getattr(output.target, "__module__", None) != "_operator")) for output in rule.replacement)
 
 
 def _grad_mode(splice: Splice) -> Detail | None:
@@ -768,7 +785,8 @@ SAFETY_CHECKS = (
                 "a replacement of several outputs uses a node defined after the output it replaces, or after "
                 "the first output", _used_late, _several_outputs),
     SafetyCheck("literal_receiver", SkipReason.LITERAL_RECEIVER, Stage.SPLICE,
-                "an output replaced by a literal is the receiver of a method call", _literal_receiver),
+                "an output replaced by a literal is the receiver of a method call", _literal_receiver,
+                _may_replace_by_a_literal),
     SafetyCheck("grad_mode", SkipReason.GRAD_MODE, Stage.SPLICE,
                 "the match spans two grad modes, or a value computed without grad would replace one used where "
                 "grad is enabled", _grad_mode, needs=GRAD_MODES),

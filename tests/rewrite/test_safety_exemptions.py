@@ -181,3 +181,19 @@ def test_the_grad_mode_check_refuses_inside_a_region() -> None:
     graph.output(graph.call_function(torch.relu, (inner,)))
     gm = torch.fx.GraphModule(torch.nn.Module(), graph)
     assert _refused(gm, "torch.neg(torch.neg(x)) => x") == {"grad mode": 1}
+
+
+# ---------------------------------------------------------------- literal_receiver
+
+
+def test_no_literal_receiver_check_when_every_output_is_replaced_by_a_call() -> None:
+    assert "literal_receiver" not in _run("torch.relu(torch.relu(x)) => torch.relu(x)", "splice")
+    assert "literal_receiver" not in _run("x.contiguous().contiguous() => x.contiguous()", "splice")
+    assert "literal_receiver" in _run("x * 1 => x", "splice")
+
+
+def test_an_operator_call_of_literals_is_a_literal_and_refused_as_a_receiver() -> None:
+    """``c * 1`` is computed at once when ``c`` binds a number: the output becomes the literal ``2``."""
+    rule = "torch.mul(x, c) => c * 1"
+    assert "literal_receiver" in _run(rule, "splice")
+    assert _refused(trace(lambda y: torch.mul(y, 2).contiguous()), rule) == {"literal receiver": 1}
