@@ -529,8 +529,9 @@ def _uses_another_node(value: Node, old: Node, new: Container[Node]) -> bool:
     are bound to names (as written, or by parameter name), that one can be the same as no argument of ``old`` (an
     existing node is the same only as itself, and binding fills in no node)."""
     olds: set[int] | None = None  # by identity: an argument may be a tensor, whose == is elementwise
-    for argument in (*value.args, *value.kwargs.values()):  # a loop, not any(): asked at most rewrites that
-        if isinstance(argument, Node) and argument not in new:  # make a node of the output's target
+    # a loop, not any(): asked at most rewrites that make a node of the output's target
+    for argument in (*value.args, *value.kwargs.values()):
+        if isinstance(argument, Node) and argument not in new:
             if olds is None:
                 olds = {id(argument) for argument in (*old.args, *old.kwargs.values())}
             if id(argument) not in olds:
