@@ -462,7 +462,7 @@ _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 def may_write_in_place(node: torch.fx.Node) -> bool:
     """Whether a node changes any of its arguments in place: every writer :func:`in_place_writer` finds is one."""
     op = node.op
-    writing = None if op == "call_module" else _writing_arguments(op, node.target)
+    writing = None if op == "call_module" else writing_arguments(op, node.target)
     if writing is not None:  # nearly every node: its target's writes decided once, its arguments read here
         return _writes_by_arguments(node, writing)
     kwargs = node.kwargs
@@ -474,9 +474,14 @@ def may_write_in_place(node: torch.fx.Node) -> bool:
     return op == "call_function" and bool(_declared_written(node))
 
 
-def _writes_by_arguments(node: torch.fx.Node, writing: tuple[int | None, tuple[str, ...]]) -> bool:
+#: How a call may write where only its arguments decide (:func:`writing_arguments`): the position of its ``inplace``
+#: parameter, the keywords that write into the nodes they are given.
+Writing = tuple[int | None, tuple[str, ...]]
+
+
+def _writes_by_arguments(node: torch.fx.Node, writing: Writing) -> bool:
     """:func:`may_write_in_place` of a call whose target writes only where its arguments say so
-    (:func:`_writing_arguments` is not None).  Reads the slots behind ``Node.args`` and ``Node.kwargs`` (a
+    (:func:`writing_arguments` is not None).  Reads the slots behind ``Node.args`` and ``Node.kwargs`` (a
     property call each): asked of the nodes of every rewrite."""
     position, keywords = writing
     if position is not None:
@@ -502,7 +507,7 @@ class GraphEffects:
       costs the full check of the rewrite that asks about it, never a wrong answer.
     * :func:`has_side_effects`, with ``Node.is_impure`` of a function or method call decided once per target
       (but a higher-order operator's, which depends on its arguments), with how the target may write in place
-      (:func:`_writing_arguments`): which functions are impure is torch's registry, which nothing changes
+      (:func:`writing_arguments`): which functions are impure is torch's registry, which nothing changes
       while a graph is rewritten (torch decides a method call's purity by its op alone).
     """
 
@@ -510,8 +515,9 @@ class GraphEffects:
         self.graph = graph
         self._writers: list[torch.fx.Node] | None = None  # None: not walked yet
         self._returned: dict[torch.fx.Node, None] | None = None  # None: not found yet
-        #: (op, target, impure_random) of a function or method call -> is_impure, _writing_arguments
-        self._calls: dict[tuple[str, Any, bool], tuple[bool, tuple[int | None, tuple[str, ...]] | None]] = {}
+        #: (op, target, impure_random) of a function or method call -> is_impure, writing_arguments
+        self._calls: dict[tuple[str, Any, bool], tuple[bool, Writing | None]] = {}
+        self._impure_calls: dict[int, bool] = {}  # id(key) -> impure_calls(key, ...)
 
     def noticed(self, nodes: Iterable[torch.fx.Node]) -> None:
         """``nodes`` were created, or given other arguments (a write may have become one: ``inplace=True``)."""
@@ -549,22 +555,35 @@ class GraphEffects:
                 returned.update(alias_class(node))
         return returned
 
+    def impure_calls(self, key: Any, nodes: Iterable[torch.fx.Node]) -> bool:
+        """Whether ``Node.is_impure(False)`` holds for one of ``nodes``, function and method calls of no
+        higher-order operator, answered once per ``key`` (alive while the graph is rewritten): the caller asks
+        under one key only about calls of the same targets, whose purity is decided per target."""
+        impure = self._impure_calls.get(id(key))
+        if impure is None:
+            impure = self._impure_calls[id(key)] = any(self._known(node, False)[0] for node in nodes)
+        return impure
+
     def has_side_effects(self, node: torch.fx.Node, impure_random: bool = True) -> bool:
         """:func:`has_side_effects`."""
         op = node.op
         if op not in ("call_function", "call_method"):
             return has_side_effects(node, impure_random)
-        target = node.target
-        key = (op, target, impure_random)
-        known = self._calls.get(key)
-        if known is None:
-            known = (node.is_impure(impure_random), _writing_arguments(op, target))
-            if not isinstance(target, torch._ops.HigherOrderOperator):  # (a slow isinstance: asked once)
-                self._calls[key] = known  # else its arguments decide whether it is impure: asked each time
-        impure, writing = known
+        impure, writing = self._known(node, impure_random)
         if impure:
             return True
         return may_write_in_place(node) if writing is None else _writes_by_arguments(node, writing)
+
+    def _known(self, node: torch.fx.Node, impure_random: bool) -> tuple[bool, Writing | None]:
+        """``Node.is_impure`` and :func:`writing_arguments` of a function or method call, found once per target."""
+        op, target = node.op, node.target
+        key = (op, target, impure_random)
+        known = self._calls.get(key)
+        if known is None:
+            known = (node.is_impure(impure_random), writing_arguments(op, target))
+            if not isinstance(target, torch._ops.HigherOrderOperator):  # (a slow isinstance: asked once)
+                self._calls[key] = known  # else its arguments decide whether it is impure: asked each time
+        return known
 
 
 def _writers(graph: torch.fx.Graph) -> list[torch.fx.Node]:
@@ -574,7 +593,7 @@ def _writers(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     arguments are looked at."""
     found: list[torch.fx.Node] = []
     for (op, target), nodes in graph._find_nodes_lookup_table.table.items():
-        writing = _writing_arguments(op, target) if op == "call_function" else None
+        writing = writing_arguments(op, target) if op == "call_function" else None
         if writing is not None and writing[0] is None:  # only a keyword argument can make a call write
             found += [node for node in nodes if node.kwargs and may_write_in_place(node)]
         else:  # the methods, modules...: filed together, whatever their target
@@ -583,7 +602,7 @@ def _writers(graph: torch.fx.Graph) -> list[torch.fx.Node]:
 
 
 @functools.cache
-def _writing_arguments(op: str, target: Any) -> tuple[int | None, tuple[str, ...]] | None:
+def writing_arguments(op: str, target: Any) -> Writing | None:
     """How a call of ``target`` (not a module) may write in place, where only its arguments decide: the position
     of its ``inplace`` parameter, and the keywords (``out``, parameters its schemas declare written and keyword
     only) that write into the nodes they are given; besides ``inplace=True``.  None where the target decides

@@ -18,7 +18,9 @@ Example: ``x * 1 => x`` at ``y = x * 1`` with ``y.add_(1)`` later passes every c
 from __future__ import annotations
 
 import enum
+import functools
 import math
+import operator
 from collections.abc import Callable, Container, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +41,7 @@ from fxrules.graph.metadata import (
     possible_writers,
     view_base,
     writes_into,
+    writing_arguments,
     written_values,
 )
 from fxrules.graph.subgraphs import OUTSIDE
@@ -138,12 +141,20 @@ class Splice:
     created: list[Node] | tuple[()] = ()
     _pairs: list[tuple[Node, Node]] | None = attrs.field(default=None, init=False)
 
-    def facts(self) -> int:
-        """What the graph holds of :data:`WRITERS`, :data:`GRAD_MODES` and :data:`AUTOCAST` at this stage: the
+    def facts(self, wanted: int) -> int:
+        """What the graph and the match hold of the ``wanted`` facts (:data:`WRITERS`...) at this stage: the
         replacement's nodes are the ``splice`` stage's, the regions are told to it for that stage."""
-        writers = self.effects.writers_exist() or _any_writes(self.created)
-        return (WRITERS if writers else 0) | (GRAD_MODES if self.grad_modes is not None else 0) \
-            | (AUTOCAST if self.autocast is not None else 0)
+        facts = 0
+        if wanted & WRITERS and (self.effects.writers_exist() or _any_writes(self.created)):
+            facts |= WRITERS
+        if wanted & GRAD_MODES and self.grad_modes is not None:
+            facts |= GRAD_MODES
+        if wanted & AUTOCAST and self.autocast is not None:
+            facts |= AUTOCAST
+        if wanted & EFFECTS and (not _writes_nothing(self.match.rule)
+                                 or self.effects.impure_calls(self.match.rule, self.match.nodes)):
+            facts |= EFFECTS
+        return facts
 
     def pairs(self) -> list[tuple[Node, Node]]:
         """(output, existing node it would share memory with) for each output replaced by a value that
@@ -162,8 +173,9 @@ class Splice:
 
 
 #: What a graph may hold that some checks need to refuse anything (:attr:`SafetyCheck.needs`), as bits: a node that
-#: may write in place (in the graph, or among the replacement's nodes), grad-mode regions, autocast regions.
-WRITERS, GRAD_MODES, AUTOCAST = 1, 2, 4
+#: may write in place (in the graph, or among the replacement's nodes), grad-mode regions, autocast regions, a
+#: matched node that may have side effects (:func:`_writes_nothing`).
+WRITERS, GRAD_MODES, AUTOCAST, EFFECTS = 1, 2, 4, 8
 
 
 @attrs.frozen
@@ -180,9 +192,9 @@ class SafetyCheck:
     #: that cannot is not run for that rule (:func:`checks_for`; a ``pass`` check runs for every rule).  None: it
     #: may, for every rule.  Each one says why it is exact: a wrong False would let through what the check refuses.
     may_refuse: Callable[[Rule], bool] | None = None
-    #: what the graph must hold (bits of :data:`WRITERS`, :data:`GRAD_MODES`, :data:`AUTOCAST`) for ``test`` to
-    #: refuse anything: without it, ``test`` returns None at once, and an ``emit`` or ``splice`` stage does not
-    #: call it (:meth:`StageChecks.needed`)
+    #: what the graph or the match must hold (bits of :data:`WRITERS`...) for ``test`` to refuse anything: without
+    #: it, ``test`` returns None (each says why), and an ``emit`` or ``splice`` stage does not call it
+    #: (:meth:`StageChecks.needed`)
     needs: int = 0
 
 
@@ -193,11 +205,16 @@ class StageChecks:
 
     all: tuple[SafetyCheck, ...]
     _by_facts: dict[int, tuple[SafetyCheck, ...]] = attrs.field(factory=dict, init=False)
+    _wanted: int = attrs.field(init=False)  # the facts some check needs
+
+    @_wanted.default
+    def _needs(self) -> int:
+        return functools.reduce(operator.or_, (check.needs for check in self.all), 0)
 
     def needed(self, splice: Splice) -> tuple[SafetyCheck, ...]:
         """The checks whose :attr:`~SafetyCheck.needs` the splice's graph holds (:meth:`Splice.facts`); each
         set found once."""
-        facts = splice.facts()
+        facts = splice.facts(self._wanted)
         needed = self._by_facts.get(facts)
         if needed is None:
             needed = self._by_facts[facts] = tuple(check for check in self.all if check.needs & facts == check.needs)
@@ -583,6 +600,34 @@ def _effects_kept(splice: Splice) -> Detail | None:
     return None
 
 
+@per_object
+def _writes_nothing(rule: Rule) -> bool:
+    """Exact: whether no node a match of the pattern binds may write in place.  Every operation is a method call or
+    a call of one function (not an overload packet, which matches its ``out=`` overloads too, nor a higher-order
+    operator), without ``...``, of a target that writes only where its arguments say so
+    (:func:`~fxrules.graph.metadata.writing_arguments`: ``inplace=True``, a node given to ``out=``...), and the
+    pattern names none of those arguments: left out, the node's hold their defaults (language.md §5, Defaults),
+    which write nothing.  No ``A | B`` either: every operation binds a node of its target in every match, so the
+    targets' purity, decided per target, is found once per rule in an apply
+    (:meth:`~fxrules.graph.metadata.GraphEffects.impure_calls`).  ``torch.sigmoid(x) * x`` writes nothing;
+    ``torch.add(x, y, out=o)``, ``torch.add(x, y, ...)`` and ``x.add_(y)`` may."""
+    if any(isinstance(template, AltTemplate) for template in pattern_templates(rule)):
+        return False
+    return all(_call_writes_nothing(operation) for operation in _operations(rule))
+
+
+def _call_writes_nothing(operation: OpTemplate) -> bool:
+    if operation.rest or operation.kind not in (OpKind.FUNCTION, OpKind.METHOD) or isinstance(
+            operation.target, torch._ops.OpOverloadPacket | torch._ops.HigherOrderOperator):
+        return False
+    writing = writing_arguments(operation.kind.value, operation.target)
+    if writing is None:
+        return False
+    position, keywords = writing
+    named = {name for name, _ in operation.kwargs} | set(operation.bound or ())
+    return not ({"inplace", *keywords} & named or (position is not None and len(operation.args) > position))
+
+
 def _written(node: Node) -> Any:
     """The tensor a node with side effects writes into (``out=``, else its first argument), or None."""
     out = node.kwargs.get("out")
@@ -781,7 +826,7 @@ SAFETY_CHECKS = (
                 "operations of the same arguments)", _no_change, _may_be_unchanged),
     SafetyCheck("effects_kept", SkipReason.IMPURE, Stage.SPLICE,
                 "a matched node with an effect beyond its result (an in-place write, out=, an assertion) would be "
-                "removed, and the replacement does not perform the same effect", _effects_kept),
+                "removed, and the replacement does not perform the same effect", _effects_kept, needs=EFFECTS),
     SafetyCheck("used_late", SkipReason.ORDER, Stage.SPLICE,
                 "a replacement of several outputs uses a node defined after the output it replaces, or after "
                 "the first output", _used_late, _several_outputs),

@@ -197,3 +197,52 @@ def test_an_operator_call_of_literals_is_a_literal_and_refused_as_a_receiver() -
     rule = "torch.mul(x, c) => c * 1"
     assert "literal_receiver" in _run(rule, "splice")
     assert _refused(trace(lambda y: torch.mul(y, 2).contiguous()), rule) == {"literal receiver": 1}
+
+
+# ---------------------------------------------------------------- effects_kept
+
+
+def _with_out(a: torch.Tensor, b: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+    torch.add(a, b, out=o)
+    return o.relu()
+
+
+def test_effects_are_checked_where_a_pattern_lets_out_through_and_refused() -> None:
+    """``...`` lets ``out=o`` through, and so does naming it: either way the write into ``o`` is refused."""
+    for rule in ("torch.add(x, y, ...) => torch.sub(x, y)", "torch.add(x, y, out=o) => torch.sub(x, y)"):
+        assert _refused(trace(_with_out), rule) == {"impure": 1}, rule
+
+
+def test_a_pattern_leaving_inplace_out_does_not_match_an_inplace_call() -> None:
+    """What lets ``F.relu(x) => x`` go without the effects check: the call it matches holds ``inplace``'s
+    default."""
+    def inplace(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.relu(x, inplace=True) + 1
+
+    gm = trace(inplace)
+    code = gm.code
+    report = fxrules.apply(gm, fxrules.parse("rule r: F.relu(x) => x\n"))
+    assert (report.total_fired, gm.code) == (0, code)
+
+
+@torch.fx.wrap
+def later_impure(x: torch.Tensor) -> torch.Tensor:
+    return x
+
+
+def test_a_call_registered_side_effecting_after_an_apply_is_kept_by_the_next() -> None:
+    """Which calls are impure is torch's registry, read again by each ``apply``: a function registered between
+    two applies is kept by the second."""
+    rules = fxrules.parse(f"rule drop:\n    {__name__}.later_impure(x) => x\n", "effects.fxr", allow=[__name__])
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return later_impure(x.relu()) + 1
+
+    assert fxrules.apply(trace(f), rules).counts() == {"drop": 1}
+    torch.fx.node.has_side_effect(later_impure)
+    try:
+        gm = trace(f)
+        assert fxrules.apply(gm, rules)["drop"].skip_counts == {"impure": 1}
+        assert "later_impure(" in gm.code
+    finally:
+        torch.fx.node._side_effectful_functions.discard(later_impure)
