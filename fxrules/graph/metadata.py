@@ -629,7 +629,7 @@ def _joins_returned(returned: Container[torch.fx.Node], replaced: Sequence[torch
         elif isinstance(value, (tuple, list)) and any(node in returned for node in nodes_of(value)):
             return True
     for node in created:
-        for used in node.all_input_nodes:
+        for used in node._input_nodes:  # what all_input_nodes lists, without its copy
             if used in returned:
                 return True
     return False

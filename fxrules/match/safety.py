@@ -301,9 +301,12 @@ def _escaping_user(found: Found) -> Detail | None:
     outputs, retired = found.outputs, found.retired
     first: Node | None = None  # the escaping node first in graph order, found in one pass without a list
     for node in matched:
-        if node not in outputs and (first is None or node._sort_key < first._sort_key) \
-                and _escapes(node, matched, retired):
-            first = node
+        if node in outputs or (first is not None and node._sort_key > first._sort_key):
+            continue
+        for user in node.users:  # a live user outside the match (a loop: asked of nearly every match)
+            if user not in matched and user not in retired:
+                first = node
+                break
     if first is None:
         return None
     return lambda: escaping_detail(first, matched, retired)
@@ -322,14 +325,6 @@ def escaping_detail(node: Node, matched: set[Node], retired: Mapping[Node, None]
     named = ", ".join(escaping[:ESCAPING_NAMED])
     more = len(escaping) - ESCAPING_NAMED
     return f"'{node.name}' is also used by {named}{f' and {more} more' if more > 0 else ''} outside the match"
-
-
-def _escapes(node: Node, matched: set[Node], retired: Mapping[Node, None]) -> bool:
-    """The node has a live user outside the match."""
-    for user in node.users:  # noqa: SIM110 - a loop: any() would add a generator on a hot path
-        if user not in matched and user not in retired:
-            return True
-    return False
 
 
 def _impure(found: Found) -> Detail | None:
