@@ -83,7 +83,7 @@ def _bucket_valid(key: tuple[Any, Any], bucket: Mapping[torch.fx.Node, None], li
             or not listed.issuperset(bucket):
         return False
     if op == "call_function":
-        return set(map(id, map(_TARGET, bucket))) == {id(target)} and (module is None or callable(target))
+        return all(map(is_, map(_TARGET, bucket), repeat(target))) and (module is None or callable(target))
     if target is not None or module is None:
         return target is None
     if set(map(type, map(_TARGET, bucket))) != {str}:  # exact strings: the set below merges only equal paths
