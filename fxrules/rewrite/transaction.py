@@ -115,7 +115,8 @@ class Transaction:
     # the order of find_nodes buckets (by table and key) before the first change to the graph
     buckets: dict[tuple[Any, Any], list[torch.fx.Node]] = attrs.Factory(dict)
     code: list[tuple[torch.fx.GraphModule, dict[str, Any], dict[str, Any]]] | None = None
-    reprs: list[tuple[torch.fx.Node, Any]] = attrs.Factory(list)  # each node's _repr_fn, which code generation sets
+    # each graph's nodes and their _repr_fn, which code generation sets (two lists: no tuple made per node)
+    reprs: list[tuple[list[torch.fx.Node], list[Any]]] = attrs.Factory(list)
     deleted: list[_Deleted] = attrs.Factory(list)
     transformers: list[tuple[Any, Any]] = attrs.Factory(list)  # (code generator, its transformer before)
 
@@ -240,7 +241,7 @@ class Transaction:
         for module in modules:
             self._keep_buckets(module.graph)
             nodes = list(module.graph.nodes)
-            self.reprs += zip(nodes, map(_REPR_FUNCTION, nodes), strict=True)
+            self.reprs.append((nodes, list(map(_REPR_FUNCTION, nodes))))
         self.transformers = [(m.graph._codegen, m.graph._codegen._body_transformer) for m in modules]
         for module in modules:
             spell_publicly(module.graph)
@@ -325,9 +326,10 @@ class Transaction:
                     setattr(cls, key, value)
                 elif key in vars(cls):
                     delattr(cls, key)
-        for node, repr_function in self.reprs:
-            if node._repr_fn is not repr_function:
-                node._repr_fn = repr_function
+        for nodes, repr_functions in self.reprs:
+            for node, repr_function in zip(nodes, repr_functions, strict=True):
+                if node._repr_fn is not repr_function:
+                    node._repr_fn = repr_function
         for codegen, transformer in self.transformers:
             codegen._body_transformer = transformer
         self.code = None
