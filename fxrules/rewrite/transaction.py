@@ -34,8 +34,8 @@ _CODE_ATTRIBUTES = ("_code", "_lineno_map", "_prologue_start", "_in_spec", "_out
 _CODE_CLASS_ATTRIBUTES = ("forward", "__call__", "_wrapped_call")
 _ABSENT = object()
 _REPR_FUNCTION = operator.attrgetter("_repr_fn")
-_SET_ERASED = torch._C._NodeBase._erased.__set__
-_NONE: Callable[[torch.fx.Node], None] = {}.get  # None for any node, called by map_arg without a Python frame
+_SET_ERASED: Callable[[torch.fx.Node, bool], None] = vars(torch._C._NodeBase)["_erased"].__set__
+_NONE: Callable[[torch.fx.Node], None] = dict[torch.fx.Node, None]().get  # None for any node, and no Python frame
 
 
 def first_free(name: str, taken: set[str] | Callable[[str], bool]) -> str:
@@ -59,7 +59,7 @@ class _Names:
 
 #: A node the commit erased, and where and how it was, to put it back: (node, previous, args, kwargs, sort
 #: key); a plain tuple, one is made for every node the commit erases.
-_Erased = tuple[torch.fx.Node, torch.fx.Node, tuple[Any, ...], Mapping[str, Any], Any]
+_Erased = tuple[torch.fx.Node, torch.fx.Node, tuple[Any, ...], dict[str, Any], Any]
 
 
 def erase_node(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
