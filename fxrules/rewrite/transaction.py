@@ -16,14 +16,16 @@ private attributes, which only this module touches.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import attrs
 import torch
 import torch.fx
+from torch.fx.node import _fx_map_arg
 
 from fxrules.rewrite.spelling import spell_publicly
 
@@ -32,6 +34,8 @@ _CODE_ATTRIBUTES = ("_code", "_lineno_map", "_prologue_start", "_in_spec", "_out
 _CODE_CLASS_ATTRIBUTES = ("forward", "__call__", "_wrapped_call")
 _ABSENT = object()
 _REPR_FUNCTION = operator.attrgetter("_repr_fn")
+_SET_ERASED: Callable[[torch.fx.Node, bool], None] = vars(torch._C._NodeBase)["_erased"].__set__
+_NONE: Callable[[torch.fx.Node], None] = dict[torch.fx.Node, None]().get  # None for any node, and no Python frame
 
 
 def first_free(name: str, taken: set[str] | Callable[[str], bool]) -> str:
@@ -53,14 +57,30 @@ class _Names:
     associated: int  # how many objects had names: FX appends each new node's name at the end
 
 
-class _Erased(NamedTuple):  # a tuple: one is made for every node the commit erases
-    """A node the commit erased, and where and how it was, to put it back."""
+#: A node the commit erased, and where and how it was, to put it back: (node, previous, args, kwargs, sort
+#: key); a plain tuple, one is made for every node the commit erases.
+_Erased = tuple[torch.fx.Node, torch.fx.Node, tuple[Any, ...], dict[str, Any], Any]
 
-    node: torch.fx.Node
-    previous: torch.fx.Node
-    args: tuple[Any, ...]
-    kwargs: Mapping[str, Any]
-    sort_key: Any
+
+def erase_node(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
+    """``graph.erase_node(node)`` for a graph whose module has no erase hooks, less FX's Python-level overhead.
+
+    FX's own steps, in FX's order, so that an erasure interrupted anywhere leaves a state
+    :meth:`Transaction.rollback` recognises, as FX's would: the node leaves its ``find_nodes`` bucket,
+    then the node list; it is marked erased (by the descriptor ``Node.__setattr__`` ends with: the rest
+    of that method moves a node within the table, and the node has left it); the graph's length drops;
+    the nodes in its arguments become None (``map_arg``'s C function, given a C function for it), so
+    each of them loses it as a user.  A node FX would refuse or warn about (used, of another graph,
+    erased already), or of a subclass of ``Node``, goes to ``graph.erase_node`` itself."""
+    if node.users or node.graph is not graph or node._erased or type(node) is not torch.fx.Node:
+        graph.erase_node(node)
+        return
+    op = node.op
+    graph._find_nodes_lookup_table.table[op, node.target if op == "call_function" else None].pop(node)
+    node._remove_from_list()
+    _SET_ERASED(node, True)
+    graph._len -= 1
+    node._update_args_kwargs(_fx_map_arg(node._args, _NONE), _fx_map_arg(node._kwargs, _NONE))
 
 
 @attrs.frozen
@@ -95,7 +115,8 @@ class Transaction:
     # the order of find_nodes buckets (by table and key) before the first change to the graph
     buckets: dict[tuple[Any, Any], list[torch.fx.Node]] = attrs.Factory(dict)
     code: list[tuple[torch.fx.GraphModule, dict[str, Any], dict[str, Any]]] | None = None
-    reprs: list[tuple[torch.fx.Node, Any]] = attrs.Factory(list)  # each node's _repr_fn, which code generation sets
+    # each graph's nodes and their _repr_fn, which code generation sets (two lists: no tuple made per node)
+    reprs: list[tuple[list[torch.fx.Node], list[Any]]] = attrs.Factory(list)
     deleted: list[_Deleted] = attrs.Factory(list)
     transformers: list[tuple[Any, Any]] = attrs.Factory(list)  # (code generator, its transformer before)
 
@@ -192,14 +213,17 @@ class Transaction:
         ``Graph.eliminate_dead_code`` does, logging each before it goes."""
         self._keep_buckets(graph)
         keep_users, erased = self.keep_users, self.erased
+        # a module's erase hooks (a GraphTransformObserver's, say) are run by FX's own erase_node
+        hooked = getattr(graph.owning_module, "_erase_node_hooks", None)
+        erase = graph.erase_node if hooked else functools.partial(erase_node, graph)
         for node in reversed(graph.nodes):
             if node.users or not removable(node):
                 continue
             # what .all_input_nodes, .args and .kwargs return, without their Python calls and list
             for used in node._input_nodes:
                 keep_users(used)
-            erased.append(_Erased(node, node._prev, node._args, node._kwargs, node._sort_key))
-            graph.erase_node(node)
+            erased.append((node, node._prev, node._args, node._kwargs, node._sort_key))
+            erase(node)
         self.retired.clear()  # erased: each retired node's users are retired, and come after it
 
     def recompile(self, gm: torch.fx.GraphModule) -> None:
@@ -217,7 +241,7 @@ class Transaction:
         for module in modules:
             self._keep_buckets(module.graph)
             nodes = list(module.graph.nodes)
-            self.reprs += zip(nodes, map(_REPR_FUNCTION, nodes), strict=True)
+            self.reprs.append((nodes, list(map(_REPR_FUNCTION, nodes))))
         self.transformers = [(m.graph._codegen, m.graph._codegen._body_transformer) for m in modules]
         for module in modules:
             spell_publicly(module.graph)
@@ -302,9 +326,10 @@ class Transaction:
                     setattr(cls, key, value)
                 elif key in vars(cls):
                     delattr(cls, key)
-        for node, repr_function in self.reprs:
-            if node._repr_fn is not repr_function:
-                node._repr_fn = repr_function
+        for nodes, repr_functions in self.reprs:
+            for node, repr_function in zip(nodes, repr_functions, strict=True):
+                if node._repr_fn is not repr_function:
+                    node._repr_fn = repr_function
         for codegen, transformer in self.transformers:
             codegen._body_transformer = transformer
         self.code = None
@@ -314,15 +339,14 @@ class Transaction:
     def _restore_erased(self, graph: torch.fx.Graph) -> None:
         """Put the erased nodes back, last erased first, from wherever their erasure stopped."""
         table = graph._find_nodes_lookup_table
-        for erased in reversed(self.erased):
-            node = erased.node
+        for node, previous, args, kwargs, sort_key in reversed(self.erased):
             if node not in table:
                 table.insert(node)
-            if erased.previous._next is not node:
-                erased.previous.append(node)  # its stale links still name its neighbours: unlinking them is a no-op
+            if previous._next is not node:
+                previous.append(node)  # its stale links still name its neighbours: unlinking them is a no-op
             node._erased = False
-            node._sort_key = erased.sort_key
-            node.args, node.kwargs = erased.args, erased.kwargs
+            node._sort_key = sort_key
+            node.args, node.kwargs = args, kwargs
         self.erased.clear()
 
     def _discard_created(self, graph: torch.fx.Graph) -> None:

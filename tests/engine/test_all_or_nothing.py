@@ -2,12 +2,12 @@
 
 A failure is injected at every step of the commit (dead-code erasure, lint, code generation, recompile,
 submodule and buffer deletion, each nested subgraph's commit, an exported program's rebuild), as an
-exception and as a ``KeyboardInterrupt``, through the public torch.fx seams (the lint through fxrules' own,
-``fxrules.rewrite.lint.lint``); and a ``KeyboardInterrupt``
-lands at a random call inside ``apply``.  Each time ``apply`` raises what was raised, the snapshot (node
-objects, names, arguments, users in order, metadata, code, submodules, parameters and buffers, in every
-subgraph) is unchanged, and a second ``apply`` rewrites the module into one that computes what it did.
-Also: new nodes get metadata from fake tensors only; nothing a rule names runs on real values.
+exception and as a ``KeyboardInterrupt``, through the public torch.fx seams (the lint and the erasure of a
+dead node through fxrules' own, ``fxrules.rewrite.lint.lint`` and ``fxrules.rewrite.transaction.erase_node``);
+and a ``KeyboardInterrupt`` lands at a random call inside ``apply``.  Each time ``apply`` raises what was
+raised, the snapshot (node objects, names, arguments, users in order, metadata, code, submodules, parameters
+and buffers, in every subgraph) is unchanged, and a second ``apply`` rewrites the module into one that
+computes what it did.  Also: new nodes get metadata from fake tensors only; nothing a rule names runs on real values.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from hypothesis import HealthCheck, given, settings
 from torch._subclasses.fake_tensor import FakeTensor
 
 import fxrules
-from fxrules.rewrite import lint
+from fxrules.rewrite import lint, transaction
 from tests.conftest import EVAL_MODE_FOLD, fold_rule
 
 # ---------------------------------------------------------------- what "exactly as it was" means
@@ -232,18 +232,18 @@ def _buffer(gm: torch.fx.GraphModule, original: set[torch.fx.Node], this: torch.
 
 STEPS = {
     "lint": Step("traced", lint, "lint"),
-    "dead code, first erasure": Step("traced", torch.fx.Graph, "erase_node", _in_original),
-    "dead code, a later erasure": Step("traced", torch.fx.Graph, "erase_node", _in_original, skip=2),
+    "dead code, first erasure": Step("traced", transaction, "erase_node", _in_original),
+    "dead code, a later erasure": Step("traced", transaction, "erase_node", _in_original, skip=2),
     "code generation": Step("traced", torch.fx.Graph, "python_code"),
     "recompile": Step("traced", torch.fx.GraphModule, "recompile"),
     "submodule deletion": Step("traced", torch.fx.GraphModule, "delete_submodule", skip=1),
     "buffer deletion": Step("traced", torch.nn.Module, "__delattr__", _buffer),
     "subgraph lint": Step("nested", lint, "lint", _subgraph, skip=1),
-    "subgraph dead code": Step("nested", torch.fx.Graph, "erase_node", _subgraph, skip=1),
+    "subgraph dead code": Step("nested", transaction, "erase_node", _subgraph, skip=1),
     "subgraph code generation": Step("nested", torch.fx.Graph, "python_code", _subgraph, skip=1),
     "subgraph recompile": Step("nested", torch.fx.GraphModule, "recompile", _subgraph, skip=1),
     "module lint after the subgraphs' commits": Step("nested", lint, "lint", _root),
-    "module dead code after the subgraphs' commits": Step("nested", torch.fx.Graph, "erase_node", _root),
+    "module dead code after the subgraphs' commits": Step("nested", transaction, "erase_node", _root),
     "module recompile after the subgraphs' commits": Step("nested", torch.fx.GraphModule, "recompile", _root),
     "program: the rewrite's recompile": Step("program", torch.fx.GraphModule, "recompile", _rewritten),
     "program: rebuilding the ExportedProgram": Step("program", torch.export.ExportedProgram, "_update"),

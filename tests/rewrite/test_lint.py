@@ -67,6 +67,36 @@ def _module_not_a_module(gm: torch.fx.GraphModule) -> None:
     _node(gm, "inner").target = "w"
 
 
+def _filed_under_another_function(gm: torch.fx.GraphModule) -> None:
+    object.__setattr__(_node(gm, "neg"), "target", torch.sigmoid)  # not moved to the bucket of its new target
+
+
+def _filed_under_another_opcode(gm: torch.fx.GraphModule) -> None:
+    object.__setattr__(_node(gm, "w"), "op", "call_method")
+
+
+def _a_stale_entry_in_its_place(gm: torch.fx.GraphModule) -> None:
+    """The table holds as many nodes as the graph, but one of them in place of one of the graph's."""
+    neg = _node(gm, "neg")
+    gm.graph._find_nodes_lookup_table.remove(neg)
+    other = torch.fx.Graph()
+    gm.graph._find_nodes_lookup_table.insert(other.call_function(torch.neg, (other.placeholder("y"),)))
+
+
+class _LooksLikeAString:
+    """Equal to the string ``"relu"``, and hashed as it is, but not a string."""
+
+    def __eq__(self, other: object) -> bool:
+        return other == "relu"
+
+    def __hash__(self) -> int:
+        return hash("relu")
+
+
+def _method_equal_to_a_string(gm: torch.fx.GraphModule) -> None:
+    _node(gm, "relu").target = _LooksLikeAString()
+
+
 BREAKAGES: dict[str, Callable[[torch.fx.GraphModule], None]] = {
     "unknown opcode": _unknown_opcode,
     "argument of another graph": _foreign_argument,
@@ -77,6 +107,10 @@ BREAKAGES: dict[str, Callable[[torch.fx.GraphModule], None]] = {
     "call_method target not a string": _method_not_a_string,
     "get_attr of a missing attribute": _missing_attribute,
     "call_module of a parameter": _module_not_a_module,
+    "filed under another function's key": _filed_under_another_function,
+    "filed under another opcode's key": _filed_under_another_opcode,
+    "missing from the table, a stale entry in its place": _a_stale_entry_in_its_place,
+    "call_method target equal to a string": _method_equal_to_a_string,
 }
 
 
@@ -95,6 +129,38 @@ def test_a_broken_graph_raises_what_graph_lint_raises(breakage: Callable[[torch.
     with pytest.raises(type(expected.value)) as raised:
         lint(gm.graph)
     assert str(raised.value) == str(expected.value)
+
+
+def _stale_entry(gm: torch.fx.GraphModule) -> None:
+    """A node of another graph in the table besides the graph's own nodes: ``Graph.lint`` does not mind."""
+    other = torch.fx.Graph()
+    gm.graph._find_nodes_lookup_table.insert(other.call_function(torch.neg, (other.placeholder("y"),)))
+
+
+def _equal_targets_not_the_same_object(gm: torch.fx.GraphModule) -> None:
+    """Two calls of equal bound methods, each its own object, filed in one bucket."""
+    module = torch.nn.ReLU()
+    neg = _node(gm, "neg")
+    with gm.graph.inserting_after(neg):
+        first = gm.graph.call_function(module.forward, (neg,))
+    with gm.graph.inserting_after(first):
+        second = gm.graph.call_function(module.forward, (first,))
+    neg.replace_all_uses_with(second, delete_user_cb=lambda user: user is not first)
+
+
+UNUSUAL_BUT_VALID: dict[str, Callable[[torch.fx.GraphModule], None]] = {
+    "a stale entry in the table": _stale_entry,
+    "equal call_function targets, not the same object": _equal_targets_not_the_same_object,
+}
+
+
+@pytest.mark.parametrize("change", UNUSUAL_BUT_VALID.values(), ids=list(UNUSUAL_BUT_VALID))
+def test_a_valid_graph_outside_the_common_shape_passes(change: Callable[[torch.fx.GraphModule], None]) -> None:
+    """Graphs ``Graph.lint`` accepts that the bulk checks cannot vouch for are accepted too (by asking it)."""
+    gm = _traced()
+    change(gm)
+    gm.graph.lint()
+    lint(gm.graph)
 
 
 def test_targets_are_not_checked_without_an_owning_module() -> None:
