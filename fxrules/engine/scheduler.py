@@ -238,9 +238,11 @@ class Incremental(Scheduler):
         self._pass = _PassState(set(), None)
 
     def start(self) -> bool:
-        found = Candidates(self.plan.gm.graph)
-        self._candidates = self.plan.index.candidates(found, narrowing(self.plan.compiled, found))
-        self._pass = _PassState(set(self._candidates), None)
+        graph = self.plan.gm.graph
+        found = Candidates(graph)
+        anchors = self.plan.index.anchors(found, narrowing(self.plan.compiled, found))
+        self._candidates = in_graph_order(graph, anchors)
+        self._pass = _PassState(anchors, None)  # the set the candidates were ordered from: listed so far
         return bool(self._candidates)
 
     def visits(self) -> Iterator[Node]:
@@ -278,9 +280,10 @@ class Incremental(Scheduler):
 
     def next_pass(self) -> None:
         done = self._pass
-        self._candidates, domain = self._worklist(done.touched)
+        anchors, domain = self._worklist(done.touched)
+        self._candidates = in_graph_order(self.plan.gm.graph, anchors)
         self._settled = self._settled_after(done)
-        self._pass = _PassState(set(self._candidates), domain)
+        self._pass = _PassState(anchors, domain)  # the set the candidates were ordered from: listed so far
 
     def _note_changed(self, anchor: Node, change: Rewrite) -> None:
         """Note every node ``change`` changed at the position of the node being visited, the last one listed."""
@@ -396,27 +399,25 @@ class Incremental(Scheduler):
         compiled = self.plan.compiled
         return functools.reduce(operator.or_, (compiled[id(rule)].satisfiers for rule in rules), Satisfiers())
 
-    def _worklist(self, touched: set[Node]) -> tuple[list[Node], set[Node]]:
-        """Every node that rules may anchor at and whose match may contain a touched node, in graph order,
-        narrowed; and the region it was narrowed from (the next pass's domain).
+    def _worklist(self, touched: set[Node]) -> tuple[set[Node], set[Node]]:
+        """Every node that rules may anchor at and whose match may contain a touched node, narrowed; and the
+        region it was narrowed from (the next pass's domain).
 
         A changed node (new, with new inputs, or with fewer users) lies at most ``depth - 1`` use edges
         before the anchor of any match that contains it.  When guards count users, a node whose users
         changed may also be a capture, an argument of a matched node: ``depth`` use edges before.
         """
         plan, reach, retired = self.plan, self.plan.reach, self.plan.retired
-        seeds = {n for n in touched if n not in retired}
+        seeds = touched.difference(retired)
         if reach.multi_output:  # further outputs hang off shared inputs: look upstream too
             seeds |= _neighbourhood(seeds, reach.depth, operator.attrgetter("all_input_nodes"))
         steps = reach.depth if reach.counts_users else reach.depth - 1
         region = seeds | _neighbourhood(seeds, steps, operator.attrgetter("users"))
         region.difference_update(retired)
-        graph = plan.gm.graph
         if len(region) <= 4 * len(plan.index.ruleset):  # a few nodes: testing each costs less than narrowing
-            return in_graph_order(graph, {n for n in region if plan.may_anchor(n)}), region
-        found = Candidates(graph)
-        found_anchors = plan.index.anchors(found, narrowing(plan.compiled, found, region), region)
-        return in_graph_order(graph, found_anchors), region
+            return {n for n in region if plan.may_anchor(n)}, region
+        found = Candidates(plan.gm.graph)
+        return plan.index.anchors(found, narrowing(plan.compiled, found, region), region), region
 
     def _settled_after(self, done: _PassState) -> set[Node]:
         """The candidates of the next pass whose outcome the pass ``done`` already knows: nothing fires there.
