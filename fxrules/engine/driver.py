@@ -262,12 +262,12 @@ class _Run:
         """One pass over the nodes ``scheduler`` gives: at each, the rules filed under its key in file order,
         until one fires."""
         claimed, retired, fired = current.claimed, current.matcher.retired, current.fired
-        attempts = self.report.attempts
-        attempts_at = self._attempts_at(plan)
+        attempts, by_key = self.report.attempts, self._attempts
         for node in scheduler.visits():
             if node in claimed or node in retired:
                 continue
-            for attempt in attempts_at(node):
+            at_node = by_key.get((node.op, node.target))  # looked up here, not by a call: once per node visited
+            for attempt in at_node if at_node is not None else self._attempts_at(node, plan):
                 attempts[attempt.name] += 1
                 may_match = attempt.may_match
                 if may_match is not None and not may_match(node):
@@ -277,23 +277,15 @@ class _Run:
                     break
         return current
 
-    def _attempts_at(self, plan: Plan) -> Callable[[torch.fx.Node], tuple[_Attempt, ...]]:
-        """Node -> what trying each rule filed under its key takes (:class:`_Attempt`), in file order; made
-        once per key, so the loop looks up neither the rule's name, nor its matcher, nor its cheap test."""
-        cache, rules_at = self._attempts, self.index.rules_at
+    def _attempts_at(self, node: torch.fx.Node, plan: Plan) -> tuple[_Attempt, ...]:
+        """What trying each rule filed under the node's key takes (:class:`_Attempt`), in file order; made once
+        per key, so the loop looks up neither the rule's name, nor its matcher, nor its cheap test."""
         # with explain=True the matcher's tracer hears what the cheap test would reject: it is not asked first
         tests = {} if self.explain else plan.anchor_tests
-
-        def attempts_at(node: torch.fx.Node) -> tuple[_Attempt, ...]:
-            key = (node.op, node.target)
-            found = cache.get(key)
-            if found is None:
-                found = cache[key] = tuple(_Attempt(rule, rule.name, tests.get(id(rule)),
-                                                    self.compiled[id(rule)].match_candidate)
-                                           for rule in rules_at(node))
-            return found
-
-        return attempts_at
+        found = self._attempts[(node.op, node.target)] = tuple(
+            _Attempt(rule, rule.name, tests.get(id(rule)), self.compiled[id(rule)].match_candidate)
+            for rule in self.index.rules_at(node))
+        return found
 
     def _try(self, attempt: _Attempt, node: torch.fx.Node, current: _Pass, scheduler: Scheduler) -> bool:
         """The rule of ``attempt`` at ``node`` (whose cheap test holds): rewrite its first usable match."""
