@@ -31,7 +31,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, NamedTuple, overload
 
 import attrs
 import torch
@@ -132,6 +132,15 @@ class _Pass:
         self.checks = InPass(self.claimed)
 
 
+class _Attempt(NamedTuple):
+    """What trying one rule at a node filed under its key takes, looked up once per key."""
+
+    rule: Rule
+    name: str
+    may_match: Callable[[torch.fx.Node], bool] | None  # the compiled matcher's cheap test (None: none, or explain)
+    match_candidate: Callable[[torch.fx.Node, Matcher], Match | None]
+
+
 @attrs.define
 class _Rewritten:
     """A graph rewritten to its fixpoint but not committed: the undo log, and what the report needs."""
@@ -164,6 +173,7 @@ class _Run:
             self.report.never_starts = never_starts(gm, gm.graph, ruleset)
         self.index = RuleIndex(gm, ruleset)
         self.compiled: Mapping[int, CompiledRule] = compile_ruleset(ruleset).matchers
+        self._attempts: dict[tuple[str, Any], tuple[_Attempt, ...]] = {}  # by node key (see _attempts_at)
 
     def begin(self) -> _Rewritten:
         """The undo log of this run, made before anything changes (the caller keeps it to undo what follows)."""
@@ -251,49 +261,55 @@ class _Run:
     def _visit(self, current: _Pass, plan: Plan, scheduler: Scheduler) -> _Pass:
         """One pass over the nodes ``scheduler`` gives: at each, the rules filed under its key in file order,
         until one fires."""
-        claimed, retired, attempts = current.claimed, current.matcher.retired, self.report.attempts
-        # with explain=True the matcher's tracer hears what the cheap test would reject: it is not asked first
-        rules_at, anchor_test = self.index.rules_at, ({} if self.explain else plan.anchor_tests).get
+        claimed, retired, fired = current.claimed, current.matcher.retired, current.fired
+        attempts, by_key = self.report.attempts, self._attempts
         for node in scheduler.visits():
             if node in claimed or node in retired:
                 continue
-            for rule in rules_at(node):
-                attempts[rule.name] += 1
-                may_match = anchor_test(id(rule))
+            at_node = by_key.get((node.op, node.target))  # looked up here, not by a call: once per node visited
+            for attempt in at_node if at_node is not None else self._attempts_at(node, plan):
+                attempts[attempt.name] += 1
+                may_match = attempt.may_match
                 if may_match is not None and not may_match(node):
                     continue  # most attempts: rejected before any binding, nothing to report
-                if self._try(rule, node, current, scheduler):
-                    current.fired.add(rule.name)
+                if self._try(attempt, node, current, scheduler):
+                    fired.add(attempt.name)
                     break
         return current
 
-    def _try(self, rule: Rule, node: torch.fx.Node, current: _Pass, scheduler: Scheduler) -> bool:
-        try:  # the rule's compiled matcher (_visit asked its may_match_anchor already)
-            match = self.compiled[id(rule)].match_candidate(node, current.matcher)
-            if match is not None:
-                self._check_in_pass(match, node, current, scheduler)
-            if match is not None and self.accept is not None and not self.accept(match):
-                raise Skip(SkipReason.FILTERED, "the caller's filter refused this match")
+    def _attempts_at(self, node: torch.fx.Node, plan: Plan) -> tuple[_Attempt, ...]:
+        """What trying each rule filed under the node's key takes (:class:`_Attempt`), in file order; made once
+        per key, so the loop looks up neither the rule's name, nor its matcher, nor its cheap test."""
+        # with explain=True the matcher's tracer hears what the cheap test would reject: it is not asked first
+        tests = {} if self.explain else plan.anchor_tests
+        found = self._attempts[(node.op, node.target)] = tuple(
+            _Attempt(rule, rule.name, tests.get(id(rule)), self.compiled[id(rule)].match_candidate)
+            for rule in self.index.rules_at(node))
+        return found
+
+    def _try(self, attempt: _Attempt, node: torch.fx.Node, current: _Pass, scheduler: Scheduler) -> bool:
+        """The rule of ``attempt`` at ``node`` (whose cheap test holds): rewrite its first usable match."""
+        rule, matcher = attempt.rule, current.matcher
+        try:
+            match = attempt.match_candidate(node, matcher)
         except Skip as skip:
-            self._skipped(rule, node, skip, current.matcher)
+            self._skipped(rule, node, skip, matcher)
             return False
         if match is None:
-            best = current.matcher.misses.best
+            best = matcher.misses.best
             if self.explain and best is not None and best.progress > 0:
                 self.report.missed(best)
             return False
-        return self._rewrite(rule, node, match, current, scheduler)
-
-    @staticmethod
-    def _check_in_pass(match: Match, node: torch.fx.Node, current: _Pass, scheduler: Scheduler) -> None:
-        """The ``pass`` stage of the safety checks; a match that overlaps the pass's new nodes is the
-        scheduler's business too (the next pass may fire there)."""
         try:
-            current.checks.check(match)
+            current.checks.check(match)  # the pass stage of the safety checks
+            if self.accept is not None and not self.accept(match):
+                raise Skip(SkipReason.FILTERED, "the caller's filter refused this match")
         except Skip as skip:
-            if skip.reason is SkipReason.OVERLAP:
+            if skip.reason is SkipReason.OVERLAP:  # the next pass may fire there: the scheduler's business
                 scheduler.overlapped(node)
-            raise
+            self._skipped(rule, node, skip, matcher)
+            return False
+        return self._rewrite(rule, node, match, current, scheduler)
 
     def _explain_passed_over(self, matcher: Matcher, scheduler: Scheduler) -> None:
         """With ``explain=True``: the near misses at the anchor nodes the pass leaves out because no rule can

@@ -142,8 +142,7 @@ class Report:
 
 @attrs.define
 class _RuleStats:
-    fired: int = 0
-    anchors: list[str] = attrs.Factory(list)
+    anchors: list[str] = attrs.Factory(list)  # one per rewrite: the rule fired len(anchors) times
     skipped: dict[tuple[str, str], SkippedMatch] = attrs.Factory(dict)  # the first KEEP_EXAMPLES
     skip_counts: Counter[str] = attrs.Factory(Counter)
     skipped_at: set[tuple[str, str]] = attrs.Factory(set)  # every (reason, node), counted once however often seen
@@ -168,9 +167,7 @@ class ReportBuilder:
     stop_reason: StopReason = StopReason.FIXPOINT
 
     def fired(self, rule: Rule, anchor: str) -> None:
-        stats = self.stats[rule.name]
-        stats.fired += 1
-        stats.anchors.append(anchor)
+        self.stats[rule.name].anchors.append(anchor)
 
     def skipped(self, rule: Rule, node: str, reason: SkipReason, detail: Callable[[], str]) -> None:
         """A match of ``rule`` at ``node`` not used for ``reason``; ``detail()`` is called if it is kept."""
@@ -203,7 +200,7 @@ class ReportBuilder:
         for rule in self.ruleset:
             stats = self.stats.get(rule.name, _NOTHING)
             rules.append(RuleReport(
-                name=rule.name, location=str(rule.span), fired=stats.fired, anchors=tuple(stats.anchors),
+                name=rule.name, location=str(rule.span), fired=len(stats.anchors), anchors=tuple(stats.anchors),
                 skipped=tuple(stats.skipped.values()), skip_counts=dict(stats.skip_counts), notes=rule.notes,
                 near_misses=tuple(stats.misses), attempts=self.attempts.get(rule.name, 0),
                 never_starts=self.never_starts.get(rule.name, ""),

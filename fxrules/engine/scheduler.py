@@ -48,7 +48,6 @@ from __future__ import annotations
 import abc
 import functools
 import heapq
-import itertools
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -209,7 +208,8 @@ class _PassState:
     woken: list[tuple[Any, int, Node]] = attrs.Factory(list)  # a heap by graph position
     fired: bool = False
     touched: set[Node] = attrs.Factory(set)
-    position: int = 0  # of the node being visited
+    # node -> its position among the listed nodes, in the order the pass reached them; each is listed once, so
+    # the node being visited (the last reached) is at len(visited) - 1
     visited: dict[Node, int] = attrs.Factory(dict)
     changed: dict[Node, int] = attrs.Factory(dict)
     overlapped: set[Node] = attrs.Factory(set)
@@ -230,27 +230,28 @@ class Incremental(Scheduler):
         reach = plan.reach
         # whether a pass may pass over the nodes whose outcome the previous pass knows (see _settled)
         self.settles = not (reach.multi_output or reach.counts_users)
+        # how many levels of use edges _wake walks from a node given a new input: a node, a literal
+        self._wake_levels = max(reach.depth - 1, 1), max(reach.depth, 1)
         self._satisfiers_by_key: dict[tuple[str, Any], Satisfiers | None] = {}
         self._candidates: list[Node] = []
         self._settled: set[Node] = set()
         self._pass = _PassState(set(), None)
 
     def start(self) -> bool:
-        found = Candidates(self.plan.gm.graph)
-        self._candidates = self.plan.index.candidates(found, narrowing(self.plan.compiled, found))
-        self._pass = _PassState(set(self._candidates), None)
+        graph = self.plan.gm.graph
+        found = Candidates(graph)
+        anchors = self.plan.index.anchors(found, narrowing(self.plan.compiled, found))
+        self._candidates = in_graph_order(graph, anchors)
+        self._pass = _PassState(anchors, None)  # the set the candidates were ordered from: listed so far
         return bool(self._candidates)
 
     def visits(self) -> Iterator[Node]:
         state, settled = self._pass, self._settled
         visited = state.visited
-        position = -1
-        for node in _merged(self._candidates, state.woken):
-            position += 1
+        for position, node in enumerate(_merged(self._candidates, state.woken)):
             visited[node] = position
-            if node in settled and not state.fired:
+            if settled and node in settled and not state.fired:
                 continue
-            state.position = position
             yield node
 
     def overlapped(self, anchor: Node) -> None:
@@ -263,29 +264,39 @@ class Incremental(Scheduler):
         return in_graph_order(graph, anchors - set(self._candidates))
 
     def rewritten(self, anchor: Node, change: Rewrite) -> None:
-        state, reach = self._pass, self.plan.reach
+        state, redirected = self._pass, change.redirected
         state.fired = True
-        state.touched.update(change.created)
-        if change.redirected:
-            self._wake(anchor, change.redirected)
+        touched = state.touched
+        touched.update(change.created)
+        if redirected:
+            self._wake(anchor, redirected)
         if state.domain is not None:
             self._wake_beyond_domain(anchor, change)
-        state.touched.update(self._to_look_around(change))
-        if reach.counts_users:  # a capture's new users may make a guard that counts them hold
-            state.touched.update(change.gained_users)
+        self._look_around(change, touched)
+        if self.plan.reach.counts_users:  # a capture's new users may make a guard that counts them hold
+            touched.update(change.gained_users)
         if self.settles:
-            position, changed = state.position, state.changed
-            changed[anchor] = position
-            for node in itertools.chain(change.created, change.lost_users, change.gained_users):
-                changed[node] = position
-            for user, _ in change.redirected:
-                changed[user] = position
+            self._note_changed(anchor, change)
 
     def next_pass(self) -> None:
         done = self._pass
-        self._candidates, domain = self._worklist(done.touched)
+        anchors, domain = self._worklist(done.touched)
+        self._candidates = in_graph_order(self.plan.gm.graph, anchors)
         self._settled = self._settled_after(done)
-        self._pass = _PassState(set(self._candidates), domain)
+        self._pass = _PassState(anchors, domain)  # the set the candidates were ordered from: listed so far
+
+    def _note_changed(self, anchor: Node, change: Rewrite) -> None:
+        """Note every node ``change`` changed at the position of the node being visited, the last one listed."""
+        changed, position = self._pass.changed, len(self._pass.visited) - 1
+        changed[anchor] = position
+        for node in change.created:  # a loop per part: cheaper than chaining them, or a dict made of them
+            changed[node] = position
+        for node in change.lost_users:
+            changed[node] = position
+        for node in change.gained_users:
+            changed[node] = position
+        for node, _ in change.redirected:
+            changed[node] = position
 
     def _wake(self, anchor: Node, redirected: tuple[tuple[Node, Any], ...]) -> None:
         """Queue the nodes ahead that the pass left out when it started and the rewrite may have made
@@ -294,28 +305,37 @@ class Incremental(Scheduler):
         their users up to ``depth - 2`` use edges after them (``depth - 1`` when the new input is a literal,
         which the deepest calls' tests read), and only if the new input may satisfy a required argument of
         the rules there (:class:`~fxrules.match.compiled.Satisfiers`)."""
-        state, retired, depth = self._pass, self.plan.retired, self.plan.reach.depth
-        listed, domain, by_key = state.listed, state.domain, self._satisfiers_by_key
-        here = anchor._sort_key
-        node_levels, literal_levels = max(depth - 1, 1), max(depth, 1)
+        self._wake_among(anchor, redirected)
+        node_levels, literal_levels = self._wake_levels
+        if literal_levels == 1:  # depth 1: the nodes given a new input only, whatever the input
+            return
         for user, value in redirected:
-            layer: Iterable[Node] = (user,)
             levels = node_levels if isinstance(value, Node) else literal_levels
-            for level in range(levels):
-                for node in layer:
-                    if node in listed:
-                        continue
-                    # first: most users have no rule filed under their key (looked up here, not by a call)
-                    satisfiers = by_key.get((node.op, node.target), _UNSEEN)
-                    if satisfiers is _UNSEEN:
-                        satisfiers = self._satisfiers_at(node)
-                    if satisfiers is None or node in retired or (domain is not None and node not in domain) \
-                            or node._sort_key <= here or not satisfiers.admit(value):
-                        continue
-                    listed.add(node)
-                    heapq.heappush(state.woken, (node._sort_key, id(node), node))
-                if level < levels - 1:
-                    layer = set().union(*[n.users for n in layer])
+            if levels == 1:
+                continue
+            layer = {user}
+            for _ in range(levels - 1):
+                layer = set().union(*[n.users for n in layer])
+                self._wake_among(anchor, [(node, value) for node in layer])
+
+    def _wake_among(self, anchor: Node, given: Iterable[tuple[Node, Any]]) -> None:
+        """:meth:`_wake` for each node of ``given`` and the new input ``value`` it reaches: queue the node if
+        it is not listed, lies ahead of ``anchor``, and ``value`` may satisfy a required argument there."""
+        state, retired, by_key = self._pass, self.plan.retired, self._satisfiers_by_key
+        listed, domain = state.listed, state.domain
+        here = anchor._sort_key
+        for node, value in given:
+            if node in listed:
+                continue
+            # first: most users have no rule filed under their key (looked up here, not by a call)
+            satisfiers = by_key.get((node.op, node.target), _UNSEEN)
+            if satisfiers is _UNSEEN:
+                satisfiers = self._satisfiers_at(node)
+            if satisfiers is None or node in retired or (domain is not None and node not in domain) \
+                    or node._sort_key <= here or not satisfiers.admit(value):
+                continue
+            listed.add(node)
+            heapq.heappush(state.woken, (node._sort_key, id(node), node))
 
     def _wake_beyond_domain(self, anchor: Node, change: Rewrite) -> None:
         """Queue the nodes ahead, outside a later pass's domain, whose match may contain a node ``change``
@@ -346,8 +366,9 @@ class Incremental(Scheduler):
             if level < steps:
                 layer = set().union(*[n.users for n in layer]) - seen
 
-    def _to_look_around(self, change: Rewrite) -> Iterable[Node]:
-        """The existing nodes ``change`` touched whose surroundings the next pass must look at again.
+    def _look_around(self, change: Rewrite, touched: set[Node]) -> None:
+        """Add to ``touched`` the existing nodes ``change`` touched whose surroundings the next pass must look
+        at again.
 
         Not the nodes it gave a new input within the pass's domain: they come after the rewritten node, so
         this pass visits them later (with their new inputs) if it may match there (:meth:`_wake`), and a
@@ -355,11 +376,12 @@ class Incremental(Scheduler):
         a user are ahead of the pass or behind it, and so are the outputs of a multi-output pattern.
         """
         if self.plan.reach.multi_output:
-            return change.touched
+            touched.update(change.touched)
+            return
+        touched.update(change.lost_users)
         domain = self._pass.domain
-        if domain is None:  # pass 1: every node is in its domain
-            return change.lost_users
-        return [*change.lost_users, *(user for user, _ in change.redirected if user not in domain)]
+        if domain is not None:  # pass 1's domain is every node
+            touched.update(user for user, _ in change.redirected if user not in domain)
 
     def _satisfiers_at(self, node: Node) -> Satisfiers | None:
         """What may satisfy a required argument of the rules filed under the node's key (None: no rule is),
@@ -377,27 +399,25 @@ class Incremental(Scheduler):
         compiled = self.plan.compiled
         return functools.reduce(operator.or_, (compiled[id(rule)].satisfiers for rule in rules), Satisfiers())
 
-    def _worklist(self, touched: set[Node]) -> tuple[list[Node], set[Node]]:
-        """Every node that rules may anchor at and whose match may contain a touched node, in graph order,
-        narrowed; and the region it was narrowed from (the next pass's domain).
+    def _worklist(self, touched: set[Node]) -> tuple[set[Node], set[Node]]:
+        """Every node that rules may anchor at and whose match may contain a touched node, narrowed; and the
+        region it was narrowed from (the next pass's domain).
 
         A changed node (new, with new inputs, or with fewer users) lies at most ``depth - 1`` use edges
         before the anchor of any match that contains it.  When guards count users, a node whose users
         changed may also be a capture, an argument of a matched node: ``depth`` use edges before.
         """
         plan, reach, retired = self.plan, self.plan.reach, self.plan.retired
-        seeds = {n for n in touched if n not in retired}
+        seeds = touched.difference(retired)
         if reach.multi_output:  # further outputs hang off shared inputs: look upstream too
             seeds |= _neighbourhood(seeds, reach.depth, operator.attrgetter("all_input_nodes"))
         steps = reach.depth if reach.counts_users else reach.depth - 1
         region = seeds | _neighbourhood(seeds, steps, operator.attrgetter("users"))
         region.difference_update(retired)
-        graph = plan.gm.graph
         if len(region) <= 4 * len(plan.index.ruleset):  # a few nodes: testing each costs less than narrowing
-            return in_graph_order(graph, {n for n in region if plan.may_anchor(n)}), region
-        found = Candidates(graph)
-        found_anchors = plan.index.anchors(found, narrowing(plan.compiled, found, region), region)
-        return in_graph_order(graph, found_anchors), region
+            return {n for n in region if plan.may_anchor(n)}, region
+        found = Candidates(plan.gm.graph)
+        return plan.index.anchors(found, narrowing(plan.compiled, found, region), region), region
 
     def _settled_after(self, done: _PassState) -> set[Node]:
         """The candidates of the next pass whose outcome the pass ``done`` already knows: nothing fires there.
