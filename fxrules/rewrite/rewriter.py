@@ -19,8 +19,9 @@ instead of working on a copy of the graph.
 from __future__ import annotations
 
 import functools
+import itertools
 import operator
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import Any, NamedTuple
 
 import attrs
@@ -58,6 +59,8 @@ from fxrules.rewrite.aten import ATEN_GRAPH, Level, NoAtenSpelling, aten_name, g
 from fxrules.rewrite.read_only import read_only
 from fxrules.rewrite.transaction import Transaction
 
+#: Nodes in graph order (``Node._sort_key``), as ``sorted`` and ``min`` take a key.
+_SORT_KEY = operator.attrgetter("_sort_key")
 #: Metadata a replacement inherits from the output it replaces.
 INHERITED_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
 SHAPE_META = ("val", "example_value", "tensor_meta")
@@ -133,45 +136,47 @@ class Rewriter:
         """Splice the replacement of ``match`` in, or raise :class:`Skip` (leaving nothing behind) when building
         it meets something it cannot do or a safety check (:mod:`fxrules.match.safety`) refuses it."""
         outputs = match.outputs
-        splice = Splice(match, outputs[0] if len(outputs) == 1 else min(outputs, key=lambda n: n._sort_key),
-                        self.graph, self.transaction.retired, self.context.alias_free, _operation_name,
-                        self.effects)
+        transaction = self.transaction
+        splice = Splice(match, outputs[0] if len(outputs) == 1 else min(outputs, key=_SORT_KEY), self.graph,
+                        transaction.retired, self.context.alias_free, _operation_name, self.effects)
         checks = checks_for(match.rule)  # the checks that may refuse a match of this rule, by stage
         run_checks(checks.emit.needed(splice), splice)
-        mark = self.transaction.mark(self.graph)
+        mark = transaction.mark(self.graph)
         try:  # a skip halfway (a helper's value unknown, no aten spelling...) leaves nothing behind
-            splice.values, splice.created = self._emit(match, splice.anchor)
+            values, created = splice.values, splice.created = self._emit(match, splice.anchor)
             splice.grad_modes, splice.autocast = self.grad_modes, self.autocast
             run_checks(checks.splice.needed(splice), splice)
         except Skip:
-            self.transaction.undo_since(mark, self.graph)
+            transaction.undo_since(mark, self.graph)
             raise
-        values, created = splice.values, splice.created
         if created:
             self._annotate(match, created, values)
             if self.grad_modes is not None:  # new nodes are computed in the anchor's mode
                 self.grad_modes.update(dict.fromkeys(created, self.grad_modes.get(splice.anchor, OUTSIDE)))
         redirected: list[tuple[torch.fx.Node, Any]] = []
-        noticed = list(created)
+        noticed = created  # not added to: a copy is made before the first literal's users join it
         for output, value in zip(outputs, values, strict=True):
             if value is not output:
                 users = self._redirect(output, value, created)
-                redirected += [(user, value) for user in users]
-                if not isinstance(value, torch.fx.Node):  # a node for a node writes as it did; a literal may
-                    noticed += users                      # be an `inplace` flag (True)
+                redirected += zip(users, itertools.repeat(value, len(users)), strict=True)
+                if users and not isinstance(value, torch.fx.Node):  # a node for a node writes as it did; a
+                    noticed = [*noticed, *users]                     # literal may be an `inplace` flag (True)
         if noticed:  # told once all are redirected: a user of two outputs may get two literals
             self.effects.noticed(noticed)
         return Rewrite(tuple(created), tuple(redirected), tuple(self._retire_dead(match)), _used_by(created, values))
 
-    def _emit(self, match: Match, anchor: torch.fx.Node) -> tuple[list[Any], list[torch.fx.Node]]:
+    def _emit(self, match: Match, anchor: torch.fx.Node) -> tuple[list[Any], list[torch.fx.Node] | tuple[()]]:
         """The replacement's values (one per output) and the nodes made for them, before ``anchor``."""
         shape = _replacement_shape(match.rule)
         bindings = match.bindings
-        if _any_symbolic(bindings.values()):
-            shape = _ReplacementShape()  # a symbolic dim of a typed capture: the Emitter makes it a literal or skips
         if shape.values is not None:  # x * 1 => x: no node to insert
-            return [bindings[key] if is_capture else key for is_capture, key in shape.values], []
-        if shape.call is not None and self.level is Level.TORCH:
+            values = [bindings[key] if is_capture else key for is_capture, key in shape.values]
+            for value in values:  # exact: the Emitter gives each value as it is, but for a symbolic size
+                if isinstance(value, SYMBOLIC):
+                    break
+            else:
+                return values, ()
+        elif shape.call is not None and self.level is Level.TORCH:
             node = shape.call.emit(self.graph, self.transaction, bindings, anchor)
             if node is not None:
                 return [node], [node]
@@ -186,23 +191,28 @@ class Rewriter:
         return grad_modes(self.graph, self.context.grad_enabled)
 
     def _annotate(self, match: Match, created: list[torch.fx.Node], values: list[Any]) -> None:
-        anchor_meta = match.anchor.meta
+        anchor_meta = match.outputs[0].meta
         inherited = [(key, anchor_meta[key]) for key in INHERITED_META if key in anchor_meta]
         provenance = _provenance(match.rule)
+        # the output each value replaces, by the value's identity: every value is alive, so no two share an id
+        replaced_by = dict(zip(map(id, values), match.outputs, strict=True))
         for node in created:
-            node.meta.update(inherited)
-            node.meta["fxrules"] = dict(provenance)
-        outputs = {id(v): o for v, o in zip(values, match.outputs, strict=True) if isinstance(v, torch.fx.Node)}
-        for node in created:
-            replaced = outputs.get(id(node))
-            shape = [(key, replaced.meta[key]) for key in SHAPE_META if key in replaced.meta] if replaced else None
-            if shape:
-                node.meta.update(shape)
-            elif self.with_metadata:
+            meta = node.meta
+            meta.update(inherited)
+            meta["fxrules"] = provenance.copy()
+        for node in created:  # once all have provenance: inferring one reads the metadata of those it uses
+            replaced = replaced_by.get(id(node))
+            if replaced is not None:
+                replaced_meta = replaced.meta
+                shape = [(key, replaced_meta[key]) for key in SHAPE_META if key in replaced_meta]
+                if shape:
+                    node.meta.update(shape)
+                    continue
+            if self.with_metadata:
                 with running(self.autocast, match.anchor):  # computed as it runs: autocast may cast it
                     infer_metadata(node)
 
-    def _redirect(self, output: torch.fx.Node, value: Any, created: list[torch.fx.Node]) -> list[torch.fx.Node]:
+    def _redirect(self, output: torch.fx.Node, value: Any, created: Container[torch.fx.Node]) -> list[torch.fx.Node]:
         """Make the live users of ``output`` (but the replacement's own nodes) use ``value``; those users."""
         retired = self.transaction.retired
         users = [user for user in output.users if user not in retired and user not in created]
@@ -217,7 +227,7 @@ class Rewriter:
         would count as a user of its own inputs, and block matches there, until the commit.
         """
         retired = self.transaction.retired
-        nodes = match.nodes if len(match.nodes) == 1 else sorted(match.nodes, key=lambda n: n._sort_key, reverse=True)
+        nodes = match.nodes if len(match.nodes) == 1 else sorted(match.nodes, key=_SORT_KEY, reverse=True)
         # a node's inputs as ``all_input_nodes`` lists them (a copy of the keys of FX's ``_input_nodes``), uncopied
         lost_user: list[torch.fx.Node] = []
         for node in nodes:  # users before what they use
@@ -388,13 +398,6 @@ def _operation_name(node: torch.fx.Node) -> str | None:
     return None if name is None else name.rstrip("_")
 
 
-def _any_symbolic(values: Iterable[Any]) -> bool:
-    for value in values:  # noqa: SIM110 - a loop: any() would add a generator on a hot path (every rewrite)
-        if isinstance(value, SYMBOLIC):
-            return True
-    return False
-
-
 def _has_live_user(node: torch.fx.Node, retired: Mapping[torch.fx.Node, None]) -> bool:
     for user in node.users:  # noqa: SIM110 - a loop: any() would add a generator on a hot path
         if user not in retired:
@@ -434,17 +437,28 @@ class _DirectCall:
 
     def emit(self, graph: torch.fx.Graph, transaction: Transaction, bindings: Mapping[str, Any],
              before: torch.fx.Node) -> torch.fx.Node | None:
-        """The new node, inserted before ``before``; None when the :class:`Emitter` must do it (module value,
-        numbers to fold)."""
-        args = tuple(bindings[key] if is_capture else key for is_capture, key in self.args)
+        """The new node, inserted before ``before``; None when the :class:`Emitter` must do it (a module value, a
+        symbolic size, numbers to fold)."""
+        args = tuple([bindings[key] if is_capture else key for is_capture, key in self.args])
         kwargs = {name: bindings[key] if is_capture else key for name, is_capture, key in self.kwargs}
         if self.foldable and _foldable(self.target, args, kwargs):
             return None
-        for value in (*args, *kwargs.values()):
-            if isinstance(value, torch.nn.Module):  # the Emitter says why that cannot be
+        # Exact: given no module (the Emitter says why that cannot be) and no symbolic size (it makes one a
+        # literal or skips), the Emitter emits this very call: a function or method of these values, spelled as
+        # written at the torch level, where no operator counts as decomposed (that needs ATEN_GRAPH).
+        for value in args:
+            if isinstance(value, _NOT_AS_IS):
                 return None
+        if kwargs:
+            for value in kwargs.values():
+                if isinstance(value, _NOT_AS_IS):
+                    return None
         with graph.inserting_before(before):
             return transaction.create_node(graph, self.op, self.target, args, kwargs)
+
+
+#: Bound values the :class:`Emitter` does not emit as they are: modules (an error) and symbolic sizes.
+_NOT_AS_IS = (torch.nn.Module, *SYMBOLIC)
 
 
 @per_object
@@ -478,15 +492,15 @@ def _replacement_shape(rule: Rule) -> _ReplacementShape:
         foldable=getattr(target, "__module__", None) == "_operator"))
 
 
-def _used_by(created: list[torch.fx.Node], values: list[Any]) -> tuple[torch.fx.Node, ...]:
+def _used_by(created: list[torch.fx.Node] | tuple[()], values: list[Any]) -> tuple[torch.fx.Node, ...]:
     """The existing nodes a replacement uses: inputs of its new nodes, and outputs it reuses."""
     used = [value for value in values if isinstance(value, torch.fx.Node)]
     if not created:
         return tuple(used)
     new = set(created)
     for node in created:
-        used += node.all_input_nodes
-    return tuple(node for node in dict.fromkeys(used) if node not in new)
+        used += node._input_nodes  # its inputs in order, as ``all_input_nodes`` lists them, uncopied
+    return tuple([node for node in dict.fromkeys(used) if node not in new])
 
 
 def _size_literal(value: Any, what: str) -> Any:
