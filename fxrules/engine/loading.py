@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 def load(path_or_name: str | Path, allow: Iterable[str] = ()) -> RuleSet:
     """Load a rule file by path, or a bundled ruleset by name (``"algebra.fxr"``)."""
-    with _collector_paused():
+    with collector_paused():
         from fxrules.lang import loader  # with the collector paused (see the module docstring)
 
         return _loop_checked(loader.load(path_or_name, allow))
@@ -48,14 +48,14 @@ def load(path_or_name: str | Path, allow: Iterable[str] = ()) -> RuleSet:
 
 def parse(text: str, filename: str = "<string>", allow: Iterable[str] = ()) -> RuleSet:
     """Parse and resolve ``.fxr`` text (its includes are looked up among the bundled rulesets)."""
-    with _collector_paused():
+    with collector_paused():
         from fxrules.lang import loader  # with the collector paused (see the module docstring)
 
         return _loop_checked(loader.parse(text, filename, allow))
 
 
 @contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
+def collector_paused() -> Iterator[None]:
     """No automatic garbage collection inside (see the module docstring); then as it was before."""
     enabled = gc.isenabled()
     gc.disable()
