@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+import io
 import subprocess
 import sys
 from pathlib import Path
@@ -82,3 +84,32 @@ def test_loading_rules_leaves_the_optional_regex_package_unloaded_and_working() 
                           "tree = lark.Lark(r'start: /\\p{L}+/', regex=True).parse('fx')\n"
                           "assert tree.children[0] == 'fx', tree")
     assert {"lark", "regex", "regex._regex_core"} <= after
+
+
+class _CollectorWatch(io.StringIO):
+    """Standard output that notes whether the garbage collector was on at each write."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.enabled: list[bool] = []
+
+    def write(self, text: str) -> int:
+        self.enabled.append(gc.isenabled())
+        return super().write(text)
+
+
+def test_fxrules_check_runs_with_the_garbage_collector_paused_and_turns_it_back_on(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`check` pauses the garbage collector from start to end (each collection would scan torch's objects for
+    nothing), not only while a file loads: it is off when the summary lines are printed, and on afterwards."""
+    from fxrules.cli import main
+
+    path = tmp_path / "r.fxr"
+    path.write_text("rule r: torch.relu(torch.relu(x)) => torch.relu(x)\n", encoding="utf-8")
+    watch = _CollectorWatch()
+    monkeypatch.setattr(sys, "stdout", watch)
+    assert gc.isenabled()
+    assert main(["check", "algebra.fxr", str(path)]) == 0
+    assert watch.getvalue() == f"algebra.fxr: 27 rules, 0 errors\n{path}: 1 rule, 0 errors\n"
+    assert watch.enabled and not any(watch.enabled)
+    assert gc.isenabled()

@@ -9,7 +9,8 @@ same checked rule set for unchanged files, so each warning is issued once.
 The garbage collector is paused while a file loads: loading allocates hundreds of
 thousands of small objects (tokens, tree nodes, IR) and frees few, so each automatic
 collection would scan the whole heap, torch's objects included, for almost nothing
-(a quarter of a 500-rule file's load time).  It resumes as it was, error or not.
+(a quarter of a 500-rule file's load time).  It resumes as it was, error or not, and what the
+load made joins the oldest generation (:func:`collector_paused`).
 The language layer, the matcher and the rewriter are imported on the first load, inside
 that pause too: importing them makes thousands of classes and functions, and with the
 collector running that cost as much again.
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 
 def load(path_or_name: str | Path, allow: Iterable[str] = ()) -> RuleSet:
     """Load a rule file by path, or a bundled ruleset by name (``"algebra.fxr"``)."""
-    with _collector_paused():
+    with collector_paused():
         from fxrules.lang import loader  # with the collector paused (see the module docstring)
 
         return _loop_checked(loader.load(path_or_name, allow))
@@ -48,21 +49,30 @@ def load(path_or_name: str | Path, allow: Iterable[str] = ()) -> RuleSet:
 
 def parse(text: str, filename: str = "<string>", allow: Iterable[str] = ()) -> RuleSet:
     """Parse and resolve ``.fxr`` text (its includes are looked up among the bundled rulesets)."""
-    with _collector_paused():
+    with collector_paused():
         from fxrules.lang import loader  # with the collector paused (see the module docstring)
 
         return _loop_checked(loader.parse(text, filename, allow))
 
 
 @contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """No automatic garbage collection inside (see the module docstring); then as it was before."""
+def collector_paused() -> Iterator[None]:
+    """No automatic garbage collection inside (see the module docstring); then as it was before.
+
+    What was made inside joins the oldest generation unscanned, as a full collection that kept it would leave
+    it: else the first collection afterwards, a young one, would scan all of it at once (100 ms after the
+    pause of a ``fxrules check``, torch's import inside).  It is scanned, and its cycles freed, by the next
+    full collection.  (``gc.freeze`` then ``gc.unfreeze`` moves it; not when the program froze objects of
+    its own, which unfreezing would release.)"""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if enabled:
+            if not gc.get_freeze_count():
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 

@@ -51,8 +51,10 @@ from fxrules.lang.ir import (
     replacement_templates,
     walk,
 )
+from fxrules.lang.signatures import CallSignature
 from fxrules.match.matcher import Matcher, node_keys
 from fxrules.match.skips import Skip, SkipReason
+from fxrules.memo import per_object
 from fxrules.rewrite.aten import aten_name
 from fxrules.rewrite.standalone import replacement_graph
 
@@ -189,6 +191,7 @@ def _arguments(template: OpTemplate) -> dict[Any, Template]:
     return {**dict(enumerate(template.args)), **named}
 
 
+@per_object  # asked twice of each rule
 def _uses_helper(rule: Rule) -> bool:
     return any(isinstance(t, HelperTemplate) or (isinstance(t, OpTemplate) and isinstance(t.target, HelperTemplate))
                for t in replacement_templates(rule))
@@ -324,12 +327,16 @@ def _operation_keys(template: Template) -> tuple[AnchorKey, ...]:
     return tuple(dict.fromkeys(key for option in options for key in anchor_keys(option)))
 
 
-def _with_default(template: OpTemplate) -> set[str]:
+def _with_default(template: OpTemplate) -> frozenset[str]:
     signature = template.signature
-    if signature is None:
-        return set()
-    return {name for overload in signature.overloads for name, parameter in overload.parameters.items()
-            if parameter.default is not parameter.empty}
+    return frozenset() if signature is None else _parameters_with_default(signature)
+
+
+@per_object
+def _parameters_with_default(signature: CallSignature) -> frozenset[str]:
+    """The parameters of any overload that have a default, once per signature (rules share their targets')."""
+    return frozenset(name for overload in signature.overloads for name, parameter in overload.parameters.items()
+                     if parameter.default is not parameter.empty)
 
 
 def _indexable(value: Any) -> bool:

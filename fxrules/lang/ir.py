@@ -466,6 +466,8 @@ def matching_order(pattern: tuple[Template, ...]) -> tuple[int, ...]:
     computes from (``return m, v`` where ``v`` uses ``m``) after that one, which binds it; else as ``return``
     names them.  A match starts at the first (its anchor), and finds each later one among the users of
     what it bound, so the order ``return`` names them in does not decide whether a pattern matches."""
+    if len(pattern) == 1:  # one output: it is the anchor (the loop below gives (0,) too, after a walk of it)
+        return (0,)
     inside = [{j for j, other in enumerate(pattern) if other is not output and any(t is output for t in walk(other))}
               for output in pattern]
     order: list[int] = []

@@ -49,14 +49,14 @@ def load_parser(grammar: str, **runtime: Any) -> Lark | None:
     """The parser read from the shipped tables, or None when they are missing or were not built from
     ``grammar`` with this Lark."""
     try:
-        shipped = json.loads(bundled.grammar_tables_text())
+        shipped = json.loads(bundled.grammar_tables_text(), object_hook=_decoded)
     except (OSError, ValueError):
         return None
     if not isinstance(shipped, dict) or any(shipped.get(key) != value for key, value in _stamp(grammar).items()):
         return None
     # Lark's own reader of serialized tables (its standalone parsers use it too), given a dict: no pickle
     parser: Lark = Lark._load_from_dict(  # type: ignore[no-untyped-call]
-        _decoded(shipped["data"]), _decoded(shipped["memo"]), **runtime)
+        shipped["data"], shipped["memo"], **runtime)
     for terminal in parser.terminals:  # JSON has no sets: the terminals equal the built parser's again
         terminal.pattern.flags = frozenset(terminal.pattern.flags)
     return parser
@@ -73,13 +73,11 @@ def _encoded(value: Any) -> Any:
     return value
 
 
-def _decoded(value: Any) -> Any:
-    if isinstance(value, dict):
-        if len(value) == 1 and _INT_KEYS in value:
-            return {int(key): _decoded(item) for key, item in value[_INT_KEYS].items()}
-        return {key: _decoded(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_decoded(item) for item in value]
+def _decoded(value: dict[str, Any]) -> dict[Any, Any]:
+    """A JSON object as :func:`_encoded` wrote it: a dict whose keys were ints has them again.  JSON's reader
+    calls it on each object, innermost first, so the tables are decoded as they are read."""
+    if len(value) == 1 and _INT_KEYS in value:
+        return {int(key): item for key, item in value[_INT_KEYS].items()}
     return value
 
 
