@@ -771,7 +771,11 @@ class _Operation:
         if not self.commutative and len(steps) == 2:
             (step, next_step), (at, next_at) = steps, positions
             return lambda node, attempt: step(node._args[at], attempt) and next_step(node._args[next_at], attempt)
-        read, by_name = reader.read, self._by_name
+        by_name = self._by_name
+        if len(steps) == 2:  # a commutative operation of two operands: no reader call, no itemgetter
+            at, next_at = positions
+            return lambda node, attempt: by_name((node._args[at], node._args[next_at]), attempt)
+        read = reader.read
         return lambda node, attempt: by_name(read(node), attempt)  # type: ignore[arg-type]
 
     def _read_planned(self, node: Node, attempt: _Attempt) -> bool:
