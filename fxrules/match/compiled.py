@@ -110,13 +110,13 @@ class _Attempt:
     __slots__ = ("bindings", "budget", "matcher", "missing_metadata", "modules", "nodes", "orders", "replayed",
                  "tracer")
 
-    def __init__(self, replayed: tuple[int, ...], matcher: Matcher, budget: Budget) -> None:
+    def __init__(self, replayed: tuple[int, ...], matcher: Matcher, budget: Budget, tracer: Tracer | None) -> None:
         self.bindings: dict[str, Any] = {}  # in binding order
         self.nodes: dict[int, Node] = {}  # id(OpTemplate) -> node, in matching order
         self.modules: dict[str, str] = {}  # module capture -> qualified name
         self.missing_metadata: Skip | None = None  # the first typed capture bound without metadata
         self.matcher = matcher  # the graph module (the module a call_module calls), the retired nodes, the tracer
-        self.tracer: Tracer | None = matcher.tracer
+        self.tracer = tracer  # the matcher's
         self.budget = budget  # the anchor's, shared by its replays
         self.replayed = replayed  # the options to take at the first choices
         self.orders: list[tuple[int, int]] = []  # (option taken, last option) at each choice met
@@ -127,12 +127,13 @@ class _Attempt:
             self.budget.step()
 
     def next_replay(self) -> tuple[int, ...] | None:
-        """The choices of the next run in depth-first order: the most recent open choice's next option."""
+        """The choices of the next run in depth-first order: the most recent open choice's next option (None
+        when no choice met has one left, or none was met)."""
         orders = self.orders
         for index in range(len(orders) - 1, -1, -1):
             taken, last = orders[index]
             if taken < last:
-                return (*(option for option, _ in orders[:index]), taken + 1)
+                return (*[option for option, _ in orders[:index]], taken + 1)
         return None
 
     def fail(self, condition: str, detail: Callable[[], str], span: Span, progress: int | None = None) -> None:
@@ -143,7 +144,7 @@ class _Attempt:
 
     def scratch(self, replayed: tuple[int, ...]) -> _Attempt:
         """A copy to explore in without counting steps, from the choices ``replayed`` on."""
-        copy = _Attempt(replayed, self.matcher, Budget())
+        copy = _Attempt(replayed, self.matcher, Budget(), self.tracer)
         copy.bindings, copy.nodes, copy.modules = dict(self.bindings), dict(self.nodes), dict(self.modules)
         copy.missing_metadata = self.missing_metadata
         return copy
@@ -205,11 +206,12 @@ class CompiledRule:
             tracer.start(rule, anchor)
             root = self._traced_root
         skip: Skip | None = None
-        budget = matcher.budget = Budget()
+        budget = matcher.budget  # the anchor's steps, shared by its replays: counted afresh, not a new Budget
+        budget.taken = 0
         seen: SeenMatches | None = None  # made once a match is rejected and another run may find it again
         replayed: tuple[int, ...] | None = ()
         while replayed is not None:
-            attempt = _Attempt(replayed, matcher, budget)
+            attempt = _Attempt(replayed, matcher, budget, tracer)
             try:
                 matched = root(anchor, attempt)
                 if matched:
@@ -218,7 +220,6 @@ class CompiledRule:
                 matched = False
             except BudgetExhausted:
                 raise budget.skip() from None
-            replayed = attempt.next_replay() if attempt.orders else None  # no choice met: no other run
             if matched and (seen is None or seen.is_new(attempt.bindings, attempt.nodes)):
                 if tracer is not None:
                     tracer.output = ""  # what check_usable reports is the whole match's
@@ -227,11 +228,13 @@ class CompiledRule:
                     matcher.check_usable(rule, attempt, outputs)
                 except Skip as reason:  # go on to the other options, and raise the first if none is usable
                     skip = skip or reason
+                    replayed = attempt.next_replay()
                     if replayed is not None:
                         seen = seen or SeenMatches()
                         seen.rejected(attempt.bindings, attempt.nodes)
-                else:
-                    return matcher.to_match(rule, attempt, outputs)
+                    continue
+                return matcher.to_match(rule, attempt, outputs)  # the next run is not needed: not planned
+            replayed = attempt.next_replay()
         if skip is not None:
             raise skip
         return None
@@ -537,6 +540,10 @@ def _slice_step(template: SliceTemplate, parts: tuple[Step, ...]) -> Step:
 # ---------------------------------------------------------------- operations
 
 
+#: Types none of whose values is a list to :meth:`~fxrules.lang.signatures.CallSignature.plan`: not a list or
+#: tuple, and no ``is_sequence`` attribute (which only templates of lists have).
+_NEVER_SEQUENCES = frozenset({Node, int, float, bool, type(None), str})
+
 #: Where a parameter's value comes from in a call of a given shape.
 _POSITION, _KEYWORD, _DEFAULT = range(3)
 
@@ -729,7 +736,29 @@ class _Operation:
         """How :meth:`_call_step` matches the operands of calls like ``args``: as many arguments, no keywords."""
         plan, by_count = self.signature.count_plan(args)  # type: ignore[union-attr]
         if not by_count:
-            return self._read_planned
+            return self._read_plain(len(args))
+        return self._read_by(plan)
+
+    def _read_plain(self, count: int) -> Callable[[Node, _Attempt], bool]:
+        """How :meth:`_call_step` matches calls of ``count`` arguments without keywords whose binding depends on
+        which arguments are lists (``torch.neg`` lists ``neg.int(a)`` beside ``neg(input)``).
+
+        Exact: a plan depends only on the argument count, the keyword names and which arguments are lists
+        (:meth:`~fxrules.lang.signatures.CallSignature.plan`), and no value of a type in
+        :data:`_NEVER_SEQUENCES` is one, so a call of such values binds as ``count`` Nones do; any other call
+        is planned call by call, as :meth:`match_checked` does."""
+        plain, read_planned = self._read_by(self.signature.plan((None,) * count, {})), self._read_planned  # type: ignore[union-attr]
+
+        def read(node: Node, attempt: _Attempt) -> bool:
+            for value in node._args:
+                if type(value) not in _NEVER_SEQUENCES:
+                    return read_planned(node, attempt)
+            return plain(node, attempt)
+
+        return read
+
+    def _read_by(self, plan: BindingPlan | None) -> Callable[[Node, _Attempt], bool]:
+        """How :meth:`_call_step` matches the operands of calls without keywords that bind by ``plan``."""
         if plan is None:
             return self._as_written
         reader = self._reader(plan)
@@ -742,7 +771,11 @@ class _Operation:
         if not self.commutative and len(steps) == 2:
             (step, next_step), (at, next_at) = steps, positions
             return lambda node, attempt: step(node._args[at], attempt) and next_step(node._args[next_at], attempt)
-        read, by_name = reader.read, self._by_name
+        by_name = self._by_name
+        if len(steps) == 2:  # a commutative operation of two operands: no reader call, no itemgetter
+            at, next_at = positions
+            return lambda node, attempt: by_name((node._args[at], node._args[next_at]), attempt)
+        read = reader.read
         return lambda node, attempt: by_name(read(node), attempt)  # type: ignore[arg-type]
 
     def _read_planned(self, node: Node, attempt: _Attempt) -> bool:
@@ -1047,7 +1080,8 @@ def _choose(options: tuple[tuple[Step, Any], ...], attempt: _Attempt) -> bool:
     if choice < len(attempt.replayed):
         taken = attempt.replayed[choice]
         orders.append((taken, last))
-        attempt.step()  # counted when this is the replay's new option, the last it replays
+        if choice + 1 == len(attempt.replayed):  # attempt.step(), inlined: the replay's new option is counted
+            attempt.budget.step()
         step, value = options[taken]
         return step(value, attempt)
     bindings, nodes, modules, missing_metadata = attempt.bindings, attempt.nodes, attempt.modules, \

@@ -136,7 +136,9 @@ class State:
 
 
 
-@attrs.frozen
+# Not slotted: a frozen slotted class sets each field through object.__setattr__, a dict-backed one writes its
+# __dict__ (about 0.5 us less per match, one made per rewrite).
+@attrs.frozen(slots=False)
 class Match:
     """A complete match: ready to be rewritten."""
 

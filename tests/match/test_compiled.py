@@ -559,3 +559,15 @@ def test_a_match_a_rewrite_makes_at_a_node_ruled_out_before_fires_in_the_same_pa
     assert (report["mul_one"].fired, report["neg_neg"].fired, report.passes) == (1, 1, 2)
     assert [n.op for n in gm.graph.nodes] == ["placeholder", "call_method", "output"]
     torch.testing.assert_close(gm(x), expected)
+
+
+def test_a_call_binding_by_which_arguments_are_lists_is_read_by_name_whatever_its_arguments(
+        matching: Callable[[torch.nn.Module], Matcher]) -> None:
+    """``view`` binds ``view(size)`` or ``view(dtype)`` by whether its argument is a list: a size given as a list
+    or tuple matches the pattern's ``size=`` by name, as loose ints do, and a dtype does not."""
+    rules = fxrules.parse("rule r:\n    x.view(size=[a, b]) => x.reshape(a, b)\n")
+    gm = trace(lambda x: (x.view(2, 3), x.view([2, 3]), x.view((2, 3)), x.view(size=[2, 3]), x.view(torch.int32)))
+    views = [n for n in gm.graph.nodes if n.op == "call_method"]
+    found = [answer(matching(gm), rules["r"], node) for node in views]
+    assert [(m.bindings["a"], m.bindings["b"]) if isinstance(m, Match) else m for m in found] == [(2, 3)] * 4 + [None]
+
