@@ -35,6 +35,17 @@ def trace(fn: Callable[..., Any] | torch.nn.Module) -> torch.fx.GraphModule:
     return torch.fx.symbolic_trace(fn)
 
 
+def no_grad_graph() -> torch.fx.GraphModule:
+    """``neg(neg(x))`` computed under ``torch.no_grad()`` and used after it, as Dynamo's graphs spell it."""
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    graph.call_function(torch._C._set_grad_enabled, (False,))
+    inner = graph.call_function(torch.neg, (graph.call_function(torch.neg, (x,)),))
+    graph.call_function(torch._C._set_grad_enabled, (True,))
+    graph.output(graph.call_function(torch.relu, (inner,)))
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
 def ops(gm: torch.fx.GraphModule) -> list[str]:
     """The graph's operations in order, as short names: 'relu', 'add', 'method:sum', 'module:Conv2d'."""
     names = []

@@ -17,7 +17,7 @@ from torch.fx.passes.shape_prop import ShapeProp
 import fxrules
 from fxrules.match.safety import SAFETY_CHECKS, Stage, checks_table
 from fxrules.match.skips import SkipReason
-from tests.conftest import trace
+from tests.conftest import no_grad_graph, trace
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "language.md"
 
@@ -57,16 +57,6 @@ def impure_graph() -> torch.fx.GraphModule:
     model = CallsImpure()
     return torch.fx.GraphModule(model, KeepsImpure().trace(model))
 
-
-def no_grad_graph() -> torch.fx.GraphModule:
-    """``neg(neg(x))`` computed under ``torch.no_grad()`` and used after it, as Dynamo's graphs spell it."""
-    graph = torch.fx.Graph()
-    x = graph.placeholder("x")
-    graph.call_function(torch._C._set_grad_enabled, (False,))
-    inner = graph.call_function(torch.neg, (graph.call_function(torch.neg, (x,)),))
-    graph.call_function(torch._C._set_grad_enabled, (True,))
-    graph.output(graph.call_function(torch.relu, (inner,)))
-    return torch.fx.GraphModule(torch.nn.Module(), graph)
 
 
 def autocast_graph() -> torch.fx.GraphModule:

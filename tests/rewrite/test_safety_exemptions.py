@@ -12,7 +12,7 @@ import torch.fx
 
 import fxrules
 from fxrules.match.safety import checks_for
-from tests.conftest import trace
+from tests.conftest import no_grad_graph, trace
 
 
 def _rule(text: str) -> fxrules.Rule:
@@ -173,14 +173,7 @@ def test_the_write_check_refuses_a_replacement_node_that_writes_in_a_graph_witho
 
 
 def test_the_grad_mode_check_refuses_inside_a_region() -> None:
-    graph = torch.fx.Graph()
-    x = graph.placeholder("x")
-    graph.call_function(torch._C._set_grad_enabled, (False,))
-    inner = graph.call_function(torch.neg, (graph.call_function(torch.neg, (x,)),))
-    graph.call_function(torch._C._set_grad_enabled, (True,))
-    graph.output(graph.call_function(torch.relu, (inner,)))
-    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
-    assert _refused(gm, "torch.neg(torch.neg(x)) => x") == {"grad mode": 1}
+    assert _refused(no_grad_graph(), "torch.neg(torch.neg(x)) => x") == {"grad mode": 1}
 
 
 # ---------------------------------------------------------------- literal_receiver
