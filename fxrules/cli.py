@@ -36,11 +36,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import gc
 import math
 import re
 import sys
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -395,25 +396,31 @@ def _parser(argv: Sequence[str]) -> argparse.ArgumentParser:
 #: The commands that load rule files and print what they found.  They run with the garbage collector paused,
 #: torch's import included: a collection scans every object alive, torch's hundreds of thousands among them,
 #: and freed next to nothing here (a third of `check`'s time past torch's import); the few cycles these
-#: commands leave are freed when the command ends.
+#: commands leave are freed when the command ends.  Run as a program, the process ends with the command: what
+#: it made is frozen then, or the first collection at exit would scan all of it (100 ms).
 _LOADING = frozenset({"check", "list"})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = sys.argv[1:] if argv is None else list(argv)
     args = _parser(arguments).parse_args(arguments)
-    with warnings.catch_warnings(), _collector(args.command):
+    with warnings.catch_warnings(), _collector(args.command, ends_process=argv is None):
         warnings.simplefilter("ignore", FxrLoopWarning)  # printed once each by the commands, with the rest
         return _run(args)
 
 
-def _collector(command: str) -> contextlib.AbstractContextManager[None]:
+@contextlib.contextmanager
+def _collector(command: str, ends_process: bool) -> Iterator[None]:
     """The garbage collector paused for the commands of :data:`_LOADING`; as it is for the others."""
     if command not in _LOADING:
-        return contextlib.nullcontext()
+        yield
+        return
     from fxrules.engine.loading import collector_paused
 
-    return collector_paused()
+    with collector_paused():
+        yield
+        if ends_process:  # nothing of the program is left to collect: no need to scan what the command made
+            gc.freeze()
 
 
 def _run(args: argparse.Namespace) -> int:

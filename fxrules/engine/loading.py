@@ -9,8 +9,8 @@ same checked rule set for unchanged files, so each warning is issued once.
 The garbage collector is paused while a file loads: loading allocates hundreds of
 thousands of small objects (tokens, tree nodes, IR) and frees few, so each automatic
 collection would scan the whole heap, torch's objects included, for almost nothing
-(a quarter of a 500-rule file's load time).  It resumes as it was, error or not, and what the
-load made joins the oldest generation (:func:`collector_paused`).
+(a quarter of a 500-rule file's load time).  It resumes as it was, error or not
+(:func:`collector_paused`).
 The language layer, the matcher and the rewriter are imported on the first load, inside
 that pause too: importing them makes thousands of classes and functions, and with the
 collector running that cost as much again.
@@ -59,20 +59,15 @@ def parse(text: str, filename: str = "<string>", allow: Iterable[str] = ()) -> R
 def collector_paused() -> Iterator[None]:
     """No automatic garbage collection inside (see the module docstring); then as it was before.
 
-    What was made inside joins the oldest generation unscanned, as a full collection that kept it would leave
-    it: else the first collection afterwards, a young one, would scan all of it at once (100 ms after the
-    pause of a ``fxrules check``, torch's import inside).  It is scanned, and its cycles freed, by the next
-    full collection.  (``gc.freeze`` then ``gc.unfreeze`` moves it; not when the program froze objects of
-    its own, which unfreezing would release.)"""
+    Nothing is moved between generations afterwards: ``gc.freeze(); gc.unfreeze()`` would put every object of
+    the program, not only the load's, in the oldest generation, where the automatic collections stop freeing a
+    program's garbage cycles (a server loading rules in a loop would keep them all)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if enabled:
-            if not gc.get_freeze_count():
-                gc.freeze()
-                gc.unfreeze()
             gc.enable()
 
 
