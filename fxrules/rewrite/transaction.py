@@ -84,7 +84,7 @@ def erase_node(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     node._update_args_kwargs(_fx_map_arg(node._args, _NONE), _fx_map_arg(node._kwargs, _NONE))
 
 
-_FX_CREATE_NODE = vars(torch.fx.Graph)["create_node"]
+_FX_CREATE_NODE = vars(torch.fx.Graph)["create_node"]  # FX's own, which _create_plain follows step by step
 #: Argument types with no part to look into: a value of exactly one of them is neither a container nor a symbolic
 #: size (``torch.SymInt`` and its kin derive from none of them, and an exact type check admits no subclass).
 _PLAIN_ARGUMENT = frozenset({torch.fx.Node, int, float, bool, str, type(None), torch.dtype, torch.device,
@@ -92,12 +92,14 @@ _PLAIN_ARGUMENT = frozenset({torch.fx.Node, int, float, bool, str, type(None), t
 
 
 def _plain_call(graph: torch.fx.Graph, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """Whether :func:`_create_plain` makes the very node ``graph.create_node`` would: a plain ``Graph``
-    whose ``create_node`` is FX's own (not replaced on the class or the graph), a module without
-    create-node hooks, and arguments each of a :data:`_PLAIN_ARGUMENT` type."""
-    if type(graph) is not torch.fx.Graph or type(args) is not tuple or type(kwargs) is not dict:
+    """Whether :func:`_create_plain` makes the very node ``graph.create_node`` would: a graph whose
+    ``create_node`` is FX's own, a module without create-node hooks, and arguments each of a
+    :data:`_PLAIN_ARGUMENT` type."""
+    if type(args) is not tuple or type(kwargs) is not dict:
         return False
-    if getattr(graph.create_node, "__func__", None) is not _FX_CREATE_NODE:  # patched on the class or graph
+    # the graph's own create_node is FX's (not a subclass's, nor patched on the class or the graph), so its
+    # steps are the ones _create_plain takes
+    if getattr(graph.create_node, "__func__", None) is not _FX_CREATE_NODE:
         return False
     if getattr(graph._owning_module, "_create_node_hooks", None):
         return False
