@@ -25,6 +25,7 @@ from typing import Any
 import attrs
 import torch
 import torch.fx
+from torch.fx.immutable_collections import immutable_dict
 from torch.fx.node import _fx_map_arg
 
 from fxrules.rewrite.spelling import spell_publicly
@@ -81,6 +82,49 @@ def erase_node(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     _SET_ERASED(node, True)
     graph._len -= 1
     node._update_args_kwargs(_fx_map_arg(node._args, _NONE), _fx_map_arg(node._kwargs, _NONE))
+
+
+_FX_CREATE_NODE = vars(torch.fx.Graph)["create_node"]  # FX's own, which _create_plain follows step by step
+#: Argument types with no part to look into: a value of exactly one of them is neither a container nor a symbolic
+#: size (``torch.SymInt`` and its kin derive from none of them, and an exact type check admits no subclass).
+_PLAIN_ARGUMENT = frozenset({torch.fx.Node, int, float, bool, str, type(None), torch.dtype, torch.device,
+                             torch.layout, torch.memory_format})
+
+
+def _plain_call(graph: torch.fx.Graph, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether :func:`_create_plain` makes the very node ``graph.create_node`` would: a graph whose
+    ``create_node`` is FX's own, a module without create-node hooks, and arguments each of a
+    :data:`_PLAIN_ARGUMENT` type."""
+    if type(args) is not tuple or type(kwargs) is not dict:
+        return False
+    # the graph's own create_node is FX's (not a subclass's, nor patched on the class or the graph), so its
+    # steps are the ones _create_plain takes
+    if getattr(graph.create_node, "__func__", None) is not _FX_CREATE_NODE:
+        return False
+    if getattr(graph._owning_module, "_create_node_hooks", None):
+        return False
+    for value in args:
+        if type(value) not in _PLAIN_ARGUMENT:
+            return False
+    return all(type(value) in _PLAIN_ARGUMENT for value in kwargs.values())
+
+
+def _create_plain(graph: torch.fx.Graph, op: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                  name: str) -> torch.fx.Node:
+    """``graph.create_node(op, target, args, kwargs, name=name)`` for a call :func:`_plain_call` admits.
+
+    FX's steps in FX's order (so an interruption leaves what FX's would), less one: the scan of the
+    arguments' leaves for a raw ``SymInt``/``SymFloat``/``SymBool``, which only warns about one.  Exact:
+    every argument is a leaf of a plain type (no container to look into), so that scan finds nothing;
+    the create-node hooks FX would run are none (an empty list or no attribute)."""
+    namespace = graph._graph_namespace
+    unique = namespace.create_name(name, None)
+    node = torch.fx.Node(graph, unique, op, target, args, kwargs or immutable_dict(), None)
+    namespace.associate_name_with_obj(unique, node)
+    graph._insert(node)
+    graph._find_nodes_lookup_table.insert(node)
+    graph._len += 1
+    return node
 
 
 @attrs.frozen
@@ -150,11 +194,17 @@ class Transaction:
     def create_node(self, graph: torch.fx.Graph, op: str, target: Any, args: tuple[Any, ...],
                     kwargs: dict[str, Any]) -> torch.fx.Node:
         """``graph.create_node`` at the insertion point, logged; the users of its inputs are kept first."""
-        torch.fx.node.map_arg((args, kwargs), self.keep_users)
         stem = self.stems.get(target)
         if stem is None:
             stem = self.stems[target] = graph._target_to_str(target)
-        node = graph.create_node(op, target, args, kwargs, name=stem)
+        if _plain_call(graph, args, kwargs):
+            for value in itertools.chain(args, kwargs.values()):
+                if type(value) is torch.fx.Node:
+                    self.keep_users(value)
+            node = _create_plain(graph, op, target, args, kwargs, stem)
+        else:
+            torch.fx.node.map_arg((args, kwargs), self.keep_users)
+            node = graph.create_node(op, target, args, kwargs, name=stem)
         self.created.append(node)
         return node
 
