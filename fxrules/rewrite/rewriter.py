@@ -119,6 +119,7 @@ class Rewriter:
         self.with_metadata = any(has_metadata(n) for n in graph.find_nodes(op="placeholder"))
         self.effects = GraphEffects(graph)  # told of every node a rewrite creates or redirects
         self.autocast = autocast_regions(graph, context.autocast)
+        self.splice = Splice(graph, transaction.retired, context.alias_free, _operation_name, self.effects)
 
     @functools.cached_property
     def level(self) -> Level:
@@ -137,8 +138,8 @@ class Rewriter:
         it meets something it cannot do or a safety check (:mod:`fxrules.match.safety`) refuses it."""
         outputs = match.outputs
         transaction = self.transaction
-        splice = Splice(match, outputs[0] if len(outputs) == 1 else min(outputs, key=_SORT_KEY), self.graph,
-                        transaction.retired, self.context.alias_free, _operation_name, self.effects)
+        splice = self.splice
+        splice.refill(match, outputs[0] if len(outputs) == 1 else min(outputs, key=_SORT_KEY), transaction.retired)
         checks = checks_for(match.rule)  # the checks that may refuse a match of this rule, by stage
         run_checks(checks.emit.needed(splice), splice)
         mark = transaction.mark(self.graph)
