@@ -46,3 +46,21 @@ def test_the_second_rewrite_sees_its_own_aliases_not_the_first_ones() -> None:
     assert report.counts() == {"r": 1}
     assert report["r"].skip_counts == {"alias": 1}
     assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == [torch.relu, torch.neg, torch.neg]
+
+
+class ReluAndSigmoidTwice(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(torch.relu(x)) + torch.sigmoid(torch.sigmoid(x)) + torch.relu(torch.relu(x + 1))
+
+
+def test_each_rule_emits_its_own_replacement_with_its_own_provenance() -> None:
+    """What a rewrite reads of its rule (replacement, checks, provenance) is its own rule's, with several rules
+    firing in turn on one graph."""
+    gm, report = _apply(ReluAndSigmoidTwice(), "rule relu2:\n    torch.relu(torch.relu(x)) => torch.relu(x)\n"
+                                               "rule sig2:\n    torch.sigmoid(torch.sigmoid(x)) => torch.tanh(x)\n")
+    assert report.counts() == {"relu2": 2, "sig2": 1}
+    made = [(n.target, n.meta["fxrules"]["rule"]) for n in gm.graph.nodes if "fxrules" in n.meta]
+    assert sorted(made, key=str) == sorted([(torch.relu, "relu2"), (torch.tanh, "sig2"), (torch.relu, "relu2")],
+                                           key=str)
+    x = torch.randn(4)
+    torch.testing.assert_close(gm(x), torch.relu(x) + torch.tanh(x) + torch.relu(x + 1))
