@@ -124,10 +124,11 @@ class InPass:
 @attrs.define
 class Splice:
     """A rewrite about to happen: the match, the node the replacement goes before, and, from the ``splice``
-    stage on, the replacement's values (one per output) and the nodes made for them."""
+    stage on, the replacement's values (one per output) and the nodes made for them.  One per rewriter,
+    refilled by :meth:`refill` for each rewrite (as :class:`Found` is per match: an object per rewrite is one
+    more allocation on the hot path); a check's detail must therefore not read it later (none does: each
+    takes what it names when it runs)."""
 
-    match: Match
-    anchor: Node  # the earliest output
     graph: torch.fx.Graph
     retired: Mapping[Node, None]
     alias_free: bool  # a subgraph of an operator that refuses outputs aliasing inputs (torch.cond)
@@ -139,7 +140,17 @@ class Splice:
     autocast: AutocastRegions | None = None  # where the graph runs under autocast
     values: list[Any] | tuple[()] = ()
     created: list[Node] | tuple[()] = ()
+    match: Match = attrs.field(init=False)  # set by :meth:`refill`
+    anchor: Node = attrs.field(init=False)  # the earliest output
     _pairs: list[tuple[Node, Node]] | None = attrs.field(default=None, init=False)
+    #: id(rule) -> (the rule, whether its matches may have effects here: :data:`EFFECTS`)
+    _effects_of: dict[int, tuple[Rule, int]] = attrs.field(factory=dict, init=False)
+
+    def refill(self, match: Match, anchor: Node, retired: Mapping[Node, None]) -> None:
+        """Make this the splice of ``match`` before ``anchor``, at the ``emit`` stage (no values, no regions)."""
+        self.match, self.anchor, self.retired = match, anchor, retired
+        self.values = self.created = ()
+        self.grad_modes = self.autocast = self._pairs = None
 
     def facts(self, wanted: int) -> int:
         """What the graph and the match hold of the ``wanted`` facts (:data:`WRITERS`...) at this stage: the
@@ -151,10 +162,21 @@ class Splice:
             facts |= GRAD_MODES
         if wanted & AUTOCAST and self.autocast is not None:
             facts |= AUTOCAST
-        if wanted & EFFECTS and (not _writes_nothing(self.match.rule)
-                                 or self.effects.impure_calls(self.match.rule, self.match.nodes)):
-            facts |= EFFECTS
+        if wanted & EFFECTS:
+            facts |= self._effects(self.match)
         return facts
+
+    def _effects(self, match: Match) -> int:
+        """:data:`EFFECTS` when a match of its rule may have side effects, found once per rule.  Exact: both
+        parts are fixed per rule while this graph is rewritten: :func:`_writes_nothing` is the rule's alone, and
+        :meth:`~fxrules.graph.metadata.GraphEffects.impure_calls` answers once per rule already (this saves the
+        two calls).  Keyed by id, the rule kept: a rule's id is not reused while the entry holds it."""
+        rule = match.rule
+        entry = self._effects_of.get(id(rule))
+        if entry is None:
+            may = not _writes_nothing(rule) or self.effects.impure_calls(rule, match.nodes)
+            entry = self._effects_of[id(rule)] = (rule, EFFECTS if may else 0)
+        return entry[1]
 
     def pairs(self) -> list[tuple[Node, Node]]:
         """(output, existing node it would share memory with) for each output replaced by a value that
@@ -214,7 +236,10 @@ class StageChecks:
     def needed(self, splice: Splice) -> tuple[SafetyCheck, ...]:
         """The checks whose :attr:`~SafetyCheck.needs` the splice's graph holds (:meth:`Splice.facts`); each
         set found once."""
-        facts = splice.facts(self._wanted)
+        wanted = self._wanted
+        if not wanted:  # exact: no check needs a fact, so every fact set gives ``all``
+            return self.all
+        facts = splice.facts(wanted)
         needed = self._by_facts.get(facts)
         if needed is None:
             needed = self._by_facts[facts] = tuple(check for check in self.all if check.needs & facts == check.needs)

@@ -52,7 +52,7 @@ from fxrules.lang.ir import (
     Template,
 )
 from fxrules.match.matcher import Match
-from fxrules.match.safety import Splice, checks_for, run_checks
+from fxrules.match.safety import RuleChecks, Splice, checks_for, run_checks
 from fxrules.match.skips import Skip, SkipReason
 from fxrules.memo import per_object
 from fxrules.rewrite.aten import ATEN_GRAPH, Level, NoAtenSpelling, aten_name, graph_level, spelled
@@ -119,6 +119,8 @@ class Rewriter:
         self.with_metadata = any(has_metadata(n) for n in graph.find_nodes(op="placeholder"))
         self.effects = GraphEffects(graph)  # told of every node a rewrite creates or redirects
         self.autocast = autocast_regions(graph, context.autocast)
+        self.splice = Splice(graph, transaction.retired, context.alias_free, _operation_name, self.effects)
+        self._rules: dict[int, _PerRule] = {}  # id(rule) -> what every rewrite of it reads (:meth:`_per_rule`)
 
     @functools.cached_property
     def level(self) -> Level:
@@ -137,20 +139,21 @@ class Rewriter:
         it meets something it cannot do or a safety check (:mod:`fxrules.match.safety`) refuses it."""
         outputs = match.outputs
         transaction = self.transaction
-        splice = Splice(match, outputs[0] if len(outputs) == 1 else min(outputs, key=_SORT_KEY), self.graph,
-                        transaction.retired, self.context.alias_free, _operation_name, self.effects)
-        checks = checks_for(match.rule)  # the checks that may refuse a match of this rule, by stage
+        splice = self.splice
+        splice.refill(match, outputs[0] if len(outputs) == 1 else min(outputs, key=_SORT_KEY), transaction.retired)
+        per_rule = self._per_rule(match.rule)
+        checks = per_rule.checks  # the checks that may refuse a match of this rule, by stage
         run_checks(checks.emit.needed(splice), splice)
         mark = transaction.mark(self.graph)
         try:  # a skip halfway (a helper's value unknown, no aten spelling...) leaves nothing behind
-            values, created = splice.values, splice.created = self._emit(match, splice.anchor)
+            values, created = splice.values, splice.created = self._emit(match, per_rule.shape, splice.anchor)
             splice.grad_modes, splice.autocast = self.grad_modes, self.autocast
             run_checks(checks.splice.needed(splice), splice)
         except Skip:
             transaction.undo_since(mark, self.graph)
             raise
         if created:
-            self._annotate(match, created, values)
+            self._annotate(match, per_rule.provenance, created, values)
             if self.grad_modes is not None:  # new nodes are computed in the anchor's mode
                 self.grad_modes.update(dict.fromkeys(created, self.grad_modes.get(splice.anchor, OUTSIDE)))
         redirected: list[tuple[torch.fx.Node, Any]] = []
@@ -163,11 +166,22 @@ class Rewriter:
                     noticed = [*noticed, *users]                     # literal may be an `inplace` flag (True)
         if noticed:  # told once all are redirected: a user of two outputs may get two literals
             self.effects.noticed(noticed)
-        return Rewrite(tuple(created), tuple(redirected), tuple(self._retire_dead(match)), _used_by(created, values))
+        return Rewrite(tuple(created), tuple(redirected), self._retire_dead(match), _used_by(created, values))
 
-    def _emit(self, match: Match, anchor: torch.fx.Node) -> tuple[list[Any], list[torch.fx.Node] | tuple[()]]:
-        """The replacement's values (one per output) and the nodes made for them, before ``anchor``."""
-        shape = _replacement_shape(match.rule)
+    def _per_rule(self, rule: Rule) -> _PerRule:
+        """What every rewrite of ``rule`` reads, looked up once per rewriter rather than once per rewrite (each
+        is a :func:`~fxrules.memo.per_object` lookup).  Exact: each is derived from the rule alone, and keyed
+        by id with the rule kept, so the id names that rule while the entry lives."""
+        per_rule = self._rules.get(id(rule))
+        if per_rule is None:
+            per_rule = self._rules[id(rule)] = _PerRule(rule, checks_for(rule), _replacement_shape(rule),
+                                                        _provenance(rule))
+        return per_rule
+
+    def _emit(self, match: Match, shape: _ReplacementShape,
+              anchor: torch.fx.Node) -> tuple[list[Any], list[torch.fx.Node] | tuple[()]]:
+        """The replacement's values (one per output) and the nodes made for them (``shape``: the rule's), before
+        ``anchor``."""
         bindings = match.bindings
         if shape.values is not None:  # x * 1 => x: no node to insert
             values = [bindings[key] if is_capture else key for is_capture, key in shape.values]
@@ -190,10 +204,10 @@ class Rewriter:
         """The grad mode of each node, where the graph has grad-mode regions (None: it has none)."""
         return grad_modes(self.graph, self.context.grad_enabled)
 
-    def _annotate(self, match: Match, created: list[torch.fx.Node], values: list[Any]) -> None:
+    def _annotate(self, match: Match, provenance: dict[str, Any], created: list[torch.fx.Node],
+                  values: list[Any]) -> None:
         anchor_meta = match.outputs[0].meta
         inherited = [(key, anchor_meta[key]) for key in INHERITED_META if key in anchor_meta]
-        provenance = _provenance(match.rule)
         # the output each value replaces, by the value's identity: every value is alive, so no two share an id
         replaced_by = dict(zip(map(id, values), match.outputs, strict=True))
         for node in created:
@@ -219,7 +233,7 @@ class Rewriter:
         self.transaction.redirect(output, value, users)
         return users
 
-    def _retire_dead(self, match: Match) -> list[torch.fx.Node]:
+    def _retire_dead(self, match: Match) -> tuple[torch.fx.Node, ...]:
         """Retire the matched nodes nothing live uses any more, and the pure producers this leaves unused.
 
         Returns the nodes that lost a user and stay live.  A producer only the rewritten nodes used
@@ -244,7 +258,16 @@ class Rewriter:
             else:
                 lost_user += node._input_nodes
                 retired[node] = None
-        return touched
+        return tuple(touched)
+
+
+class _PerRule(NamedTuple):
+    """What every rewrite of one rule reads (:meth:`Rewriter._per_rule`)."""
+
+    rule: Rule  # kept: the key is its id
+    checks: RuleChecks
+    shape: _ReplacementShape
+    provenance: dict[str, Any]
 
 
 class Emitter:
