@@ -231,7 +231,9 @@ def combine(parts: Sequence[tuple[str, Report]], total_seconds: float) -> Report
             skipped=tuple(attrs.evolve(s, node=_qualified(p, s.node)) for p, r in pieces for s in r.skipped
                           )[:KEEP_EXAMPLES],
             skip_counts=dict(skip_counts), near_misses=tuple(misses[:KEEP_MISSES]),
-            attempts=sum(r.attempts for _, r in pieces)))
+            attempts=sum(r.attempts for _, r in pieces),
+            # a rule that may start in some graph (a torch.cond branch) starts: the root's reason holds for it only
+            never_starts=rule.never_starts if all(r.never_starts for _, r in pieces) else ""))
     reports = [report for _, report in parts]
     stop = next((r.stop_reason for r in reports if r.stop_reason is not StopReason.FIXPOINT), StopReason.FIXPOINT)
     return Report(tuple(rules), max(r.passes for r in reports), stop,

@@ -507,7 +507,7 @@ def _no_change(splice: Splice) -> Detail | None:
     if not created:
         return "the replacement is the matched node itself"
     return lambda: (f"the replacement computes '{match.anchor.name}' as the match does: "
-                    f"{', '.join(str(n.target) for n in created)} of the same arguments")
+                    f"{', '.join(_target_name(n) for n in created)} of the same arguments")
 
 
 def _may_be_unchanged(rule: Rule) -> bool:
@@ -527,6 +527,17 @@ def _may_be_unchanged(rule: Rule) -> bool:
                 and isinstance(output, OpTemplate) and replacement.name in _capture_names(_certainly_below(output)):
             return False
     return True
+
+
+def _target_name(node: Node) -> str:
+    """A node's target as the generated code names it (``torch.relu``, ``aten.sin.default``), a method by its name:
+    never a builtin's repr, whose memory address would make the detail differ from run to run."""
+    if isinstance(node.target, str):
+        return node.target
+    try:
+        return torch.fx.node._get_qualified_name(node.target)
+    except Exception:  # an object FX cannot name: its type's name, still without an address
+        return getattr(node.target, "__name__", type(node.target).__name__)
 
 
 def _same_value(value: Any, old: Any, new: set[Node], seen: dict[Node, Node]) -> bool:
