@@ -532,8 +532,8 @@ def _may_be_unchanged(rule: Rule) -> bool:
 def _target_name(node: Node) -> str:
     """A node's target as the generated code names it (``torch.relu``, ``aten.sin.default``), a method by its name:
     never a builtin's repr, whose memory address would make the detail differ from run to run."""
-    if isinstance(node.target, str):
-        return node.target
+    if isinstance(node.target, str | torch._ops.OpOverload | torch._ops.OpOverloadPacket):
+        return str(node.target)  # a method's name; an aten operator as the rules write it (aten.sin.default)
     try:
         return torch.fx.node._get_qualified_name(node.target)
     except Exception:  # an object FX cannot name: its type's name, still without an address
