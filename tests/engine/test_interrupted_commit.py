@@ -66,7 +66,7 @@ def _model(hooked: bool) -> tuple[torch.fx.GraphModule, list[str]]:
 _TRACED = (transaction.__file__, torch.fx.Graph.erase_node.__code__)
 
 
-def _run_interrupted(gm: torch.fx.GraphModule, index: int | None) -> int:
+def run_commit_interrupted(gm: torch.fx.GraphModule, rules: fxrules.RuleSet, index: int | None) -> int:
     """``apply`` with every line the undo log's code (and FX's ``erase_node``) runs after the lint counted,
     raising KeyboardInterrupt at line ``index`` (None: not at all); how many lines were counted."""
     count = 0
@@ -92,7 +92,7 @@ def _run_interrupted(gm: torch.fx.GraphModule, index: int | None) -> int:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(lint, "lint", lint_then_trace)
         try:
-            fxrules.apply(gm, RULES)
+            fxrules.apply(gm, rules)
         finally:
             sys.settrace(None)
     return count
@@ -103,14 +103,14 @@ def test_an_interrupt_at_any_line_of_the_commit_leaves_the_module_as_it_was(hook
     """Each interrupt propagates and the module is as it was (nodes, their arguments, users in order, the
     find_nodes table, names, code, submodules); a later apply gives what an uninterrupted one gives."""
     reference, _ = _model(hooked)
-    lines = _run_interrupted(reference, None)
+    lines = run_commit_interrupted(reference, RULES, None)
     assert lines > 100  # every dead node's erasure, line by line
     x = torch.randn(2, 3)
     for index in range(lines):
         gm, _ = _model(hooked)
         before = snapshot(gm)
         with pytest.raises(KeyboardInterrupt):
-            _run_interrupted(gm, index)
+            run_commit_interrupted(gm, RULES, index)
         assert_unchanged(before, gm)
         fxrules.apply(gm, RULES)
         assert gm.code == reference.code, index

@@ -5,18 +5,14 @@ any line of the commit leaves the module as it was before ``apply``."""
 from __future__ import annotations
 
 import operator
-import sys
-from collections.abc import Callable
-from types import FrameType
-from typing import Any
 
 import pytest
 import torch
 import torch.fx
 
 import fxrules
-from fxrules.rewrite import lint, transaction
 from tests.engine.test_all_or_nothing import assert_unchanged, snapshot
+from tests.engine.test_interrupted_commit import run_commit_interrupted
 
 #: Drops the relu and with it every node only the relu's operand needed.
 RULES = fxrules.parse("rule drop_relu:\n    torch.relu(x) + y => y\n")
@@ -45,49 +41,17 @@ def _model(hooked: bool) -> tuple[torch.fx.GraphModule, list[str]]:
     return gm, heard
 
 
-def _run_interrupted(gm: torch.fx.GraphModule, index: int | None) -> int:
-    """``apply``, raising KeyboardInterrupt at the ``index``-th line that the undo log's code or FX's
-    ``erase_node`` runs after the lint (None: never); how many such lines ran."""
-    count = 0
-    traced = (transaction.__file__, torch.fx.Graph.erase_node.__code__)
-
-    def line(frame: FrameType, event: str, _: Any) -> Callable[..., Any]:
-        nonlocal count
-        if event == "line":
-            if count == index:
-                raise KeyboardInterrupt
-            count += 1
-        return line
-
-    def call(frame: FrameType, event: str, _: Any) -> Callable[..., Any] | None:
-        return line if frame.f_code.co_filename == traced[0] or frame.f_code is traced[1] else None
-
-    real_lint = lint.lint
-
-    def lint_then_trace(graph: torch.fx.Graph) -> None:
-        real_lint(graph)
-        sys.settrace(call)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(lint, "lint", lint_then_trace)
-        try:
-            fxrules.apply(gm, RULES)
-        finally:
-            sys.settrace(None)
-    return count
-
-
 @pytest.mark.parametrize("hooked", [False, True], ids=["without erase hooks", "with an erase hook"])
 def test_an_interrupt_at_any_line_leaves_nested_arguments_and_users_as_they_were(hooked: bool) -> None:
     reference, _ = _model(hooked)
-    lines = _run_interrupted(reference, None)
+    lines = run_commit_interrupted(reference, RULES, None)
     assert "relu" not in reference.code and lines > 50
     for index in range(lines):
         gm, _ = _model(hooked)
         nodes = list(gm.graph.nodes)
         before = snapshot(gm), [(n.args, n.kwargs, list(n.users)) for n in nodes]
         with pytest.raises(KeyboardInterrupt):
-            _run_interrupted(gm, index)
+            run_commit_interrupted(gm, RULES, index)
         assert_unchanged(before[0], gm)
         assert [(n.args, n.kwargs, list(n.users)) for n in nodes] == before[1], index
         assert len(gm.graph.nodes) == len(nodes) == len(list(gm.graph.nodes))
