@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import attrs
 from lark import Lark, Token, Tree
 from lark.grammar import Rule, Terminal
 
@@ -158,6 +159,10 @@ def _reducer(rule: Rule, placeholders: bool, parse: _Parse) -> Callable[[list[An
     method = getattr(SyntaxBuilder, name, None)
     if method is None and not passes_on:
         raise TypeError(f"the syntax builder has no method for the grammar's rule {name!r}")
+    bounds = _bounds(rule)
+    if bounds is not None and not passes_on and all(slot is None or not slot[1] for slot in slots):
+        picks = tuple(slot[0] if slot else None for slot in slots)
+        return _plain_reducer(name, method, bounds, picks, parse)  # type: ignore[arg-type]
     # most rules keep children as they are, by index: no placeholder, nothing spliced in
     indices = None if any(slot is None or slot[1] for slot in slots) else [slot[0] for slot in slots if slot]
 
@@ -175,6 +180,79 @@ def _reducer(rule: Rule, placeholders: bool, parse: _Parse) -> Callable[[list[An
             return Built(name, method(parse.builder, span, *values), span)  # type: ignore[misc, arg-type]
         except ValueError as error:  # int() of more digits than Python converts
             raise LiteralError(span or Span(parse.builder.filename, 1, 1), error) from None
+
+    return reduce
+
+
+def _bounds(rule: Rule) -> tuple[int, int] | None:
+    """The places of the first and the last child a reduction of ``rule`` is measured by, when the grammar
+    fixes them: the children before the first and after the last are layout tokens, always skipped.  None
+    when one of them is a ``_rule`` spliced in (how much it holds varies) or there is no such child."""
+    positioned = [index for index, symbol in enumerate(rule.expansion)
+                  if not (symbol.is_term and symbol.name in _LAYOUT)]
+    if not positioned or any(not rule.expansion[index].is_term and rule.expansion[index].name.startswith("_")
+                             for index in (positioned[0], positioned[-1])):
+        return None
+    return positioned[0], positioned[-1]
+
+
+def _span_setters() -> tuple[Callable[[Span, Any], None], ...]:
+    """The setters of :class:`Span`'s slots, in the order of its fields: what its attrs ``__init__`` does, with
+    neither the call nor a look-up of each name (a reduction's span was a fifth of its time).  Only while that
+    ``__init__`` does nothing else: sets each field it is given."""
+    fields = attrs.fields(Span)
+    if [field.name for field in fields] != ["file", "line", "column", "end_line", "end_column"] or any(
+            field.validator or field.converter or field.on_setattr for field in fields) or hasattr(
+            Span, "__attrs_post_init__") or hasattr(Span, "__attrs_pre_init__"):
+        raise TypeError("Span's __init__ does more than set its five fields")
+    return tuple(getattr(Span, field.name).__set__ for field in fields)
+
+
+_SET_FILE, _SET_LINE, _SET_COLUMN, _SET_END_LINE, _SET_END_COLUMN = _span_setters()
+
+
+def _plain_reducer(name: str, method: Callable[..., Any], bounds: tuple[int, int], picks: tuple[int | None, ...],
+                   parse: _Parse) -> Callable[[list[Any]], Any]:
+    """The callback of a rule that builds a node of children it keeps by index (None for an optional part not
+    written), measured from ``bounds``: what :func:`_extent` and :func:`_kept` work out per call, once.
+
+    The children at ``bounds`` are tokens (of a terminal that is not layout) or the values of rules that do
+    not start with ``_``: a :class:`Built`, or a token a ``?rule`` passed on.  A token and a span both have
+    ``line``, ``column``, ``end_line`` and ``end_column``, so either measures alike, as in :func:`_extent`."""
+    first, last = bounds
+    kept = picks[0] if len(picks) == 1 else None
+    new_span, new_built = Span.__new__, Built.__new__
+
+    def reduce(children: list[Any]) -> Any:
+        builder = parse.builder
+        start = children[first]
+        if start.__class__ is Built:
+            start = start.span
+        if first == last and start.__class__ is Span:  # the one child's extent: _extent's span, or one equal to it
+            span = start
+        else:
+            end = children[last]
+            if end.__class__ is Built:
+                end = end.span
+            span = new_span(Span)
+            _SET_FILE(span, builder.filename)
+            _SET_LINE(span, start.line or 0)
+            _SET_COLUMN(span, start.column or 0)
+            _SET_END_LINE(span, end.end_line)
+            _SET_END_COLUMN(span, end.end_column)
+        try:
+            if kept is not None:
+                child = children[kept]
+                value = method(builder, span, child.value if child.__class__ is Built else child)
+            else:
+                kept_children = [children[index] if index is not None else None for index in picks]
+                value = method(builder, span, *[child.value if child.__class__ is Built else child
+                                                for child in kept_children])
+        except ValueError as error:  # int() of more digits than Python converts
+            raise LiteralError(span, error) from None
+        built = new_built(Built)  # Built(name, value, span), without the call of its __init__
+        built.data, built.value, built.span = name, value, span
+        return built
 
     return reduce
 
