@@ -267,9 +267,37 @@ def _build_every_reduction(parser: Lark, parse: _Parse) -> None:
     release stops calling them (every span would then be wrong).
     """
     callbacks: dict[Any, Callable[[list[Any]], Any]] = parser._callbacks
+    placeholders = parser.options.maybe_placeholders
     for rule in list(callbacks):
-        if isinstance(rule, Rule) and not (rule.alias or rule.origin.name).startswith("_") and not _passes_on(rule):
-            callbacks[rule] = _reducer(rule, parser.options.maybe_placeholders, parse)
+        if not isinstance(rule, Rule):
+            continue
+        if not (rule.alias or rule.origin.name).startswith("_") and not _passes_on(rule):
+            callbacks[rule] = _reducer(rule, placeholders, parse)
+        elif rule.expansion[:1] == [rule.origin] and not (rule.alias or rule.options.expand1):
+            callbacks[rule] = _extender(_slots(rule, placeholders))
+
+
+def _extender(slots: list[_Slot]) -> Callable[[list[Any]], Any]:
+    """The callback of a left-recursive rule Lark inlines (a repetition: ``__arguments_star_15:
+    __arguments_star_15 "," argument``): the tree of the repetition so far, extended in place by the children
+    Lark's filter keeps.  Lark's callback makes a new tree of the same name around the same list of children;
+    the old tree leaves the parser's stack with the reduction, so extending it makes an equal tree (the same
+    name, equal children) without a new one."""
+    if slots[:1] != [(0, True)] or None in slots:
+        raise TypeError(f"a repetition whose first child is not the repetition so far: {slots}")
+    rest = [slot for slot in slots[1:] if slot is not None]
+
+    def extend(children: list[Any]) -> Any:
+        tree = children[0]
+        kept: list[Any] = tree.children
+        for index, spliced in rest:
+            if spliced:
+                kept += children[index].children
+            else:
+                kept.append(children[index])
+        return tree
+
+    return extend
 
 
 def _passes_on(rule: Rule) -> bool:

@@ -159,7 +159,8 @@ class LalrLoop:
                 found = match(text, pos)
                 if found is None:
                     raise Refused
-                value, kind, end = found.group(), found.lastgroup, found.end()
+                end = found.end()
+                value, kind = text[pos:end], found.lastgroup
                 start_line, column = line, pos - line_start + 1
                 if kind in multiline and (newlines := value.count("\n")):
                     line += newlines

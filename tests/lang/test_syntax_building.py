@@ -103,6 +103,29 @@ def test_spans_through_parentheses_trailing_commas_and_dropped_tokens_are_what_l
     assert parse_syntax(text, "f.fxr") == _reference(text, "f.fxr")
 
 
+@pytest.mark.parametrize("text", [
+    "rule r: torch.cat([a, b, c, d], dim=0, out=None) => a - b + c - d * e / f // g % h @ i ** -j\n",
+    "@tolerance(atol=1)\n@tolerance(rtol=2)\n@finite_inputs()\nrule r: x => x\n",
+    "family f = torch.relu | F.relu | torch.Tensor.relu | aten.relu.default\n"
+    "commutative torch.add, torch.mul, torch.maximum,\n",
+    "rule r:\n    given:\n        x: Tensor[M, N, K, dtype=float32|float16|bfloat16]\n        y: Tensor[M]\n"
+    "    pattern:\n        a = f(x)\n        b = g(a)\n        return a, b, x\n"
+    "    where:\n        x.ndim == 1\n        x.ndim < 2 <= 3 is not 4 not in y\n        a and b and c or d or e\n"
+    "    replace:\n        return x, y, z,\n",
+    "\n\n# a comment\n\nrule r: x => x\n\n\n",
+    'rule r:\n    """doc"""\n    x => (x)\n',
+    "rule r: (x)(y)[(z)].w => f()\n",
+    "rule r: x[:] => x[::2][1:][:2][1:2:3]\n",
+    "use torch.nn.functional as F\ninclude 'a.fxr'\nrule r: @h() => @h(x, k=(y))\n",
+])
+def test_repetitions_and_rules_measured_between_layout_tokens_are_built_as_lark_positions_give(text: str) -> None:
+    """Repetitions (arguments, operators, decorators, members, statements, guards, blank lines) build the
+    children Lark's trees hold, in order; a node that starts or ends next to a new line or an indentation is
+    measured from the token or node beside it; an optional part not written is absent; a bracketed child
+    keeps its own span while its parent is measured from the bracket."""
+    assert parse_syntax(text, "f.fxr") == _reference(text, "f.fxr")
+
+
 def test_an_integer_too_long_for_python_is_a_syntax_error_at_the_literal() -> None:
     """A literal Python refuses to convert stops the parse with a syntax error at the literal, in plain words,
     not a ValueError."""
