@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
+from operator import itemgetter
 from typing import Any
 
 import attrs
@@ -221,6 +222,7 @@ def _plain_reducer(name: str, method: Callable[..., Any], bounds: tuple[int, int
     ``line``, ``column``, ``end_line`` and ``end_column``, so either measures alike, as in :func:`_extent`."""
     first, last = bounds
     kept = picks[0] if len(picks) == 1 else None
+    take = itemgetter(*picks) if len(picks) > 1 and None not in picks else None  # the kept children, as a tuple
     new_span, new_built = Span.__new__, Built.__new__
 
     def reduce(children: list[Any]) -> Any:
@@ -244,6 +246,9 @@ def _plain_reducer(name: str, method: Callable[..., Any], bounds: tuple[int, int
             if kept is not None:
                 child = children[kept]
                 value = method(builder, span, child.value if child.__class__ is Built else child)
+            elif take is not None:
+                value = method(builder, span, *[child.value if child.__class__ is Built else child
+                                                for child in take(children)])
             else:
                 kept_children = [children[index] if index is not None else None for index in picks]
                 value = method(builder, span, *[child.value if child.__class__ is Built else child

@@ -103,6 +103,38 @@ def _action(action: Any, arg: Any, kind: str, callbacks: dict[Rule, Callable[[li
     return len(rule.expansion), rule.origin.name, callback
 
 
+class _Layout:
+    """The Indenter's work on each new line outside brackets: ``_NL``, then ``_INDENT`` or ``_DEDENT`` tokens."""
+
+    def __init__(self, indenter: Indenter, feed: Callable[[Token], None]) -> None:
+        self.indenter, self.feed = indenter, feed
+        self.levels = [0]
+
+    def newline(self, token: Token) -> None:
+        self.feed(token)
+        indenter = self.indenter
+        indent_text = token.rsplit("\n", 1)[1]
+        indent = indent_text.count(" ") + indent_text.count("\t") * indenter.tab_len
+        levels = self.levels
+        if indent > levels[-1]:
+            levels.append(indent)
+            self.feed(Token.new_borrow_pos(indenter.INDENT_type, indent_text, token))
+            return
+        while indent < levels[-1]:
+            levels.pop()
+            self.feed(Token.new_borrow_pos(indenter.DEDENT_type, indent_text, token))
+        if indent != levels[-1]:
+            raise Refused  # a dedent to no enclosing level
+
+    def close(self, last: Token | None) -> None:
+        """The dedents at the end of the text (borrowing the place of the lexer's ``last`` token)."""
+        while len(self.levels) > 1:
+            self.levels.pop()
+            dedent = self.indenter.DEDENT_type
+            self.feed(Token.new_borrow_pos(dedent, "", last) if last is not None
+                      else Token(dedent, "", 0, 0, 0, 0, 0, 0))
+
+
 class LalrLoop:
     """Parses with the tables, lexers and callbacks of a Lark LALR parser made with an Indenter post-lexer.
 
@@ -136,68 +168,21 @@ class LalrLoop:
         self._brackets = {**dict.fromkeys(opening, 1), **dict.fromkeys(closing, -1)}
 
     def parse(self, text: str) -> Any:
-        """What the start rule's callback returned for ``text``, or :class:`Refused`.
-
-        One loop lexes ``text`` in the parser's state as it goes and feeds each token to the table: a token
-        of the text, or one of ``pending`` (the indentation's after a new line, the dedents and ``$END`` at
-        the end of the text)."""
+        """What the start rule's callback returned for ``text``, or :class:`Refused`."""
         actions, gotos, end_state = self._actions, self._gotos, self._end
-        scanners, brackets, newline = self._scanners, self._brackets, self._indenter.NL_type
         state_stack: list[int] = [self._start]
         value_stack: list[Any] = []
-        levels = [0]  # the indentation of each enclosing block
-        pending: list[Token] = []  # tokens to feed before lexing on, the next last
-        pos, line, line_start, length, depth, ended = 0, 1, 0, len(text), 0, False
-        lexed, new_string = None, str.__new__  # the last token of the text
-        while True:
-            if pending:
-                token = pending.pop()
-                kind = token.type
-            elif pos < length:
-                state = state_stack[-1]
-                match, ignored, multiline, retype = scanners.get(state) or self._scanner(state)
-                found = match(text, pos)
-                if found is None:
-                    raise Refused
-                end = found.end()
-                value, kind = text[pos:end], found.lastgroup
-                start_line, column = line, pos - line_start + 1
-                if kind in multiline and (newlines := value.count("\n")):
-                    line += newlines
-                    line_start = pos + value.rindex("\n") + 1
-                if kind in ignored:
-                    pos = end
-                    continue
-                if kind in retype:
-                    kind = retype[kind].get(value, kind)
-                # Token(...) as Lark's lexer makes it, without the two calls of its constructor (``Token._future_new``
-                # sets these eight attributes of the string): a third of lexing was spent there
-                token = lexed = new_string(Token, value)
-                token.type, token.value, token.start_pos, token.line, token.column = kind, value, pos, start_line, column
-                token.end_line, token.end_column, token.end_pos = line, end - line_start + 1, end
-                pos = end
-                if kind in brackets:
-                    depth += brackets[kind]
-                    if depth < 0:  # a closing bracket never opened: the table has no action for it either
-                        raise Refused
-                elif kind == newline:
-                    if depth:  # inside brackets a new line is only space
-                        continue
-                    pending = self._indentation(token, levels)
-            elif not ended:  # the dedents closing every block, then the end (never shifted: its place is not read)
-                pending = [Token("$END", ""), *self._dedents(len(levels) - 1, lexed)]
-                ended = True
-                continue
-            else:  # $END shifted instead of ending the parse
-                raise Refused
-            while True:  # feed the token: the reductions the table asks for, then its shift
+
+        def feed(token: Token) -> None:
+            kind = token.type
+            while True:
                 action = actions[state_stack[-1]].get(kind)
                 if action is None:
                     raise Refused
                 if type(action) is int:
                     state_stack.append(action)
                     value_stack.append(token)
-                    break
+                    return
                 if type(action) is _Steps:  # the value stays, only the state moves
                     below = state_stack[-2]
                     top = action.ends.get(below)
@@ -213,31 +198,60 @@ class LalrLoop:
                 value_stack.append(callback(children))
                 state_stack.append(gotos[state_stack[-1]][origin])
                 if kind == "$END" and state_stack[-1] == end_state:
-                    return value_stack[-1]
+                    return
+
+        self._lex(text, state_stack, feed)
+        feed(Token("$END", ""))  # never shifted: the place Lark would give it is not read
+        if state_stack[-1] != end_state:
+            raise Refused
+        return value_stack[-1]
 
     def _scanner(self, state: int) -> _Scanner:
         scanner = self._scanners[state] = _scanner(self._lexers[state])
         return scanner
 
-    def _indentation(self, token: Token, levels: list[int]) -> list[Token]:
-        """The Indenter's tokens after the new line ``token`` outside brackets, last first: an ``_INDENT``, the
-        ``_DEDENT`` of each block it closes, or none; :class:`Refused` for a dedent to no enclosing level."""
-        indenter = self._indenter
-        indent_text = token.rsplit("\n", 1)[1]
-        indent = indent_text.count(" ") + indent_text.count("\t") * indenter.tab_len
-        if indent > levels[-1]:
-            levels.append(indent)
-            return [Token.new_borrow_pos(indenter.INDENT_type, indent_text, token)]
-        closed = 0
-        while indent < levels[-1]:
-            levels.pop()
-            closed += 1
-        if indent != levels[-1]:
-            raise Refused  # a dedent to no enclosing level
-        return [Token.new_borrow_pos(indenter.DEDENT_type, indent_text, token) for _ in range(closed)]
-
-    def _dedents(self, count: int, last: Token | None) -> list[Token]:
-        """The dedents at the end of the text, borrowing the place of the lexer's ``last`` token."""
-        dedent = self._indenter.DEDENT_type
-        return [Token.new_borrow_pos(dedent, "", last) if last is not None else Token(dedent, "", 0, 0, 0, 0, 0, 0)
-                for _ in range(count)]
+    def _lex(self, text: str, state_stack: list[int], feed: Callable[[Token], None]) -> None:
+        """Lex ``text`` in the parser's state as it goes, feeding every token and the indentation's."""
+        scanners, brackets, newline = self._scanners, self._brackets, self._indenter.NL_type
+        layout = _Layout(self._indenter, feed)
+        pos, line, line_start, length, depth = 0, 1, 0, len(text), 0
+        token, new_string = None, str.__new__
+        while pos < length:
+            state = state_stack[-1]
+            match, ignored, multiline, retype = scanners.get(state) or self._scanner(state)
+            found = match(text, pos)
+            if found is None:
+                raise Refused
+            end = found.end()
+            value, kind = text[pos:end], found.lastgroup
+            start_line, column = line, pos - line_start + 1
+            if kind in multiline and (newlines := value.count("\n")):
+                line += newlines
+                line_start = pos + value.rindex("\n") + 1
+            if kind in ignored:
+                pos = end
+                continue
+            if kind in retype:
+                kind = retype[kind].get(value, kind)
+            # Token(...) as Lark's lexer makes it, without the two calls of its constructor (``Token._future_new``
+            # sets these eight attributes of the string): a third of lexing was spent there
+            token = new_string(Token, value)
+            token.type = kind  # one attribute a statement: a tuple of them would be built and taken apart
+            token.value = value
+            token.start_pos = pos
+            token.line = start_line
+            token.column = column
+            token.end_line = line
+            token.end_column = end - line_start + 1
+            token.end_pos = end
+            pos = end
+            if kind == newline:
+                if not depth:  # inside brackets a new line is only space
+                    layout.newline(token)
+                continue
+            feed(token)
+            if kind in brackets:
+                depth += brackets[kind]
+                if depth < 0:
+                    raise Refused
+        layout.close(token)
