@@ -299,6 +299,11 @@ def _string_value(token: Token) -> str:
     return "".join(out)
 
 
+#: What a rule's body says, in :class:`RuleDecl`'s order: its docstring, given, pattern, where and replace
+#: sections.  The rule item makes the one RuleDecl of them, with its name, decorators and span.
+RuleParts = tuple[str | None, tuple[Declaration, ...], tuple[Statement, ...], tuple[Expr, ...], tuple[Statement, ...]]
+
+
 class SyntaxBuilder:
     """Builds syntax-tree objects bottom-up, one method per grammar rule (or alias) that makes a node.
 
@@ -335,33 +340,22 @@ class SyntaxBuilder:
 
     def rule_item(self, span: Span, *children: Any) -> RuleDecl:
         *decorators, name, body = children
-        rule: RuleDecl = body
-        return attrs.evolve(
-            rule, name=str(name), decorators=tuple(decorators), span=span, name_span=self._token_span(name)
-        )
+        parts: RuleParts = body
+        return RuleDecl(str(name), tuple(decorators), *parts, span=span, name_span=self._token_span(name))
 
-    def inline_body(self, span: Span, rewrite: tuple[Expr, Expr, Expr | None]) -> RuleDecl:
+    def inline_body(self, span: Span, rewrite: tuple[Expr, Expr, Expr | None]) -> RuleParts:
         pattern, replacement, guard = rewrite
-        return RuleDecl(
-            name="",
-            decorators=(),
-            docstring=None,
-            given=(),
-            pattern=(Return((pattern,), pattern.span),),
-            where=(guard,) if guard is not None else (),
-            replace=(Return((replacement,), replacement.span),),
-            span=span,
-            name_span=span,
-        )
+        return (None, (), (Return((pattern,), pattern.span),), (guard,) if guard is not None else (),
+                (Return((replacement,), replacement.span),))
 
     def indented_inline_body(self, span: Span, docstring: str | None,
-                             rewrite: tuple[Expr, Expr, Expr | None]) -> RuleDecl:
-        return attrs.evolve(self.inline_body(span, rewrite), docstring=docstring)
+                             rewrite: tuple[Expr, Expr, Expr | None]) -> RuleParts:
+        return (docstring, *self.inline_body(span, rewrite)[1:])
 
     def block_body(self, span: Span, docstring: str | None, given: tuple[Declaration, ...] | None,
                    pattern: tuple[Statement, ...], where: tuple[Expr, ...] | None,
-                   replace: tuple[Statement, ...]) -> RuleDecl:
-        return RuleDecl("", (), docstring, given or (), pattern, where or (), replace, span, span)
+                   replace: tuple[Statement, ...]) -> RuleParts:
+        return docstring, given or (), pattern, where or (), replace
 
     def rewrite(self, span: Span, pattern: Expr, replacement: Expr,
                 guard: Expr | None) -> tuple[Expr, Expr, Expr | None]:
