@@ -14,8 +14,10 @@ rule Lark uses, so every span is what Lark's would be:
 Each value on the parser's stack is a :class:`Built` (the rule's name, what the builder returned, the
 extent its parent measures) or a token.  A rule's callback here does, in one call, what Lark's chain of
 callbacks did around the builder: it keeps the children Lark's tree builder would keep (:func:`_slots`),
-passes on the one child of a ``?rule`` and calls the builder; the rules Lark inlines (``_add_op``,
-repetitions) and the ladder steps keep Lark's own callbacks.  The loop that calls them is
+passes on the one child of a ``?rule`` and calls the builder.  Where the grammar fixes which children
+measure a rule and which are kept (most rules), that is worked out once per rule (:func:`_plain_reducer`).
+A repetition Lark inlines extends its tree in place (:func:`_extender`); the other rules Lark inlines
+(``_add_op``) and the ladder steps keep Lark's own callbacks.  The loop that calls them is
 :mod:`fxrules.lang.lalr`.
 """
 
@@ -199,8 +201,8 @@ def _bounds(rule: Rule) -> tuple[int, int] | None:
 
 def _span_setters() -> tuple[Callable[[Span, Any], None], ...]:
     """The setters of :class:`Span`'s slots, in the order of its fields: what its attrs ``__init__`` does, with
-    neither the call nor a look-up of each name (a reduction's span was a fifth of its time).  Only while that
-    ``__init__`` does nothing else: sets each field it is given."""
+    neither the call nor a look-up of each name (nearly every reduction makes a span).  Only while that
+    ``__init__`` does nothing else than set each field it is given: checked here, when the module loads."""
     fields = attrs.fields(Span)
     if [field.name for field in fields] != ["file", "line", "column", "end_line", "end_column"] or any(
             field.validator or field.converter or field.on_setattr for field in fields) or hasattr(
@@ -219,7 +221,8 @@ def _plain_reducer(name: str, method: Callable[..., Any], bounds: tuple[int, int
 
     The children at ``bounds`` are tokens (of a terminal that is not layout) or the values of rules that do
     not start with ``_``: a :class:`Built`, or a token a ``?rule`` passed on.  A token and a span both have
-    ``line``, ``column``, ``end_line`` and ``end_column``, so either measures alike, as in :func:`_extent`."""
+    ``line``, ``column``, ``end_line`` and ``end_column``, so either measures alike, as in :func:`_extent`;
+    a value of any other kind has no ``line`` and fails the parse loudly, never measuring it wrong."""
     first, last = bounds
     kept = picks[0] if len(picks) == 1 else None
     take = itemgetter(*picks) if len(picks) > 1 and None not in picks else None  # the kept children, as a tuple
