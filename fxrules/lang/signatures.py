@@ -134,7 +134,16 @@ class CallSignature:
 
     def mismatch(self, positional: int, keywords: Sequence[str], partial: bool = False) -> Mismatch | None:
         """Why no overload accepts a call with ``positional`` arguments and these keywords (None when one
-        does, or when torch's argument parser may accept what its schemas do not: ``axis=`` for ``dim=``)."""
+        does, or when torch's argument parser may accept what its schemas do not: ``axis=`` for ``dim=``).
+
+        The answer depends on nothing else, so it is found once per such call shape (a rule file writes
+        the same ambiguous call in rule after rule)."""
+        key = (positional, tuple(keywords), partial)
+        if key not in self._mismatches:
+            self._mismatches[key] = self._mismatch(positional, keywords, partial)
+        return self._mismatches[key]
+
+    def _mismatch(self, positional: int, keywords: Sequence[str], partial: bool) -> Mismatch | None:
         if self._accepts(positional, keywords, partial):
             return None
         names = {name for overload in self.overloads for name in overload.parameters}
@@ -179,6 +188,10 @@ class CallSignature:
 
     @functools.cached_property
     def _plans_by_counts(self) -> dict[tuple[Any, ...], BindingPlan | None]:
+        return {}
+
+    @functools.cached_property
+    def _mismatches(self) -> dict[tuple[Any, ...], Mismatch | None]:
         return {}
 
     def _plan(self, args: Sequence[Any], kwargs: Mapping[str, Any],
