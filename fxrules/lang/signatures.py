@@ -322,7 +322,7 @@ def _plausible(bound: inspect.BoundArguments) -> bool:
     return True
 
 
-def _takes_sizes_first(overloads: list[inspect.Signature]) -> bool:
+def _takes_sizes_first(overloads: Sequence[inspect.Signature]) -> bool:
     """torch.ones(2, 3) style: the first parameter is a size list."""
     first = next(iter(overloads[0].parameters.values()), None)
     return first is not None and first.name == "size" and "List[int]" in str(first.annotation)
@@ -337,11 +337,14 @@ def _without_variadics(signature: inspect.Signature) -> bool:
     return not any(p.kind in variadic for p in signature.parameters.values())
 
 
-def _torch_overloads(target: Any) -> list[inspect.Signature]:
+@functools.cache
+def _torch_overloads(target: Any) -> tuple[inspect.Signature, ...]:
+    """The schemas of a torch function or operator as signatures: once per target, though both
+    ``torch.log1p`` and ``Tensor.log1p`` ask (the dispatcher's schemas are read, and converted, every time)."""
     try:
-        return list(get_signature_for_torch_op(target) or ())
+        return tuple(get_signature_for_torch_op(target) or ())
     except (RuntimeError, TypeError, AttributeError):
-        return []
+        return ()
 
 
 def _python_signature(target: Any, drop_first: bool = False) -> list[inspect.Signature]:
@@ -378,7 +381,7 @@ def _wrapper_signature(target: Any) -> inspect.Signature | None:
 @functools.cache
 def method_signature(name: str) -> CallSignature | None:
     """The signature of ``Tensor.NAME``, receiver first, from the torch function or aten op of that name."""
-    overloads: list[inspect.Signature] = []
+    overloads: tuple[inspect.Signature, ...] = ()
     function = getattr(torch, name, None)
     if function is not None and callable(function):
         overloads = _torch_overloads(function)
