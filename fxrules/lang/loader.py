@@ -289,9 +289,9 @@ def _load_source(source: SourceFile, allow: Iterable[str]) -> RuleSet:
     base = _prelude_scope().copy()
     base.namespace = Namespace.create(allowed)
     rules = loading.resolve(source, base)
-    texts = "\0".join(_digest(f.text) for f in loading.files.values())
-    ruleset = RuleSet(tuple(rules), source.name, digest=_digest(texts))
-    _cache[key] = ([(f, _digest(f.text)) for f in loading.files.values()], ruleset)
+    digests = [(f, _digest(f.text)) for f in loading.files.values()]
+    ruleset = RuleSet(tuple(rules), source.name, digest=_digest("\0".join(digest for _, digest in digests)))
+    _cache[key] = (digests, ruleset)
     return ruleset
 
 

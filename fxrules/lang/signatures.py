@@ -10,6 +10,10 @@ names; otherwise the call is compared as written and the caller records it.
 A call that no overload accepts at all is a :class:`Mismatch`, which says why
 (an unknown keyword, a positional argument too many, required ones left out)
 for the load error.
+
+Each target's signatures are found once per process, and each signature's
+binding plans and mismatches once per call shape: they depend on nothing
+but the target (torch's registry of schemas, a function's own signature).
 """
 
 from __future__ import annotations

@@ -170,7 +170,7 @@ def allowed() -> AllowedSet:
             tensor_names.add(name)
             if callable(method := getattr(torch.Tensor, name)):  # 'use torch.Tensor.relu as r': a value
                 builder.add(f"torch.Tensor.{name}", method, None)
-    operators = frozenset(op for op in dispatcher if op.split("::")[0] in DEFAULT_OP_NAMESPACES) - set(
+    operators = frozenset([op for op in dispatcher if op.partition("::")[0] in DEFAULT_OP_NAMESPACES]) - set(
         REFUSED_OPERATORS)
     return AllowedSet(builder.functions, builder.names, frozenset(tensor_names), operators, builder.removed)
 
@@ -200,7 +200,7 @@ def _lookup(dotted: str) -> Any:
 def _dispatcher_operators() -> frozenset[str]:
     """``"ns::name"`` of every operator registered with the dispatcher (TorchScript-only ones such as
     ``aten::save``, which writes a file, are not: they are interpreter built-ins, not tensor operations)."""
-    return frozenset(name.split(".")[0] for name in torch._C._dispatch_get_all_op_names())
+    return frozenset([name.partition(".")[0] for name in torch._C._dispatch_get_all_op_names()])
 
 
 def _torch_functions(dispatcher: frozenset[str]) -> Iterator[tuple[str, Any]]:
