@@ -17,6 +17,7 @@ two sides of one rule share.
 from __future__ import annotations
 
 import abc
+import functools
 import inspect
 import math
 import operator
@@ -31,7 +32,6 @@ import torch
 from fxrules.diagnostics import DiagnosticSink, Span, did_you_mean
 from fxrules.lang import syntax_tree as st
 from fxrules.lang.bounds import MAX_INT_BITS, MAX_LENGTH, LiteralTooLarge, bounded
-from fxrules.lang.families import family_parameters
 from fxrules.lang.ir import (
     AltTemplate,
     CaptureType,
@@ -50,6 +50,7 @@ from fxrules.lang.ir import (
 )
 from fxrules.lang.scope import Scope, ScopeResolver, tensor_method_name
 from fxrules.lang.signatures import (
+    BindingPlan,
     CallSignature,
     Mismatch,
     constructor_defaults,
@@ -81,6 +82,10 @@ COMMUTATIVE_TARGETS: frozenset[Any] = frozenset({
 })
 
 CONSTANT_NAMES: dict[str, float] = {"nan": math.nan, "inf": math.inf}
+
+#: The ``t_`` method of each (resolver class, expression class), None when there is none.
+_HANDLERS: dict[tuple[type, type], Any] = {}
+_UNKNOWN = object()
 
 
 @attrs.define
@@ -209,10 +214,13 @@ class SectionResolver(abc.ABC):
     # ---------------------------------------------------------------- expressions
 
     def template(self, expr: st.Expr) -> Template:
-        handler: Callable[[st.Expr], Template] | None = getattr(self, "t_" + type(expr).__name__, None)
+        key = (type(self), type(expr))
+        handler = _HANDLERS.get(key, _UNKNOWN)
+        if handler is _UNKNOWN:  # what a class's getattr finds never changes: looked up once per pair
+            handler = _HANDLERS[key] = getattr(type(self), "t_" + type(expr).__name__, None)
         if handler is None:
             return self.guard_only(expr)
-        return handler(expr)
+        return handler(self, expr)  # type: ignore[no-any-return]
 
     def guard_only(self, expr: st.Expr) -> Template:
         """``not``, ``and``, ``or`` and comparisons belong to guards; their operands still bind captures."""
@@ -425,16 +433,16 @@ class SectionResolver(abc.ABC):
         signature = _signature(kind, target)
         bound = None
         if signature is not None:
-            call = signature.bind(args, dict(kwargs), partial=rest)
-            if call is None:
-                mismatch = signature.mismatch(len(args), [name for name, _ in kwargs], partial=rest)
+            keywords = dict(kwargs)
+            plan = signature.plan(args, keywords, partial=rest)
+            if plan is None:
+                mismatch = signature.mismatch(len(args), list(keywords), partial=rest)
                 if mismatch is not None:
                     return self.call_error(kind, target, signature, mismatch, (args, span, keyword_spans or {}))
                 self.bindings.notes.append(f"arguments of {describe_target(kind, target)} are compared as written "
                                   "(no overload binds them unambiguously)")
-            else:  # sizes given loose (x.view(a, b)) were packed into a tuple: a sequence template
-                bound = {name: SeqTemplate(tuple(value), span, is_tuple=True) if isinstance(value, tuple) else value
-                         for name, value in call.explicit.items()}
+            else:
+                bound = _bound_templates(plan, signature, args, keywords, span)
         elif kind is not OpKind.ATTR and not isinstance(target, HelperTemplate):
             self.unsigned_call(kind, target)
         commutative = self.is_commutative(kind, target)
@@ -497,6 +505,17 @@ def _named(value: Template, name: str) -> Template | None:
     return None
 
 
+def _bound_templates(plan: BindingPlan, signature: CallSignature, args: tuple[Template, ...],
+                     kwargs: Mapping[str, Template], span: Span) -> dict[str, Template]:
+    """The arguments by parameter name as ``plan`` binds them (what ``CallSignature.bind`` gives, without
+    its defaults); sizes given loose (``x.view(a, b)``) are packed into one sequence template."""
+    if plan.packed:
+        start = signature.pack_from
+        assert start is not None  # a plan packs only where the signature says sizes may come loose
+        args = (*args[:start], SeqTemplate(tuple(args[start:]), span, is_tuple=True))
+    return {name: args[key] if isinstance(key, int) else kwargs[key] for name, key in plan.slots}
+
+
 def _signature(kind: OpKind, target: Any) -> CallSignature | None:
     if kind is OpKind.FUNCTION:
         return function_signature(target)
@@ -511,14 +530,22 @@ def _signature(kind: OpKind, target: Any) -> CallSignature | None:
 
 def _family_signature(family: Family) -> CallSignature | None:
     """Family calls bind to the family's parameters: its first member's, plus module attributes."""
-    primary = family.primary.signature
-    if primary is None:
+    primary = family.primary
+    if primary.kind is not OpKind.MODULE:
+        return primary.signature
+    return _module_family_signature(primary.target)
+
+
+@functools.cache
+def _module_family_signature(cls: Any) -> CallSignature | None:  # an nn.Module class (mypy sees those unhashable)
+    """The signature of a family whose first member is the module class ``cls``: a fact of the class alone (a
+    family's parameters are its first member's), so found once per class, with its binding plans."""
+    forward = module_call_signature(cls)
+    if forward is None:
         return None
-    if family.primary.kind is not OpKind.MODULE:
-        return primary
-    defaults = constructor_defaults(family.primary.target)
-    names = [n for n in family_parameters(family) if n not in primary.parameters]
-    return CallSignature(tuple(_with_attributes(o, names, defaults) for o in primary.overloads))
+    defaults = constructor_defaults(cls)
+    names = [n for n in defaults if n not in forward.parameters]
+    return CallSignature(tuple(_with_attributes(o, names, defaults) for o in forward.overloads))
 
 
 def _with_attributes(forward: inspect.Signature, names: list[str], defaults: Mapping[str, Any]) -> inspect.Signature:

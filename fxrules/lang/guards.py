@@ -62,34 +62,41 @@ class GuardBuilder:
         return GuardConst(False, span)
 
     def expr(self, node: st.Expr) -> GuardExpr:
-        if isinstance(node, st.Constant):
-            return GuardConst(node.value, node.span)
-        if isinstance(node, st.Name):
-            return self.name(node)
-        if isinstance(node, st.Attribute):
-            return self.attribute(node)
-        if isinstance(node, st.Call):
-            return self.call(node)
-        if isinstance(node, st.Subscript):
-            if len(node.index) != 1 or isinstance(node.index[0], st.SliceExpr):
-                return self.fail(node.span, "a guard may index with one value, as in x.shape[0]")
-            return GuardIndex(self.expr(node.value), self.expr(node.index[0]), node.span)
-        if isinstance(node, st.BinOp):
-            if node.op not in BINARY_OPERATORS:
-                return self.fail(node.span, f"operator '{node.op}' is not available in guards")
-            return GuardBinary(node.op, self.expr(node.left), self.expr(node.right), node.span)
-        if isinstance(node, st.UnaryOp):
-            return GuardUnary(node.op, self.expr(node.operand), node.span)
-        if isinstance(node, st.Not):
-            return GuardUnary("not", self.expr(node.operand), node.span)
-        if isinstance(node, st.BoolOp):
-            return GuardBool(node.op, tuple(self.expr(v) for v in node.values), node.span)
-        if isinstance(node, st.Compare):
-            return GuardCompare(self.expr(node.left), node.ops, tuple(self.expr(c) for c in node.comparators),
-                                node.span)
-        if isinstance(node, st.ListExpr | st.TupleExpr):
-            return GuardSeq(tuple(self.expr(i) for i in node.items), node.span, isinstance(node, st.TupleExpr))
-        return self.fail(node.span, "this expression is not available in guards")
+        kind = type(node)
+        handler = _HANDLERS.get(kind, _UNKNOWN)
+        if handler is _UNKNOWN:  # the first handler whose class the node is an instance of, found once per class
+            handler = _HANDLERS[kind] = next((h for cls, h in _HANDLED if isinstance(node, cls)), None)
+        if handler is None:
+            return self.fail(node.span, "this expression is not available in guards")
+        return handler(self, node)  # type: ignore[no-any-return]
+
+    def constant(self, node: st.Constant) -> GuardExpr:
+        return GuardConst(node.value, node.span)
+
+    def subscript(self, node: st.Subscript) -> GuardExpr:
+        if len(node.index) != 1 or isinstance(node.index[0], st.SliceExpr):
+            return self.fail(node.span, "a guard may index with one value, as in x.shape[0]")
+        return GuardIndex(self.expr(node.value), self.expr(node.index[0]), node.span)
+
+    def binary(self, node: st.BinOp) -> GuardExpr:
+        if node.op not in BINARY_OPERATORS:
+            return self.fail(node.span, f"operator '{node.op}' is not available in guards")
+        return GuardBinary(node.op, self.expr(node.left), self.expr(node.right), node.span)
+
+    def unary(self, node: st.UnaryOp) -> GuardExpr:
+        return GuardUnary(node.op, self.expr(node.operand), node.span)
+
+    def negation(self, node: st.Not) -> GuardExpr:
+        return GuardUnary("not", self.expr(node.operand), node.span)
+
+    def boolean(self, node: st.BoolOp) -> GuardExpr:
+        return GuardBool(node.op, tuple(self.expr(v) for v in node.values), node.span)
+
+    def compare(self, node: st.Compare) -> GuardExpr:
+        return GuardCompare(self.expr(node.left), node.ops, tuple(self.expr(c) for c in node.comparators), node.span)
+
+    def sequence(self, node: st.ListExpr | st.TupleExpr) -> GuardExpr:
+        return GuardSeq(tuple(self.expr(i) for i in node.items), node.span, isinstance(node, st.TupleExpr))
 
     def name(self, node: st.Name) -> GuardExpr:
         if node.id in self.bound:
@@ -127,3 +134,14 @@ class GuardBuilder:
                                          ".numel(), .size(), .dim()",
                          "a user predicate is called by its plain name, as in fits(x), and given to "
                          "apply(predicates=...)")
+
+
+#: Which method builds each expression class, in the order they are tried; the rest are not guard expressions.
+_HANDLED: tuple[tuple[type, Any], ...] = (
+    (st.Constant, GuardBuilder.constant), (st.Name, GuardBuilder.name), (st.Attribute, GuardBuilder.attribute),
+    (st.Call, GuardBuilder.call), (st.Subscript, GuardBuilder.subscript), (st.BinOp, GuardBuilder.binary),
+    (st.UnaryOp, GuardBuilder.unary), (st.Not, GuardBuilder.negation), (st.BoolOp, GuardBuilder.boolean),
+    (st.Compare, GuardBuilder.compare), (st.ListExpr, GuardBuilder.sequence), (st.TupleExpr, GuardBuilder.sequence),
+)
+_HANDLERS: dict[type, Any] = {}
+_UNKNOWN = object()

@@ -119,6 +119,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 def _check_characters(source: SourceFile) -> None:
     """Text given to ``parse`` may hold lone surrogates, which are no characters (no file can hold them)."""
+    if source.text.isascii():  # a surrogate is not ASCII; most rule files are, and this is a C-speed test
+        return
     found = _SURROGATE.search(source.text)
     if found is None:
         return
@@ -289,9 +291,9 @@ def _load_source(source: SourceFile, allow: Iterable[str]) -> RuleSet:
     base = _prelude_scope().copy()
     base.namespace = Namespace.create(allowed)
     rules = loading.resolve(source, base)
-    texts = "\0".join(_digest(f.text) for f in loading.files.values())
-    ruleset = RuleSet(tuple(rules), source.name, digest=_digest(texts))
-    _cache[key] = ([(f, _digest(f.text)) for f in loading.files.values()], ruleset)
+    digests = [(f, _digest(f.text)) for f in loading.files.values()]
+    ruleset = RuleSet(tuple(rules), source.name, digest=_digest("\0".join(digest for _, digest in digests)))
+    _cache[key] = (digests, ruleset)
     return ruleset
 
 

@@ -10,6 +10,10 @@ names; otherwise the call is compared as written and the caller records it.
 A call that no overload accepts at all is a :class:`Mismatch`, which says why
 (an unknown keyword, a positional argument too many, required ones left out)
 for the load error.
+
+Each target's signatures are found once per process, and each signature's
+binding plans and mismatches once per call shape: they depend on nothing
+but the target (torch's registry of schemas, a function's own signature).
 """
 
 from __future__ import annotations
@@ -134,7 +138,16 @@ class CallSignature:
 
     def mismatch(self, positional: int, keywords: Sequence[str], partial: bool = False) -> Mismatch | None:
         """Why no overload accepts a call with ``positional`` arguments and these keywords (None when one
-        does, or when torch's argument parser may accept what its schemas do not: ``axis=`` for ``dim=``)."""
+        does, or when torch's argument parser may accept what its schemas do not: ``axis=`` for ``dim=``).
+
+        The answer depends on nothing else, so it is found once per such call shape (a rule file writes
+        the same ambiguous call in rule after rule)."""
+        key = (positional, tuple(keywords), partial)
+        if key not in self._mismatches:
+            self._mismatches[key] = self._mismatch(positional, keywords, partial)
+        return self._mismatches[key]
+
+    def _mismatch(self, positional: int, keywords: Sequence[str], partial: bool) -> Mismatch | None:
         if self._accepts(positional, keywords, partial):
             return None
         names = {name for overload in self.overloads for name in overload.parameters}
@@ -179,6 +192,10 @@ class CallSignature:
 
     @functools.cached_property
     def _plans_by_counts(self) -> dict[tuple[Any, ...], BindingPlan | None]:
+        return {}
+
+    @functools.cached_property
+    def _mismatches(self) -> dict[tuple[Any, ...], Mismatch | None]:
         return {}
 
     def _plan(self, args: Sequence[Any], kwargs: Mapping[str, Any],
@@ -309,7 +326,7 @@ def _plausible(bound: inspect.BoundArguments) -> bool:
     return True
 
 
-def _takes_sizes_first(overloads: list[inspect.Signature]) -> bool:
+def _takes_sizes_first(overloads: Sequence[inspect.Signature]) -> bool:
     """torch.ones(2, 3) style: the first parameter is a size list."""
     first = next(iter(overloads[0].parameters.values()), None)
     return first is not None and first.name == "size" and "List[int]" in str(first.annotation)
@@ -324,11 +341,14 @@ def _without_variadics(signature: inspect.Signature) -> bool:
     return not any(p.kind in variadic for p in signature.parameters.values())
 
 
-def _torch_overloads(target: Any) -> list[inspect.Signature]:
+@functools.cache
+def _torch_overloads(target: Any) -> tuple[inspect.Signature, ...]:
+    """The schemas of a torch function or operator as signatures: once per target, though both
+    ``torch.log1p`` and ``Tensor.log1p`` ask (the dispatcher's schemas are read, and converted, every time)."""
     try:
-        return list(get_signature_for_torch_op(target) or ())
+        return tuple(get_signature_for_torch_op(target) or ())
     except (RuntimeError, TypeError, AttributeError):
-        return []
+        return ()
 
 
 def _python_signature(target: Any, drop_first: bool = False) -> list[inspect.Signature]:
@@ -365,7 +385,7 @@ def _wrapper_signature(target: Any) -> inspect.Signature | None:
 @functools.cache
 def method_signature(name: str) -> CallSignature | None:
     """The signature of ``Tensor.NAME``, receiver first, from the torch function or aten op of that name."""
-    overloads: list[inspect.Signature] = []
+    overloads: tuple[inspect.Signature, ...] = ()
     function = getattr(torch, name, None)
     if function is not None and callable(function):
         overloads = _torch_overloads(function)

@@ -163,14 +163,14 @@ def allowed() -> AllowedSet:
             if callable(value := getattr(module, name)):
                 builder.add(dotted, value, (dotted, refusals[name]) if name in refusals else None)
     tensor_names = set()
-    for name in _tensor_names(dispatcher):
+    for name in _tensor_names(dispatcher):  # each once: what a name adds does not depend on how often it is listed
         if name in REFUSED_TENSOR_NAMES:
             builder.removed[f"torch.Tensor.{name}"] = REFUSED_TENSOR_NAMES[name]
         elif not name.startswith("_"):
             tensor_names.add(name)
             if callable(method := getattr(torch.Tensor, name)):  # 'use torch.Tensor.relu as r': a value
                 builder.add(f"torch.Tensor.{name}", method, None)
-    operators = frozenset(op for op in dispatcher if op.split("::")[0] in DEFAULT_OP_NAMESPACES) - set(
+    operators = frozenset([op for op in dispatcher if op.partition("::")[0] in DEFAULT_OP_NAMESPACES]) - set(
         REFUSED_OPERATORS)
     return AllowedSet(builder.functions, builder.names, frozenset(tensor_names), operators, builder.removed)
 
@@ -200,7 +200,7 @@ def _lookup(dotted: str) -> Any:
 def _dispatcher_operators() -> frozenset[str]:
     """``"ns::name"`` of every operator registered with the dispatcher (TorchScript-only ones such as
     ``aten::save``, which writes a file, are not: they are interpreter built-ins, not tensor operations)."""
-    return frozenset(name.split(".")[0] for name in torch._C._dispatch_get_all_op_names())
+    return frozenset([name.partition(".")[0] for name in torch._C._dispatch_get_all_op_names()])
 
 
 def _torch_functions(dispatcher: frozenset[str]) -> Iterator[tuple[str, Any]]:
@@ -224,18 +224,22 @@ def _own_function(namespace: types.ModuleType, value: Any) -> bool:
             and value.__module__ == torch.nn.functional.__name__)
 
 
-def _tensor_names(dispatcher: frozenset[str]) -> Iterator[str]:
+def _tensor_names(dispatcher: frozenset[str]) -> dict[str, None]:
     """``Tensor`` methods and attributes ``torch.overrides`` lists, and methods named after an ATen operator
-    it leaves out (``new_zeros``, ``stride``, ``unflatten``)."""
-    overridable = torch.overrides.get_overridable_functions()
-    for key, functions in overridable.items():
+    it leaves out (``new_zeros``, ``stride``, ``unflatten``): each name once, in the order first found.
+
+    ``torch.overrides`` lists most names several times (``add`` and its property-like kin), and nearly every
+    ATen-named method is listed already; only the others are looked up (statically, which is slow)."""
+    names: dict[str, None] = {}
+    for key, functions in torch.overrides.get_overridable_functions().items():
         if key is torch.Tensor:
-            yield from (f.__name__ for f in functions if hasattr(f, "__name__"))
+            names.update(dict.fromkeys(f.__name__ for f in functions if hasattr(f, "__name__")))
         elif not isinstance(key, types.ModuleType) and isinstance(getattr(key, "__name__", None), str):
-            yield key.__name__  # a property: 'shape', 'dtype', ...
+            names[key.__name__] = None  # a property: 'shape', 'dtype', ...
     for name in dir(torch.Tensor):
-        if f"aten::{name}" in dispatcher and callable(inspect.getattr_static(torch.Tensor, name)):
-            yield name
+        if name not in names and f"aten::{name}" in dispatcher and callable(inspect.getattr_static(torch.Tensor, name)):
+            names[name] = None
+    return names
 
 
 #: ``torch.nn`` module classes a rule may not name: they talk to other processes.

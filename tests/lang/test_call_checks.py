@@ -201,3 +201,107 @@ def test_only_a_pattern_notes_arguments_compared_as_written() -> None:
     in_replacement = fxrules.parse("rule r: torch.neg(x) => torch.relu(x.T)\n").rules[0]
     assert in_pattern.notes == ("arguments of getattr are compared as written (no signature)",)
     assert in_replacement.notes == ()
+
+
+# ---------------------------------------------------------------- facts found once per target stay its own
+
+FAMILY_FIRSTS = """\
+family sm = nn.Softmax | torch.softmax
+family act = nn.ReLU | F.relu
+family ts = torch.softmax | nn.Softmax
+rule a: sm(x, 1, 2) => x
+rule b: act(x, True, 1) => x
+rule c: ts(x, 1, 2, 3, 4) => x
+rule d: torch.softmax(x, 1, 2, 3) => x
+"""
+
+
+def test_a_family_binds_to_its_own_first_member_and_a_member_to_its_own_signature() -> None:
+    """A family whose first member is a module class takes the class's forward and constructor parameters,
+    another class's family takes that class's, a family of the same members in another order takes its
+    first member's, and a member called by itself takes its own: none borrows another's signature."""
+    with pytest.raises(FxrLoadError) as info:
+        fxrules.parse(FAMILY_FIRSTS, "calls.fxr")
+    assert str(info.value) == (
+        "calls.fxr:4:18: error: sm() takes 2 positional arguments but 3 were given\n"
+        "    rule a: sm(x, 1, 2) => x\n"
+        "                     ^\n"
+        "  hint: its parameters are (input, dim)\n"
+        "calls.fxr:5:22: error: act() takes 2 positional arguments but 3 were given\n"
+        "    rule b: act(x, True, 1) => x\n"
+        "                         ^\n"
+        "  hint: its parameters are (input, inplace)\n"
+        "calls.fxr:6:21: error: ts() takes at most 3 positional arguments but 5 were given\n"
+        "    rule c: ts(x, 1, 2, 3, 4) => x\n"
+        "                        ^\n"
+        "  hint: its parameters are (input, dim, dtype)\n"
+        "calls.fxr:7:32: error: torch.softmax() takes at most 3 positional arguments but 4 were given\n"
+        "    rule d: torch.softmax(x, 1, 2, 3) => x\n"
+        "                                   ^\n"
+        "  hint: its parameters are (input, dim, dtype)")
+
+
+def test_two_families_of_one_module_class_bind_alike() -> None:
+    """The module attribute ``dim`` binds by position and by name in both families led by ``nn.Softmax``."""
+    ruleset = fxrules.parse("family sm = nn.Softmax | torch.softmax\nfamily sm2 = nn.Softmax | F.softmax\n"
+                            "rule a: sm(x, 1) => sm2(x, dim=1)\nrule b: sm2(x, 1) => sm(x, dim=1)\n")
+    bound = [rule.pattern[0].bound for rule in ruleset]
+    assert [list(b) for b in bound if b is not None] == [["input", "dim"], ["input", "dim"]]
+
+
+def test_a_call_shape_no_overload_takes_is_explained_by_its_own_keywords_and_partiality() -> None:
+    """``aten.add(x, ...)`` loads (the rest of its arguments are left open) though ``aten.add(x)`` misses one;
+    two unknown keywords in calls of one shape are each named."""
+    with pytest.raises(FxrLoadError) as info:
+        fxrules.parse("rule a: aten.add(x, ...) => x\nrule b: aten.add(x) => x\n"
+                      "rule c: torch.sum(x, dimm=1) => x\nrule d: torch.sum(x, dimz=1) => x\n", "calls.fxr")
+    assert str(info.value) == (
+        "calls.fxr:2:9: error: aten.add() is missing the required argument 'other'\n"
+        "    rule b: aten.add(x) => x\n"
+        "            ^\n"
+        "  hint: its parameters are (input, other, alpha)\n"
+        "calls.fxr:3:22: error: torch.sum() has no parameter 'dimm'\n"
+        "    rule c: torch.sum(x, dimm=1) => x\n"
+        "                         ^\n"
+        "  hint: did you mean 'dim'?\n"
+        "calls.fxr:4:22: error: torch.sum() has no parameter 'dimz'\n"
+        "    rule d: torch.sum(x, dimz=1) => x\n"
+        "                         ^\n"
+        "  hint: did you mean 'dim'?")
+
+
+def test_functions_of_one_name_keep_their_own_signatures() -> None:
+    """``F.relu`` takes ``inplace``; ``torch.relu``, named alike, does not, whichever the file names first;
+    ``Tensor.log1p`` and ``torch.log1p`` share their schemas."""
+    with pytest.raises(FxrLoadError) as info:
+        fxrules.parse("rule a: F.relu(x, inplace=False) => x.log1p()\nrule b: torch.relu(x, inplace=False) => x\n"
+                      "rule c: x.log1p() => torch.log1p(x, x)\n", "calls.fxr")
+    assert str(info.value) == (
+        "calls.fxr:2:23: error: torch.relu() has no parameter 'inplace'\n"
+        "    rule b: torch.relu(x, inplace=False) => x\n"
+        "                          ^\n"
+        "  hint: its parameters are (input)\n"
+        "calls.fxr:3:37: error: torch.log1p() takes at most 1 positional argument but 2 were given\n"
+        "    rule c: x.log1p() => torch.log1p(x, x)\n"
+        "                                        ^\n"
+        "  hint: its parameters are (input)")
+
+
+def test_sizes_given_loose_bind_as_one_sequence() -> None:
+    """``x.view(2, 3)`` binds its ``size`` to the tuple of both sizes; ``x.view([2, 3])`` to the list."""
+    loose, packed = (fxrules.parse(f"rule r: torch.relu({call}) => x\n").rules[0].pattern[0].args[0]
+                     for call in ("x.view(2, 3)", "x.view([2, 3])"))
+    assert list(loose.bound) == list(packed.bound) == ["input", "size"]
+    assert [item.value for item in loose.bound["size"].items] == [2, 3] and loose.bound["size"].is_tuple
+    assert packed.bound["size"] is packed.args[1] and not packed.bound["size"].is_tuple
+
+
+def test_what_only_one_side_allows_is_decided_by_that_side() -> None:
+    """A choice that a pattern may make is refused in the replacement of the same rule, and a helper that a
+    replacement may call is refused in the pattern of the next."""
+    with pytest.raises(FxrLoadError) as info:
+        fxrules.parse("rule a:\n    pattern:\n        return torch.relu(x) | torch.neg(x)\n    replace:\n"
+                      "        return torch.relu(x) | torch.neg(x)\n"
+                      "rule b:\n    pattern:\n        return @h(x)\n    replace:\n        return @h(x)\n", "calls.fxr")
+    assert [d.message for d in info.value.diagnostics] == [
+        "alternatives 'A | B' may only appear in a pattern", "helper '@h' may only be called in a replacement"]

@@ -97,6 +97,19 @@ def test_a_lone_surrogate_in_parsed_text_is_an_error_at_its_place() -> None:
         "                          ^")
 
 
+def test_other_characters_beyond_ascii_load_and_a_surrogate_after_them_is_still_found() -> None:
+    """Accented letters are characters: text holding them loads; a lone surrogate further on is still an
+    error at its own place."""
+    text = 'rule a:\n    """Déjà vu: relu of relu."""\n    torch.relu(torch.relu(x)) => torch.relu(x)\n'
+    assert [rule.docstring for rule in fxrules.parse(text)] == ["Déjà vu: relu of relu."]
+    with pytest.raises(FxrLoadError) as info:
+        fxrules.parse(text + "rule b: x + 0 => x  # \udfff\n", "s.fxr")
+    assert str(info.value) == (
+        "s.fxr:4:23: error: lone surrogate U+DFFF is not a character: rule text must be valid Unicode\n"
+        "    rule b: x + 0 => x  # \ufffd\n"
+        "                          ^")
+
+
 def test_an_include_name_too_long_for_the_file_system_is_an_error_at_the_quoted_name(tmp_path: Path) -> None:
     name = "a" * 300 + ".fxr"
     (tmp_path / "top.fxr").write_text(f'rule r: torch.neg(x) => x\ninclude "{name}"\n')

@@ -228,6 +228,16 @@ def test_methods_and_attributes_outside_the_tensor_world_are_refused(method: str
     assert (diagnostic.message, diagnostic.hint) == (message, hint)
 
 
+@pytest.mark.parametrize("call", ["x.new_zeros(2, 3)", "x.new_full([2], 1.0)", "x.unflatten(0, [2, 3])",
+                                  "x.to_sparse_csr()", "torch.neg(x).stride(0)"])
+def test_tensor_methods_only_the_dispatcher_names_may_be_called(call: str) -> None:
+    """Tensor methods named after an ATen operator that ``torch.overrides`` does not list (factories,
+    ``stride``, Python methods such as ``unflatten``) are tensor operations a rule may call, in a pattern
+    and in a replacement; those it lists but the allow-list refuses stay refused (above)."""
+    ruleset = fxrules.parse(f"rule r: torch.neg({call}) => torch.relu({call})\n")
+    assert [rule.name for rule in ruleset] == ["r"]
+
+
 @pytest.mark.parametrize("text", [
     'rule r: torch.neg(x) => getattr(x, operator.add("__cla", "ss__"))\n',
     'rule r:\n    pattern:\n        return torch.neg(x)\n    replace:\n        n = operator.add("__cla", "ss__")\n'
