@@ -517,12 +517,17 @@ class GraphEffects:
         self._returned: dict[torch.fx.Node, None] | None = None  # None: not found yet
         #: (op, target, impure_random) of a function or method call -> is_impure, writing_arguments
         self._calls: dict[tuple[str, Any, bool], tuple[bool, Writing | None]] = {}
-        self._impure_calls: dict[int, bool] = {}  # id(key) -> impure_calls(key, ...)
 
     def noticed(self, nodes: Iterable[torch.fx.Node]) -> None:
         """``nodes`` were created, or given other arguments (a write may have become one: ``inplace=True``)."""
         if self._writers is not None:
             self._writers += [node for node in nodes if may_write_in_place(node)]
+
+    def created_writers(self, writers: list[torch.fx.Node]) -> None:
+        """``writers`` were created, each of which :func:`may_write_in_place` (:meth:`noticed`, for a caller that
+        asked already)."""
+        if self._writers is not None:
+            self._writers += writers
 
     def writers_exist(self) -> bool:
         """Whether the graph may hold an in-place writer."""
@@ -555,14 +560,10 @@ class GraphEffects:
                 returned.update(alias_class(node))
         return returned
 
-    def impure_calls(self, key: Any, nodes: Iterable[torch.fx.Node]) -> bool:
+    def impure_calls(self, nodes: Iterable[torch.fx.Node]) -> bool:
         """Whether ``Node.is_impure(False)`` holds for one of ``nodes``, function and method calls of no
-        higher-order operator, answered once per ``key`` (alive while the graph is rewritten): the caller asks
-        under one key only about calls of the same targets, whose purity is decided per target."""
-        impure = self._impure_calls.get(id(key))
-        if impure is None:
-            impure = self._impure_calls[id(key)] = any(self._known(node, False)[0] for node in nodes)
-        return impure
+        higher-order operator (each target's purity found once)."""
+        return any(self._known(node, False)[0] for node in nodes)
 
     def has_side_effects(self, node: torch.fx.Node, impure_random: bool = True) -> bool:
         """:func:`has_side_effects`."""

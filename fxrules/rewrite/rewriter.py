@@ -34,6 +34,7 @@ from fxrules.graph.metadata import (
     GraphEffects,
     has_metadata,
     infer_metadata,
+    may_write_in_place,
     tensor_info,
 )
 from fxrules.graph.module_data import UnreadableAttribute, read_module_attribute
@@ -52,7 +53,16 @@ from fxrules.lang.ir import (
     Template,
 )
 from fxrules.match.matcher import Match
-from fxrules.match.safety import RuleChecks, Splice, checks_for, run_checks
+from fxrules.match.safety import (
+    AUTOCAST,
+    GRAD_MODES,
+    WRITERS,
+    RuleChecks,
+    SafetyCheck,
+    Splice,
+    checks_for,
+    run_checks,
+)
 from fxrules.match.skips import Skip, SkipReason
 from fxrules.memo import per_object
 from fxrules.rewrite.aten import ATEN_GRAPH, Level, NoAtenSpelling, aten_name, graph_level, spelled
@@ -61,6 +71,8 @@ from fxrules.rewrite.transaction import Transaction
 
 #: Nodes in graph order (``Node._sort_key``), as ``sorted`` and ``min`` take a key.
 _SORT_KEY = operator.attrgetter("_sort_key")
+#: The checks one stage runs on a rewrite.
+Checks = tuple[SafetyCheck, ...]
 #: Metadata a replacement inherits from the output it replaces.
 INHERITED_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
 SHAPE_META = ("val", "example_value", "tensor_meta")
@@ -140,15 +152,21 @@ class Rewriter:
         outputs = match.outputs
         transaction = self.transaction
         splice = self.splice
-        splice.refill(match, outputs[0] if len(outputs) == 1 else min(outputs, key=_SORT_KEY), transaction.retired)
-        per_rule = self._per_rule(match.rule)
-        checks = per_rule.checks  # the checks that may refuse a match of this rule, by stage
-        run_checks(checks.emit.needed(splice), splice)
+        splice.refill(match, outputs[0] if len(outputs) == 1 else min(outputs, key=_SORT_KEY))
+        per_rule = self._per_rule(match)
+        # the checks of each stage the graph needs (:meth:`StageChecks.given`), by whether it may write in place
+        writers = self.effects.writers_exist()
+        checks = per_rule.emit[writers]
+        if checks:
+            run_checks(checks, splice)
         mark = transaction.mark(self.graph)
         try:  # a skip halfway (a helper's value unknown, no aten spelling...) leaves nothing behind
             values, created = splice.values, splice.created = self._emit(match, per_rule.shape, splice.anchor)
             splice.grad_modes, splice.autocast = self.grad_modes, self.autocast
-            run_checks(checks.splice.needed(splice), splice)
+            writing = [node for node in created if may_write_in_place(node)] if created else created
+            checks = (per_rule.splice or self._splice_checks(per_rule))[writers or bool(writing)]
+            if checks:
+                run_checks(checks, splice)
         except Skip:
             transaction.undo_since(mark, self.graph)
             raise
@@ -156,27 +174,44 @@ class Rewriter:
             self._annotate(match, per_rule.provenance, created, values)
             if self.grad_modes is not None:  # new nodes are computed in the anchor's mode
                 self.grad_modes.update(dict.fromkeys(created, self.grad_modes.get(splice.anchor, OUTSIDE)))
+            if writing:
+                self.effects.created_writers(writing)
         redirected: list[tuple[torch.fx.Node, Any]] = []
-        noticed = created  # not added to: a copy is made before the first literal's users join it
+        noticed: list[torch.fx.Node] = []
         for output, value in zip(outputs, values, strict=True):
             if value is not output:
                 users = self._redirect(output, value, created)
                 redirected += zip(users, itertools.repeat(value, len(users)), strict=True)
                 if users and not isinstance(value, torch.fx.Node):  # a node for a node writes as it did; a
-                    noticed = [*noticed, *users]                     # literal may be an `inplace` flag (True)
+                    noticed += users                                 # literal may be an `inplace` flag (True)
         if noticed:  # told once all are redirected: a user of two outputs may get two literals
             self.effects.noticed(noticed)
         return Rewrite(tuple(created), tuple(redirected), self._retire_dead(match), _used_by(created, values))
 
-    def _per_rule(self, rule: Rule) -> _PerRule:
-        """What every rewrite of ``rule`` reads, looked up once per rewriter rather than once per rewrite (each
-        is a :func:`~fxrules.memo.per_object` lookup).  Exact: each is derived from the rule alone, and keyed
-        by id with the rule kept, so the id names that rule while the entry lives."""
+    def _per_rule(self, match: Match) -> _PerRule:
+        """What every rewrite of the rule of ``match`` reads, found once per rewriter rather than once per rewrite
+        (each is a :func:`~fxrules.memo.per_object` lookup, or a check of the graph).  Exact: each is derived from
+        the rule alone, or from the rule and this graph (:meth:`RuleChecks.effects`: the same for each of its
+        matches); keyed by id with the rule kept, so the id names that rule while the entry lives."""
+        rule = match.rule
         per_rule = self._rules.get(id(rule))
         if per_rule is None:
-            per_rule = self._rules[id(rule)] = _PerRule(rule, checks_for(rule), _replacement_shape(rule),
-                                                        _provenance(rule))
+            checks = checks_for(rule)
+            # the emit stage's facts: the regions are told to the splice stage only
+            effects = checks.effects(match.nodes, self.effects)
+            per_rule = self._rules[id(rule)] = _PerRule(
+                rule, checks, _replacement_shape(rule), _provenance(rule), effects,
+                (checks.emit.given(effects), checks.emit.given(effects | WRITERS)))
         return per_rule
+
+    def _splice_checks(self, per_rule: _PerRule) -> tuple[Checks, Checks]:
+        """The ``splice`` stage's checks of the rule where the replacement or the graph may write in place, and
+        where neither may: found at the rule's first splice stage, once the regions are (:attr:`grad_modes` is
+        read first there), which stay as they are for the rewriter's life."""
+        facts = per_rule.effects | (GRAD_MODES if self.grad_modes is not None else 0) \
+            | (AUTOCAST if self.autocast is not None else 0)
+        found = per_rule.splice = (per_rule.checks.splice.given(facts), per_rule.checks.splice.given(facts | WRITERS))
+        return found
 
     def _emit(self, match: Match, shape: _ReplacementShape,
               anchor: torch.fx.Node) -> tuple[list[Any], list[torch.fx.Node] | tuple[()]]:
@@ -261,13 +296,18 @@ class Rewriter:
         return tuple(touched)
 
 
-class _PerRule(NamedTuple):
+@attrs.define
+class _PerRule:
     """What every rewrite of one rule reads (:meth:`Rewriter._per_rule`)."""
 
     rule: Rule  # kept: the key is its id
     checks: RuleChecks
     shape: _ReplacementShape
     provenance: dict[str, Any]
+    effects: int  # EFFECTS when a match of the rule may have side effects here (:meth:`RuleChecks.effects`)
+    #: the ``emit`` stage's checks where the graph may not write in place, and where it may (indexed by that bool)
+    emit: tuple[Checks, Checks]
+    splice: tuple[Checks, Checks] | None = None  # the same for the ``splice`` stage (:meth:`Rewriter._splice_checks`)
 
 
 class Emitter:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -91,27 +91,19 @@ _PLAIN_ARGUMENT = frozenset({torch.fx.Node, int, float, bool, str, type(None), t
                              torch.layout, torch.memory_format})
 
 
-def _plain_call(graph: torch.fx.Graph, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """Whether :func:`_create_plain` makes the very node ``graph.create_node`` would: a graph whose
-    ``create_node`` is FX's own, a module without create-node hooks, and arguments each of a
-    :data:`_PLAIN_ARGUMENT` type."""
-    if type(args) is not tuple or type(kwargs) is not dict:
-        return False
-    # the graph's own create_node is FX's (not a subclass's, nor patched on the class or the graph), so its
-    # steps are the ones _create_plain takes
-    if getattr(graph.create_node, "__func__", None) is not _FX_CREATE_NODE:
-        return False
-    if getattr(graph._owning_module, "_create_node_hooks", None):
-        return False
-    for value in args:
-        if type(value) not in _PLAIN_ARGUMENT:
-            return False
-    return all(type(value) in _PLAIN_ARGUMENT for value in kwargs.values())
+def _plain_graph(graph: torch.fx.Graph) -> bool:
+    """Whether :func:`_create_plain` makes the very node ``graph.create_node`` would of arguments each of a
+    :data:`_PLAIN_ARGUMENT` type: the graph's own ``create_node`` is FX's (not a subclass's, nor patched on the
+    class or the graph), so its steps are the ones ``_create_plain`` takes, and its module has no create-node
+    hooks."""
+    return getattr(graph.create_node, "__func__", None) is _FX_CREATE_NODE \
+        and not getattr(graph._owning_module, "_create_node_hooks", None)
 
 
 def _create_plain(graph: torch.fx.Graph, op: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                   name: str) -> torch.fx.Node:
-    """``graph.create_node(op, target, args, kwargs, name=name)`` for a call :func:`_plain_call` admits.
+    """``graph.create_node(op, target, args, kwargs, name=name)`` in a :func:`_plain_graph`, of a tuple and a dict
+    of arguments each of a :data:`_PLAIN_ARGUMENT` type.
 
     FX's steps in FX's order (so an interruption leaves what FX's would), less one: the scan of the
     arguments' leaves for a raw ``SymInt``/``SymFloat``/``SymBool``, which only warns about one.  Exact:
@@ -197,16 +189,27 @@ class Transaction:
         stem = self.stems.get(target)
         if stem is None:
             stem = self.stems[target] = graph._target_to_str(target)
-        if _plain_call(graph, args, kwargs):
-            for value in itertools.chain(args, kwargs.values()):
-                if type(value) is torch.fx.Node:
-                    self.keep_users(value)
+        if type(args) is tuple and type(kwargs) is dict and _plain_graph(graph) and self._kept_plain(args) \
+                and (not kwargs or self._kept_plain(kwargs.values())):
             node = _create_plain(graph, op, target, args, kwargs, stem)
         else:
             torch.fx.node.map_arg((args, kwargs), self.keep_users)
             node = graph.create_node(op, target, args, kwargs, name=stem)
         self.created.append(node)
         return node
+
+    def _kept_plain(self, values: Iterable[Any]) -> bool:
+        """Whether each of ``values`` is of a :data:`_PLAIN_ARGUMENT` type, the users of the nodes among them
+        kept (those up to the first that is not, if one is: the caller keeps them all then, as they stay)."""
+        kept = self.users
+        for value in values:
+            kind = type(value)
+            if kind is torch.fx.Node:
+                if value not in kept:
+                    kept[value] = list(value.users)
+            elif kind not in _PLAIN_ARGUMENT:
+                return False
+        return True
 
     def get_attr(self, graph: torch.fx.Graph, name: str) -> torch.fx.Node:
         node = graph.get_attr(name)
@@ -217,17 +220,18 @@ class Transaction:
         """``user.replace_input_with(old, new)`` for each of ``users``, each logged before it changes."""
         if not users:
             return
-        self.keep_users(old)
-        if isinstance(new, torch.fx.Node):
-            self.keep_users(new)
-        redirected = self.redirected
-        if getattr(old.graph.owning_module, "_replace_hooks", None):
+        kept = self.users
+        if old not in kept:  # keep_users, inlined: asked twice at every rewrite
+            kept[old] = list(old.users)
+        if isinstance(new, torch.fx.Node) and new not in kept:
+            kept[new] = list(new.users)
+        # logged all at once before the first changes: undoing one that did not change sets what it has
+        self.redirected += [(user, user._args, user._kwargs) for user in users]
+        if getattr(old.graph._owning_module, "_replace_hooks", None):
             for user in users:
-                redirected.append((user, user._args, user._kwargs))
                 user.replace_input_with(old, new)  # calls the module's replace hooks first
             return
         for user in users:  # replace_input_with without replace hooks: the C function it ends with
-            redirected.append((user, user._args, user._kwargs))
             user._replace_input_with(old, new)
 
     def keep_users(self, node: torch.fx.Node) -> torch.fx.Node:
