@@ -93,11 +93,17 @@ class Found:
     matched: set[Node] = attrs.Factory(set)  # the same nodes
     outputs: tuple[Node | None, ...] = ()  # the nodes the pattern outputs matched, in order
     bindings: Mapping[str, Any] = attrs.Factory(dict)
+    #: id(rule) -> (the rule, its ``match`` stage's checks): :func:`checks_for` looked up once per rule and matcher,
+    #: not per match; keyed by id, the rule kept, so the id names that rule while the entry lives
+    _checks: dict[int, tuple[Rule, tuple[SafetyCheck, ...]]] = attrs.Factory(dict)
 
     def check(self, rule: Rule, nodes: Mapping[int, Node], outputs: tuple[Node | None, ...],
               bindings: Mapping[str, Any]) -> None:
         """Run the ``match`` stage on one structural match of ``rule``."""
-        checks = checks_for(rule).match.all
+        entry = self._checks.get(id(rule))
+        if entry is None:
+            entry = self._checks[id(rule)] = (rule, checks_for(rule).match.all)
+        checks = entry[1]
         if not checks:  # most one-operation rules: nothing to fill in
             return
         self.rule, self.nodes, self.matched, self.outputs, self.bindings = \
@@ -227,9 +233,10 @@ def checks_for(rule: Rule) -> RuleChecks:
     """The checks of each stage to run on the matches of ``rule``: the stage's, but those that cannot refuse
     any (:attr:`SafetyCheck.may_refuse`), decided once per rule (in a rewrite, a check that returns at once
     costs about as much as one that tests something: calling it)."""
-    return RuleChecks(*(StageChecks(tuple(check for check in checks
-                                          if check.may_refuse is None or check.may_refuse(rule)))
-                        for checks in (MATCH_CHECKS, EMIT_CHECKS, SPLICE_CHECKS)), _writes_nothing(rule))
+    match, emit, splice = (StageChecks(tuple(check for check in checks
+                                             if check.may_refuse is None or check.may_refuse(rule)))
+                           for checks in (MATCH_CHECKS, EMIT_CHECKS, SPLICE_CHECKS))
+    return RuleChecks(match, emit, splice, _writes_nothing(rule))
 
 
 def run_checks(checks: tuple[SafetyCheck, ...], subject: Any) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Collection, Container, Mapping
 from typing import Any, NamedTuple
 
 import attrs
@@ -218,7 +218,11 @@ class Rewriter:
         """The replacement's values (one per output) and the nodes made for them (``shape``: the rule's), before
         ``anchor``."""
         bindings = match.bindings
-        if shape.values is not None:  # x * 1 => x: no node to insert
+        if shape.capture is not None:  # x * 1 => x, the usual shape of the next one's
+            value = bindings[shape.capture]
+            if not isinstance(value, SYMBOLIC):  # exact: as below
+                return [value], ()
+        elif shape.values is not None:  # no node to insert
             values = [bindings[key] if is_capture else key for is_capture, key in shape.values]
             for value in values:  # exact: the Emitter gives each value as it is, but for a symbolic size
                 if isinstance(value, SYMBOLIC):
@@ -261,12 +265,16 @@ class Rewriter:
                 with running(self.autocast, match.anchor):  # computed as it runs: autocast may cast it
                     infer_metadata(node)
 
-    def _redirect(self, output: torch.fx.Node, value: Any, created: Container[torch.fx.Node]) -> list[torch.fx.Node]:
+    def _redirect(self, output: torch.fx.Node, value: Any, created: Collection[torch.fx.Node]) -> list[torch.fx.Node]:
         """Make the live users of ``output`` (but the replacement's own nodes) use ``value``; those users."""
         retired = self.transaction.retired
-        users = [user for user in output.users if user not in retired and user not in created]
-        self.transaction.redirect(output, value, users)
-        return users
+        users = output.users
+        if retired.keys().isdisjoint(users) and (not created or users.keys().isdisjoint(created)):
+            live = list(users)  # nearly every output: no user retired nor new (asked in C, not per user)
+        else:
+            live = [user for user in users if user not in retired and user not in created]
+        self.transaction.redirect(output, value, live)
+        return live
 
     def _retire_dead(self, match: Match) -> tuple[torch.fx.Node, ...]:
         """Retire the matched nodes nothing live uses any more, and the pure producers this leaves unused.
@@ -278,9 +286,10 @@ class Rewriter:
         retired = self.transaction.retired
         nodes = match.nodes if len(match.nodes) == 1 else sorted(match.nodes, key=_SORT_KEY, reverse=True)
         # a node's inputs as ``all_input_nodes`` lists them (a copy of the keys of FX's ``_input_nodes``), uncopied
+        # ``users.keys() <= retired.keys()``: no live user (a test in C, of the users' keys first by number)
         lost_user: list[torch.fx.Node] = []
         for node in nodes:  # users before what they use
-            if not _has_live_user(node, retired):
+            if node.users.keys() <= retired.keys():
                 lost_user += node._input_nodes
                 retired[node] = None
         touched: list[torch.fx.Node] = []
@@ -288,7 +297,7 @@ class Rewriter:
             node = lost_user.pop()
             if node in retired:
                 continue
-            if _has_live_user(node, retired) or self.effects.has_side_effects(node):
+            if not node.users.keys() <= retired.keys() or self.effects.has_side_effects(node):
                 touched.append(node)
             else:
                 lost_user += node._input_nodes
@@ -461,13 +470,6 @@ def _operation_name(node: torch.fx.Node) -> str | None:
     return None if name is None else name.rstrip("_")
 
 
-def _has_live_user(node: torch.fx.Node, retired: Mapping[torch.fx.Node, None]) -> bool:
-    for user in node.users:  # noqa: SIM110 - a loop: any() would add a generator on a hot path
-        if user not in retired:
-            return True
-    return False
-
-
 @per_object
 def _provenance(rule: Rule) -> dict[str, Any]:
     """What ``meta["fxrules"]`` of a node the rule created says (each node gets its own copy)."""
@@ -486,6 +488,7 @@ class _ReplacementShape:
 
     values: tuple[tuple[bool, Any], ...] | None = None
     call: _DirectCall | None = None
+    capture: str | None = None  # the capture, when ``values`` is one capture
 
 
 @attrs.frozen
@@ -537,7 +540,8 @@ def _replacement_shape(rule: Rule) -> _ReplacementShape:
 
     parts = [plain(t) for t in replacement]
     if all(part is not None for part in parts):
-        return _ReplacementShape(values=tuple(parts))  # type: ignore[arg-type]
+        capture = parts[0][1] if len(parts) == 1 and parts[0][0] else None  # type: ignore[index]
+        return _ReplacementShape(values=tuple(parts), capture=capture)  # type: ignore[arg-type]
     if len(replacement) != 1 or not isinstance(replacement[0], OpTemplate):
         return _ReplacementShape()
     template = replacement[0]
@@ -557,6 +561,9 @@ def _replacement_shape(rule: Rule) -> _ReplacementShape:
 
 def _used_by(created: list[torch.fx.Node] | tuple[()], values: list[Any]) -> tuple[torch.fx.Node, ...]:
     """The existing nodes a replacement uses: inputs of its new nodes, and outputs it reuses."""
+    if len(values) == 1 and not created:  # most rewrites: one output, replaced by an existing value
+        value = values[0]
+        return (value,) if isinstance(value, torch.fx.Node) else ()
     used = [value for value in values if isinstance(value, torch.fx.Node)]
     if not created:
         return tuple(used)

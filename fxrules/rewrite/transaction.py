@@ -35,6 +35,7 @@ _CODE_ATTRIBUTES = ("_code", "_lineno_map", "_prologue_start", "_in_spec", "_out
 _CODE_CLASS_ATTRIBUTES = ("forward", "__call__", "_wrapped_call")
 _ABSENT = object()
 _REPR_FUNCTION = operator.attrgetter("_repr_fn")
+_ARGS, _KWARGS = operator.attrgetter("_args"), operator.attrgetter("_kwargs")  # what Node.args, .kwargs return
 _SET_ERASED: Callable[[torch.fx.Node, bool], None] = vars(torch._C._NodeBase)["_erased"].__set__
 _NONE: Callable[[torch.fx.Node], None] = dict[torch.fx.Node, None]().get  # None for any node, and no Python frame
 
@@ -226,7 +227,7 @@ class Transaction:
         if isinstance(new, torch.fx.Node) and new not in kept:
             kept[new] = list(new.users)
         # logged all at once before the first changes: undoing one that did not change sets what it has
-        self.redirected += [(user, user._args, user._kwargs) for user in users]
+        self.redirected += zip(users, map(_ARGS, users), map(_KWARGS, users), strict=True)
         if getattr(old.graph._owning_module, "_replace_hooks", None):
             for user in users:
                 user.replace_input_with(old, new)  # calls the module's replace hooks first
