@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Callable, Collection, Container, Mapping
+from collections.abc import Callable, Collection, Container, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import attrs
@@ -118,6 +118,10 @@ class Rewrite(NamedTuple):  # a tuple: one is made for every rewrite, and a froz
         return (*(user for user, _ in self.redirected), *self.lost_users)
 
 
+#: ``Rewrite(*fields)`` without the Python frame of a named tuple's ``__new__`` (one is made for every rewrite)
+_new_rewrite = tuple.__new__
+
+
 class Rewriter:
     """Rewrites matches in one graph, calling helpers from ``helpers``."""
 
@@ -186,7 +190,8 @@ class Rewriter:
                     noticed += users                                 # literal may be an `inplace` flag (True)
         if noticed:  # told once all are redirected: a user of two outputs may get two literals
             self.effects.noticed(noticed)
-        return Rewrite(tuple(created), tuple(redirected), self._retire_dead(match), _used_by(created, values))
+        return _new_rewrite(Rewrite, (tuple(created), tuple(redirected), self._retire_dead(match),
+                                      _used_by(created, values)))
 
     def _per_rule(self, match: Match) -> _PerRule:
         """What every rewrite of the rule of ``match`` reads, found once per rewriter rather than once per rewrite
@@ -284,7 +289,12 @@ class Rewriter:
         would count as a user of its own inputs, and block matches there, until the commit.
         """
         retired = self.transaction.retired
-        nodes = match.nodes if len(match.nodes) == 1 else sorted(match.nodes, key=_SORT_KEY, reverse=True)
+        nodes: Sequence[torch.fx.Node] = match.nodes
+        if len(nodes) == 2:  # most matches of several nodes: in order, or swapped (no key list, no sort)
+            if nodes[0]._sort_key < nodes[1]._sort_key:
+                nodes = (nodes[1], nodes[0])
+        elif len(nodes) > 2:
+            nodes = sorted(nodes, key=_SORT_KEY, reverse=True)
         # a node's inputs as ``all_input_nodes`` lists them (a copy of the keys of FX's ``_input_nodes``), uncopied
         # ``users.keys() <= retired.keys()``: no live user (a test in C, of the users' keys first by number)
         lost_user: list[torch.fx.Node] = []

@@ -36,6 +36,7 @@ _CODE_CLASS_ATTRIBUTES = ("forward", "__call__", "_wrapped_call")
 _ABSENT = object()
 _REPR_FUNCTION = operator.attrgetter("_repr_fn")
 _ARGS, _KWARGS = operator.attrgetter("_args"), operator.attrgetter("_kwargs")  # what Node.args, .kwargs return
+_USERS = operator.attrgetter("users")
 _SET_ERASED: Callable[[torch.fx.Node, bool], None] = vars(torch._C._NodeBase)["_erased"].__set__
 _NONE: Callable[[torch.fx.Node], None] = dict[torch.fx.Node, None]().get  # None for any node, and no Python frame
 
@@ -267,16 +268,19 @@ class Transaction:
         """Erase, last to first, every node nothing uses that ``removable`` allows, as
         ``Graph.eliminate_dead_code`` does, logging each before it goes."""
         self._keep_buckets(graph)
-        keep_users, erased = self.keep_users, self.erased
+        kept, erased = self.users, self.erased
         # a module's erase hooks (a GraphTransformObserver's, say) are run by FX's own erase_node
         hooked = getattr(graph.owning_module, "_erase_node_hooks", None)
         erase = graph.erase_node if hooked else functools.partial(erase_node, graph)
-        for node in reversed(graph.nodes):
-            if node.users or not removable(node):
+        # the nodes without users, filtered in C as the walk reaches each (so one whose last user was erased
+        # just before is among them, as in a loop asking each node): most nodes have users
+        for node in itertools.filterfalse(_USERS, reversed(graph.nodes)):
+            if not removable(node):
                 continue
             # what .all_input_nodes, .args and .kwargs return, without their Python calls and list
             for used in node._input_nodes:
-                keep_users(used)
+                if used not in kept:  # keep_users, inlined
+                    kept[used] = list(used.users)
             erased.append((node, node._prev, node._args, node._kwargs, node._sort_key))
             erase(node)
         self.retired.clear()  # erased: each retired node's users are retired, and come after it
