@@ -157,7 +157,7 @@ class Rewriter:
         transaction = self.transaction
         splice = self.splice
         splice.refill(match, outputs[0] if len(outputs) == 1 else min(outputs, key=_SORT_KEY))
-        per_rule = self._per_rule(match)
+        per_rule = self._rules.get(id(match.rule)) or self._per_rule(match)
         # the checks of each stage the graph needs (:meth:`StageChecks.given`), by whether it may write in place
         writers = self.effects.writers_exist()
         checks = per_rule.emit[writers]
@@ -194,19 +194,18 @@ class Rewriter:
                                       _used_by(created, values)))
 
     def _per_rule(self, match: Match) -> _PerRule:
-        """What every rewrite of the rule of ``match`` reads, found once per rewriter rather than once per rewrite
+        """What every rewrite of the rule of ``match`` reads (kept in ``_rules``, which :meth:`rewrite` asks
+        first), found once per rewriter rather than once per rewrite
         (each is a :func:`~fxrules.memo.per_object` lookup, or a check of the graph).  Exact: each is derived from
         the rule alone, or from the rule and this graph (:meth:`RuleChecks.effects`: the same for each of its
         matches); keyed by id with the rule kept, so the id names that rule while the entry lives."""
         rule = match.rule
-        per_rule = self._rules.get(id(rule))
-        if per_rule is None:
-            checks = checks_for(rule)
-            # the emit stage's facts: the regions are told to the splice stage only
-            effects = checks.effects(match.nodes, self.effects)
-            per_rule = self._rules[id(rule)] = _PerRule(
-                rule, checks, _replacement_shape(rule), _provenance(rule), effects,
-                (checks.emit.given(effects), checks.emit.given(effects | WRITERS)))
+        checks = checks_for(rule)
+        # the emit stage's facts: the regions are told to the splice stage only
+        effects = checks.effects(match.nodes, self.effects)
+        per_rule = self._rules[id(rule)] = _PerRule(
+            rule, checks, _replacement_shape(rule), _provenance(rule), effects,
+            (checks.emit.given(effects), checks.emit.given(effects | WRITERS)))
         return per_rule
 
     def _splice_checks(self, per_rule: _PerRule) -> tuple[Checks, Checks]:
