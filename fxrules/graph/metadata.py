@@ -517,12 +517,17 @@ class GraphEffects:
         self._returned: dict[torch.fx.Node, None] | None = None  # None: not found yet
         #: (op, target, impure_random) of a function or method call -> is_impure, writing_arguments
         self._calls: dict[tuple[str, Any, bool], tuple[bool, Writing | None]] = {}
-        self._impure_calls: dict[int, bool] = {}  # id(key) -> impure_calls(key, ...)
 
     def noticed(self, nodes: Iterable[torch.fx.Node]) -> None:
         """``nodes`` were created, or given other arguments (a write may have become one: ``inplace=True``)."""
         if self._writers is not None:
             self._writers += [node for node in nodes if may_write_in_place(node)]
+
+    def created_writers(self, writers: list[torch.fx.Node]) -> None:
+        """``writers`` were created, each of which :func:`may_write_in_place` (:meth:`noticed`, for a caller that
+        asked already)."""
+        if self._writers is not None:
+            self._writers += writers
 
     def writers_exist(self) -> bool:
         """Whether the graph may hold an in-place writer."""
@@ -555,14 +560,10 @@ class GraphEffects:
                 returned.update(alias_class(node))
         return returned
 
-    def impure_calls(self, key: Any, nodes: Iterable[torch.fx.Node]) -> bool:
+    def impure_calls(self, nodes: Iterable[torch.fx.Node]) -> bool:
         """Whether ``Node.is_impure(False)`` holds for one of ``nodes``, function and method calls of no
-        higher-order operator, answered once per ``key`` (alive while the graph is rewritten): the caller asks
-        under one key only about calls of the same targets, whose purity is decided per target."""
-        impure = self._impure_calls.get(id(key))
-        if impure is None:
-            impure = self._impure_calls[id(key)] = any(self._known(node, False)[0] for node in nodes)
-        return impure
+        higher-order operator (each target's purity found once)."""
+        return any(self._known(node, False)[0] for node in nodes)
 
     def has_side_effects(self, node: torch.fx.Node, impure_random: bool = True) -> bool:
         """:func:`has_side_effects`."""
@@ -586,6 +587,9 @@ class GraphEffects:
         return known
 
 
+_KWARGS = operator.attrgetter("_kwargs")  # what ``Node.kwargs`` returns, without its Python call
+
+
 def _writers(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     """The nodes :func:`may_write_in_place` says write, in no particular order.  The graph files its function
     calls by target (``find_nodes``): what a target does is decided once for all its calls, and where only a
@@ -595,7 +599,7 @@ def _writers(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     for (op, target), nodes in graph._find_nodes_lookup_table.table.items():
         writing = writing_arguments(op, target) if op == "call_function" else None
         if writing is not None and writing[0] is None:  # only a keyword argument can make a call write
-            found += [node for node in nodes if node.kwargs and may_write_in_place(node)]
+            found += [node for node in filter(_KWARGS, nodes) if may_write_in_place(node)]  # (filter: in C)
         else:  # the methods, modules...: filed together, whatever their target
             found += [node for node in nodes if may_write_in_place(node)]
     return found
@@ -615,23 +619,22 @@ def writing_arguments(op: str, target: Any) -> Writing | None:
     return position, ("out", *(name for _, name, _ in declared if name != "out"))
 
 
-def _joins_returned(returned: Container[torch.fx.Node], replaced: Sequence[torch.fx.Node], values: Sequence[Any],
+def _joins_returned(returned: dict[torch.fx.Node, None], replaced: Sequence[torch.fx.Node], values: Sequence[Any],
                     created: Sequence[torch.fx.Node]) -> bool:
-    """Whether a replaced node, a value or a new node, or an input of a new node, is in ``returned`` (loops, not
-    ``any()``: asked at every rewrite)."""
-    for node in (*replaced, *created):
-        if node in returned:
-            return True
+    """Whether a replaced node, a value or a new node, or an input of a new node, is in ``returned`` (asked at
+    every rewrite: the nodes of each part looked up in C, ``isdisjoint``, not one by one)."""
+    keys = returned.keys()
+    if not keys.isdisjoint(replaced) or not keys.isdisjoint(created):
+        return True
     for value in values:  # a node in a sequence too: a user `(x, y)[0]` of the replaced node is x
         if isinstance(value, torch.fx.Node):
             if value in returned:
                 return True
-        elif isinstance(value, (tuple, list)) and any(node in returned for node in nodes_of(value)):
+        elif isinstance(value, (tuple, list)) and not keys.isdisjoint(nodes_of(value)):
             return True
-    for node in created:
-        for used in node._input_nodes:  # what all_input_nodes lists, without its copy
-            if used in returned:
-                return True
+    for node in created:  # noqa: SIM110 - a loop: any() would add a generator at every rewrite
+        if not keys.isdisjoint(node._input_nodes):  # its inputs: what all_input_nodes lists, without its copy
+            return True
     return False
 
 

@@ -18,9 +18,7 @@ Example: ``x * 1 => x`` at ``y = x * 1`` with ``y.add_(1)`` later passes every c
 from __future__ import annotations
 
 import enum
-import functools
 import math
-import operator
 from collections.abc import Callable, Container, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -95,11 +93,17 @@ class Found:
     matched: set[Node] = attrs.Factory(set)  # the same nodes
     outputs: tuple[Node | None, ...] = ()  # the nodes the pattern outputs matched, in order
     bindings: Mapping[str, Any] = attrs.Factory(dict)
+    #: id(rule) -> (the rule, its ``match`` stage's checks): :func:`checks_for` looked up once per rule and matcher,
+    #: not per match; keyed by id, the rule kept, so the id names that rule while the entry lives
+    _checks: dict[int, tuple[Rule, tuple[SafetyCheck, ...]]] = attrs.Factory(dict)
 
     def check(self, rule: Rule, nodes: Mapping[int, Node], outputs: tuple[Node | None, ...],
               bindings: Mapping[str, Any]) -> None:
         """Run the ``match`` stage on one structural match of ``rule``."""
-        checks = checks_for(rule).match.all
+        entry = self._checks.get(id(rule))
+        if entry is None:
+            entry = self._checks[id(rule)] = (rule, checks_for(rule).match.all)
+        checks = entry[1]
         if not checks:  # most one-operation rules: nothing to fill in
             return
         self.rule, self.nodes, self.matched, self.outputs, self.bindings = \
@@ -130,7 +134,7 @@ class Splice:
     takes what it names when it runs)."""
 
     graph: torch.fx.Graph
-    retired: Mapping[Node, None]
+    retired: Mapping[Node, None]  # the transaction's: rewritten away, no longer users of anything
     alias_free: bool  # a subgraph of an operator that refuses outputs aliasing inputs (torch.cond)
     #: the operation a node performs by aten name (its in-place and ``out=`` forms one), as the rewriter
     #: spells operations (:mod:`fxrules.rewrite.aten`, a layer above this one)
@@ -143,40 +147,12 @@ class Splice:
     match: Match = attrs.field(init=False)  # set by :meth:`refill`
     anchor: Node = attrs.field(init=False)  # the earliest output
     _pairs: list[tuple[Node, Node]] | None = attrs.field(default=None, init=False)
-    #: id(rule) -> (the rule, whether its matches may have effects here: :data:`EFFECTS`)
-    _effects_of: dict[int, tuple[Rule, int]] = attrs.field(factory=dict, init=False)
 
-    def refill(self, match: Match, anchor: Node, retired: Mapping[Node, None]) -> None:
+    def refill(self, match: Match, anchor: Node) -> None:
         """Make this the splice of ``match`` before ``anchor``, at the ``emit`` stage (no values, no regions)."""
-        self.match, self.anchor, self.retired = match, anchor, retired
+        self.match, self.anchor = match, anchor
         self.values = self.created = ()
         self.grad_modes = self.autocast = self._pairs = None
-
-    def facts(self, wanted: int) -> int:
-        """What the graph and the match hold of the ``wanted`` facts (:data:`WRITERS`...) at this stage: the
-        replacement's nodes are the ``splice`` stage's, the regions are told to it for that stage."""
-        facts = 0
-        if wanted & WRITERS and (self.effects.writers_exist() or _any_writes(self.created)):
-            facts |= WRITERS
-        if wanted & GRAD_MODES and self.grad_modes is not None:
-            facts |= GRAD_MODES
-        if wanted & AUTOCAST and self.autocast is not None:
-            facts |= AUTOCAST
-        if wanted & EFFECTS:
-            facts |= self._effects(self.match)
-        return facts
-
-    def _effects(self, match: Match) -> int:
-        """:data:`EFFECTS` when a match of its rule may have side effects, found once per rule.  Exact: both
-        parts are fixed per rule while this graph is rewritten: :func:`_writes_nothing` is the rule's alone, and
-        :meth:`~fxrules.graph.metadata.GraphEffects.impure_calls` answers once per rule already (this saves the
-        two calls).  Keyed by id, the rule kept: a rule's id is not reused while the entry holds it."""
-        rule = match.rule
-        entry = self._effects_of.get(id(rule))
-        if entry is None:
-            may = not _writes_nothing(rule) or self.effects.impure_calls(rule, match.nodes)
-            entry = self._effects_of[id(rule)] = (rule, EFFECTS if may else 0)
-        return entry[1]
 
     def pairs(self) -> list[tuple[Node, Node]]:
         """(output, existing node it would share memory with) for each output replaced by a value that
@@ -216,34 +192,22 @@ class SafetyCheck:
     may_refuse: Callable[[Rule], bool] | None = None
     #: what the graph or the match must hold (bits of :data:`WRITERS`...) for ``test`` to refuse anything: without
     #: it, ``test`` returns None (each says why), and an ``emit`` or ``splice`` stage does not call it
-    #: (:meth:`StageChecks.needed`)
+    #: (:meth:`StageChecks.given`)
     needs: int = 0
 
 
-@attrs.define
+@attrs.frozen
 class StageChecks:
     """The checks of one stage that may refuse a match of one rule, in order (:func:`checks_for`): ``all``, and
-    those a rewrite needs given what its graph holds (:meth:`needed`)."""
+    those a rewrite needs given what its graph holds (:meth:`given`)."""
 
     all: tuple[SafetyCheck, ...]
-    _by_facts: dict[int, tuple[SafetyCheck, ...]] = attrs.field(factory=dict, init=False)
-    _wanted: int = attrs.field(init=False)  # the facts some check needs
 
-    @_wanted.default
-    def _needs(self) -> int:
-        return functools.reduce(operator.or_, (check.needs for check in self.all), 0)
-
-    def needed(self, splice: Splice) -> tuple[SafetyCheck, ...]:
-        """The checks whose :attr:`~SafetyCheck.needs` the splice's graph holds (:meth:`Splice.facts`); each
-        set found once."""
-        wanted = self._wanted
-        if not wanted:  # exact: no check needs a fact, so every fact set gives ``all``
-            return self.all
-        facts = splice.facts(wanted)
-        needed = self._by_facts.get(facts)
-        if needed is None:
-            needed = self._by_facts[facts] = tuple(check for check in self.all if check.needs & facts == check.needs)
-        return needed
+    def given(self, facts: int) -> tuple[SafetyCheck, ...]:
+        """The checks whose :attr:`~SafetyCheck.needs` ``facts`` (bits of :data:`WRITERS`...) holds: the others
+        return None (each says why) where the graph and the match hold only these facts.  The rewriter asks once
+        per rule and graph, for each value the facts it cannot know in advance (in-place writers) may take."""
+        return tuple(check for check in self.all if check.needs & facts == check.needs)
 
 
 @attrs.frozen
@@ -253,6 +217,15 @@ class RuleChecks:
     match: StageChecks
     emit: StageChecks
     splice: StageChecks
+    writes_nothing: bool  # :func:`_writes_nothing` of the rule
+
+    def effects(self, nodes: tuple[Node, ...], effects: GraphEffects) -> int:
+        """:data:`EFFECTS` when a match of the rule, ``nodes`` one of them, may have side effects in the graph of
+        ``effects``, else 0.  The same for every match of the rule in that graph: where the rule
+        :func:`writes nothing <_writes_nothing>`, each operation binds a function or method call of one target,
+        whose purity is decided per target (:meth:`~fxrules.graph.metadata.GraphEffects.impure_calls`); the
+        rewriter asks once per rule and graph."""
+        return 0 if self.writes_nothing and not effects.impure_calls(nodes) else EFFECTS
 
 
 @per_object
@@ -260,9 +233,10 @@ def checks_for(rule: Rule) -> RuleChecks:
     """The checks of each stage to run on the matches of ``rule``: the stage's, but those that cannot refuse
     any (:attr:`SafetyCheck.may_refuse`), decided once per rule (in a rewrite, a check that returns at once
     costs about as much as one that tests something: calling it)."""
-    return RuleChecks(*(StageChecks(tuple(check for check in checks
-                                          if check.may_refuse is None or check.may_refuse(rule)))
-                        for checks in (MATCH_CHECKS, EMIT_CHECKS, SPLICE_CHECKS)))
+    match, emit, splice = (StageChecks(tuple(check for check in checks
+                                             if check.may_refuse is None or check.may_refuse(rule)))
+                           for checks in (MATCH_CHECKS, EMIT_CHECKS, SPLICE_CHECKS))
+    return RuleChecks(match, emit, splice, _writes_nothing(rule))
 
 
 def run_checks(checks: tuple[SafetyCheck, ...], subject: Any) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Collection, Container, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import attrs
@@ -34,6 +34,7 @@ from fxrules.graph.metadata import (
     GraphEffects,
     has_metadata,
     infer_metadata,
+    may_write_in_place,
     tensor_info,
 )
 from fxrules.graph.module_data import UnreadableAttribute, read_module_attribute
@@ -52,7 +53,16 @@ from fxrules.lang.ir import (
     Template,
 )
 from fxrules.match.matcher import Match
-from fxrules.match.safety import RuleChecks, Splice, checks_for, run_checks
+from fxrules.match.safety import (
+    AUTOCAST,
+    GRAD_MODES,
+    WRITERS,
+    RuleChecks,
+    SafetyCheck,
+    Splice,
+    checks_for,
+    run_checks,
+)
 from fxrules.match.skips import Skip, SkipReason
 from fxrules.memo import per_object
 from fxrules.rewrite.aten import ATEN_GRAPH, Level, NoAtenSpelling, aten_name, graph_level, spelled
@@ -61,6 +71,8 @@ from fxrules.rewrite.transaction import Transaction
 
 #: Nodes in graph order (``Node._sort_key``), as ``sorted`` and ``min`` take a key.
 _SORT_KEY = operator.attrgetter("_sort_key")
+#: The checks one stage runs on a rewrite.
+Checks = tuple[SafetyCheck, ...]
 #: Metadata a replacement inherits from the output it replaces.
 INHERITED_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "from_node")
 SHAPE_META = ("val", "example_value", "tensor_meta")
@@ -106,6 +118,10 @@ class Rewrite(NamedTuple):  # a tuple: one is made for every rewrite, and a froz
         return (*(user for user, _ in self.redirected), *self.lost_users)
 
 
+#: ``Rewrite(*fields)`` without the Python frame of a named tuple's ``__new__`` (one is made for every rewrite)
+_new_rewrite = tuple.__new__
+
+
 class Rewriter:
     """Rewrites matches in one graph, calling helpers from ``helpers``."""
 
@@ -140,15 +156,21 @@ class Rewriter:
         outputs = match.outputs
         transaction = self.transaction
         splice = self.splice
-        splice.refill(match, outputs[0] if len(outputs) == 1 else min(outputs, key=_SORT_KEY), transaction.retired)
-        per_rule = self._per_rule(match.rule)
-        checks = per_rule.checks  # the checks that may refuse a match of this rule, by stage
-        run_checks(checks.emit.needed(splice), splice)
+        splice.refill(match, outputs[0] if len(outputs) == 1 else min(outputs, key=_SORT_KEY))
+        per_rule = self._rules.get(id(match.rule)) or self._per_rule(match)
+        # the checks of each stage the graph needs (:meth:`StageChecks.given`), by whether it may write in place
+        writers = self.effects.writers_exist()
+        checks = per_rule.emit[writers]
+        if checks:
+            run_checks(checks, splice)
         mark = transaction.mark(self.graph)
         try:  # a skip halfway (a helper's value unknown, no aten spelling...) leaves nothing behind
             values, created = splice.values, splice.created = self._emit(match, per_rule.shape, splice.anchor)
             splice.grad_modes, splice.autocast = self.grad_modes, self.autocast
-            run_checks(checks.splice.needed(splice), splice)
+            writing = [node for node in created if may_write_in_place(node)] if created else created
+            checks = (per_rule.splice or self._splice_checks(per_rule))[writers or bool(writing)]
+            if checks:
+                run_checks(checks, splice)
         except Skip:
             transaction.undo_since(mark, self.graph)
             raise
@@ -156,34 +178,55 @@ class Rewriter:
             self._annotate(match, per_rule.provenance, created, values)
             if self.grad_modes is not None:  # new nodes are computed in the anchor's mode
                 self.grad_modes.update(dict.fromkeys(created, self.grad_modes.get(splice.anchor, OUTSIDE)))
+            if writing:
+                self.effects.created_writers(writing)
         redirected: list[tuple[torch.fx.Node, Any]] = []
-        noticed = created  # not added to: a copy is made before the first literal's users join it
+        noticed: list[torch.fx.Node] = []
         for output, value in zip(outputs, values, strict=True):
             if value is not output:
                 users = self._redirect(output, value, created)
                 redirected += zip(users, itertools.repeat(value, len(users)), strict=True)
                 if users and not isinstance(value, torch.fx.Node):  # a node for a node writes as it did; a
-                    noticed = [*noticed, *users]                     # literal may be an `inplace` flag (True)
+                    noticed += users                                 # literal may be an `inplace` flag (True)
         if noticed:  # told once all are redirected: a user of two outputs may get two literals
             self.effects.noticed(noticed)
-        return Rewrite(tuple(created), tuple(redirected), self._retire_dead(match), _used_by(created, values))
+        return _new_rewrite(Rewrite, (tuple(created), tuple(redirected), self._retire_dead(match),
+                                      _used_by(created, values)))
 
-    def _per_rule(self, rule: Rule) -> _PerRule:
-        """What every rewrite of ``rule`` reads, looked up once per rewriter rather than once per rewrite (each
-        is a :func:`~fxrules.memo.per_object` lookup).  Exact: each is derived from the rule alone, and keyed
-        by id with the rule kept, so the id names that rule while the entry lives."""
-        per_rule = self._rules.get(id(rule))
-        if per_rule is None:
-            per_rule = self._rules[id(rule)] = _PerRule(rule, checks_for(rule), _replacement_shape(rule),
-                                                        _provenance(rule))
+    def _per_rule(self, match: Match) -> _PerRule:
+        """What every rewrite of the rule of ``match`` reads (kept in ``_rules``, which :meth:`rewrite` asks
+        first), found once per rewriter rather than once per rewrite
+        (each is a :func:`~fxrules.memo.per_object` lookup, or a check of the graph).  Exact: each is derived from
+        the rule alone, or from the rule and this graph (:meth:`RuleChecks.effects`: the same for each of its
+        matches); keyed by id with the rule kept, so the id names that rule while the entry lives."""
+        rule = match.rule
+        checks = checks_for(rule)
+        # the emit stage's facts: the regions are told to the splice stage only
+        effects = checks.effects(match.nodes, self.effects)
+        per_rule = self._rules[id(rule)] = _PerRule(
+            rule, checks, _replacement_shape(rule), _provenance(rule), effects,
+            (checks.emit.given(effects), checks.emit.given(effects | WRITERS)))
         return per_rule
+
+    def _splice_checks(self, per_rule: _PerRule) -> tuple[Checks, Checks]:
+        """The ``splice`` stage's checks of the rule where the replacement or the graph may write in place, and
+        where neither may: found at the rule's first splice stage, once the regions are (:attr:`grad_modes` is
+        read first there), which stay as they are for the rewriter's life."""
+        facts = per_rule.effects | (GRAD_MODES if self.grad_modes is not None else 0) \
+            | (AUTOCAST if self.autocast is not None else 0)
+        found = per_rule.splice = (per_rule.checks.splice.given(facts), per_rule.checks.splice.given(facts | WRITERS))
+        return found
 
     def _emit(self, match: Match, shape: _ReplacementShape,
               anchor: torch.fx.Node) -> tuple[list[Any], list[torch.fx.Node] | tuple[()]]:
         """The replacement's values (one per output) and the nodes made for them (``shape``: the rule's), before
         ``anchor``."""
         bindings = match.bindings
-        if shape.values is not None:  # x * 1 => x: no node to insert
+        if shape.capture is not None:  # x * 1 => x, the usual shape of the next one's
+            value = bindings[shape.capture]
+            if not isinstance(value, SYMBOLIC):  # exact: as below
+                return [value], ()
+        elif shape.values is not None:  # no node to insert
             values = [bindings[key] if is_capture else key for is_capture, key in shape.values]
             for value in values:  # exact: the Emitter gives each value as it is, but for a symbolic size
                 if isinstance(value, SYMBOLIC):
@@ -226,12 +269,16 @@ class Rewriter:
                 with running(self.autocast, match.anchor):  # computed as it runs: autocast may cast it
                     infer_metadata(node)
 
-    def _redirect(self, output: torch.fx.Node, value: Any, created: Container[torch.fx.Node]) -> list[torch.fx.Node]:
+    def _redirect(self, output: torch.fx.Node, value: Any, created: Collection[torch.fx.Node]) -> list[torch.fx.Node]:
         """Make the live users of ``output`` (but the replacement's own nodes) use ``value``; those users."""
         retired = self.transaction.retired
-        users = [user for user in output.users if user not in retired and user not in created]
-        self.transaction.redirect(output, value, users)
-        return users
+        users = output.users
+        if retired.keys().isdisjoint(users) and (not created or users.keys().isdisjoint(created)):
+            live = list(users)  # nearly every output: no user retired nor new (asked in C, not per user)
+        else:
+            live = [user for user in users if user not in retired and user not in created]
+        self.transaction.redirect(output, value, live)
+        return live
 
     def _retire_dead(self, match: Match) -> tuple[torch.fx.Node, ...]:
         """Retire the matched nodes nothing live uses any more, and the pure producers this leaves unused.
@@ -241,11 +288,17 @@ class Rewriter:
         would count as a user of its own inputs, and block matches there, until the commit.
         """
         retired = self.transaction.retired
-        nodes = match.nodes if len(match.nodes) == 1 else sorted(match.nodes, key=_SORT_KEY, reverse=True)
+        nodes: Sequence[torch.fx.Node] = match.nodes
+        if len(nodes) == 2:  # most matches of several nodes: in order, or swapped (no key list, no sort)
+            if nodes[0]._sort_key < nodes[1]._sort_key:
+                nodes = (nodes[1], nodes[0])
+        elif len(nodes) > 2:
+            nodes = sorted(nodes, key=_SORT_KEY, reverse=True)
         # a node's inputs as ``all_input_nodes`` lists them (a copy of the keys of FX's ``_input_nodes``), uncopied
+        # ``users.keys() <= retired.keys()``: no live user (a test in C, of the users' keys first by number)
         lost_user: list[torch.fx.Node] = []
         for node in nodes:  # users before what they use
-            if not _has_live_user(node, retired):
+            if node.users.keys() <= retired.keys():
                 lost_user += node._input_nodes
                 retired[node] = None
         touched: list[torch.fx.Node] = []
@@ -253,7 +306,7 @@ class Rewriter:
             node = lost_user.pop()
             if node in retired:
                 continue
-            if _has_live_user(node, retired) or self.effects.has_side_effects(node):
+            if not node.users.keys() <= retired.keys() or self.effects.has_side_effects(node):
                 touched.append(node)
             else:
                 lost_user += node._input_nodes
@@ -261,13 +314,18 @@ class Rewriter:
         return tuple(touched)
 
 
-class _PerRule(NamedTuple):
+@attrs.define
+class _PerRule:
     """What every rewrite of one rule reads (:meth:`Rewriter._per_rule`)."""
 
     rule: Rule  # kept: the key is its id
     checks: RuleChecks
     shape: _ReplacementShape
     provenance: dict[str, Any]
+    effects: int  # EFFECTS when a match of the rule may have side effects here (:meth:`RuleChecks.effects`)
+    #: the ``emit`` stage's checks where the graph may not write in place, and where it may (indexed by that bool)
+    emit: tuple[Checks, Checks]
+    splice: tuple[Checks, Checks] | None = None  # the same for the ``splice`` stage (:meth:`Rewriter._splice_checks`)
 
 
 class Emitter:
@@ -421,13 +479,6 @@ def _operation_name(node: torch.fx.Node) -> str | None:
     return None if name is None else name.rstrip("_")
 
 
-def _has_live_user(node: torch.fx.Node, retired: Mapping[torch.fx.Node, None]) -> bool:
-    for user in node.users:  # noqa: SIM110 - a loop: any() would add a generator on a hot path
-        if user not in retired:
-            return True
-    return False
-
-
 @per_object
 def _provenance(rule: Rule) -> dict[str, Any]:
     """What ``meta["fxrules"]`` of a node the rule created says (each node gets its own copy)."""
@@ -446,6 +497,7 @@ class _ReplacementShape:
 
     values: tuple[tuple[bool, Any], ...] | None = None
     call: _DirectCall | None = None
+    capture: str | None = None  # the capture, when ``values`` is one capture
 
 
 @attrs.frozen
@@ -497,7 +549,8 @@ def _replacement_shape(rule: Rule) -> _ReplacementShape:
 
     parts = [plain(t) for t in replacement]
     if all(part is not None for part in parts):
-        return _ReplacementShape(values=tuple(parts))  # type: ignore[arg-type]
+        capture = parts[0][1] if len(parts) == 1 and parts[0][0] else None  # type: ignore[index]
+        return _ReplacementShape(values=tuple(parts), capture=capture)  # type: ignore[arg-type]
     if len(replacement) != 1 or not isinstance(replacement[0], OpTemplate):
         return _ReplacementShape()
     template = replacement[0]
@@ -517,6 +570,9 @@ def _replacement_shape(rule: Rule) -> _ReplacementShape:
 
 def _used_by(created: list[torch.fx.Node] | tuple[()], values: list[Any]) -> tuple[torch.fx.Node, ...]:
     """The existing nodes a replacement uses: inputs of its new nodes, and outputs it reuses."""
+    if len(values) == 1 and not created:  # most rewrites: one output, replaced by an existing value
+        value = values[0]
+        return (value,) if isinstance(value, torch.fx.Node) else ()
     used = [value for value in values if isinstance(value, torch.fx.Node)]
     if not created:
         return tuple(used)

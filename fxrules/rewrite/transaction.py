@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -35,6 +35,8 @@ _CODE_ATTRIBUTES = ("_code", "_lineno_map", "_prologue_start", "_in_spec", "_out
 _CODE_CLASS_ATTRIBUTES = ("forward", "__call__", "_wrapped_call")
 _ABSENT = object()
 _REPR_FUNCTION = operator.attrgetter("_repr_fn")
+_ARGS, _KWARGS = operator.attrgetter("_args"), operator.attrgetter("_kwargs")  # what Node.args, .kwargs return
+_USERS = operator.attrgetter("users")
 _SET_ERASED: Callable[[torch.fx.Node, bool], None] = vars(torch._C._NodeBase)["_erased"].__set__
 _NONE: Callable[[torch.fx.Node], None] = dict[torch.fx.Node, None]().get  # None for any node, and no Python frame
 
@@ -91,27 +93,19 @@ _PLAIN_ARGUMENT = frozenset({torch.fx.Node, int, float, bool, str, type(None), t
                              torch.layout, torch.memory_format})
 
 
-def _plain_call(graph: torch.fx.Graph, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """Whether :func:`_create_plain` makes the very node ``graph.create_node`` would: a graph whose
-    ``create_node`` is FX's own, a module without create-node hooks, and arguments each of a
-    :data:`_PLAIN_ARGUMENT` type."""
-    if type(args) is not tuple or type(kwargs) is not dict:
-        return False
-    # the graph's own create_node is FX's (not a subclass's, nor patched on the class or the graph), so its
-    # steps are the ones _create_plain takes
-    if getattr(graph.create_node, "__func__", None) is not _FX_CREATE_NODE:
-        return False
-    if getattr(graph._owning_module, "_create_node_hooks", None):
-        return False
-    for value in args:
-        if type(value) not in _PLAIN_ARGUMENT:
-            return False
-    return all(type(value) in _PLAIN_ARGUMENT for value in kwargs.values())
+def _plain_graph(graph: torch.fx.Graph) -> bool:
+    """Whether :func:`_create_plain` makes the very node ``graph.create_node`` would of arguments each of a
+    :data:`_PLAIN_ARGUMENT` type: the graph's own ``create_node`` is FX's (not a subclass's, nor patched on the
+    class or the graph), so its steps are the ones ``_create_plain`` takes, and its module has no create-node
+    hooks."""
+    return getattr(graph.create_node, "__func__", None) is _FX_CREATE_NODE \
+        and not getattr(graph._owning_module, "_create_node_hooks", None)
 
 
 def _create_plain(graph: torch.fx.Graph, op: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                   name: str) -> torch.fx.Node:
-    """``graph.create_node(op, target, args, kwargs, name=name)`` for a call :func:`_plain_call` admits.
+    """``graph.create_node(op, target, args, kwargs, name=name)`` in a :func:`_plain_graph`, of a tuple and a dict
+    of arguments each of a :data:`_PLAIN_ARGUMENT` type.
 
     FX's steps in FX's order (so an interruption leaves what FX's would), less one: the scan of the
     arguments' leaves for a raw ``SymInt``/``SymFloat``/``SymBool``, which only warns about one.  Exact:
@@ -197,16 +191,27 @@ class Transaction:
         stem = self.stems.get(target)
         if stem is None:
             stem = self.stems[target] = graph._target_to_str(target)
-        if _plain_call(graph, args, kwargs):
-            for value in itertools.chain(args, kwargs.values()):
-                if type(value) is torch.fx.Node:
-                    self.keep_users(value)
+        if type(args) is tuple and type(kwargs) is dict and _plain_graph(graph) and self._kept_plain(args) \
+                and (not kwargs or self._kept_plain(kwargs.values())):
             node = _create_plain(graph, op, target, args, kwargs, stem)
         else:
             torch.fx.node.map_arg((args, kwargs), self.keep_users)
             node = graph.create_node(op, target, args, kwargs, name=stem)
         self.created.append(node)
         return node
+
+    def _kept_plain(self, values: Iterable[Any]) -> bool:
+        """Whether each of ``values`` is of a :data:`_PLAIN_ARGUMENT` type, the users of the nodes among them
+        kept (those up to the first that is not, if one is: the caller keeps them all then, as they stay)."""
+        kept = self.users
+        for value in values:
+            kind = type(value)
+            if kind is torch.fx.Node:
+                if value not in kept:
+                    kept[value] = list(value.users)
+            elif kind not in _PLAIN_ARGUMENT:
+                return False
+        return True
 
     def get_attr(self, graph: torch.fx.Graph, name: str) -> torch.fx.Node:
         node = graph.get_attr(name)
@@ -217,17 +222,18 @@ class Transaction:
         """``user.replace_input_with(old, new)`` for each of ``users``, each logged before it changes."""
         if not users:
             return
-        self.keep_users(old)
-        if isinstance(new, torch.fx.Node):
-            self.keep_users(new)
-        redirected = self.redirected
-        if getattr(old.graph.owning_module, "_replace_hooks", None):
+        kept = self.users
+        if old not in kept:  # keep_users, inlined: asked twice at every rewrite
+            kept[old] = list(old.users)
+        if isinstance(new, torch.fx.Node) and new not in kept:
+            kept[new] = list(new.users)
+        # logged all at once before the first changes: undoing one that did not change sets what it has
+        self.redirected += zip(users, map(_ARGS, users), map(_KWARGS, users), strict=True)
+        if getattr(old.graph._owning_module, "_replace_hooks", None):
             for user in users:
-                redirected.append((user, user._args, user._kwargs))
                 user.replace_input_with(old, new)  # calls the module's replace hooks first
             return
         for user in users:  # replace_input_with without replace hooks: the C function it ends with
-            redirected.append((user, user._args, user._kwargs))
             user._replace_input_with(old, new)
 
     def keep_users(self, node: torch.fx.Node) -> torch.fx.Node:
@@ -262,16 +268,19 @@ class Transaction:
         """Erase, last to first, every node nothing uses that ``removable`` allows, as
         ``Graph.eliminate_dead_code`` does, logging each before it goes."""
         self._keep_buckets(graph)
-        keep_users, erased = self.keep_users, self.erased
+        kept, erased = self.users, self.erased
         # a module's erase hooks (a GraphTransformObserver's, say) are run by FX's own erase_node
         hooked = getattr(graph.owning_module, "_erase_node_hooks", None)
         erase = graph.erase_node if hooked else functools.partial(erase_node, graph)
-        for node in reversed(graph.nodes):
-            if node.users or not removable(node):
+        # the nodes without users, filtered in C as the walk reaches each (so one whose last user was erased
+        # just before is among them, as in a loop asking each node): most nodes have users
+        for node in itertools.filterfalse(_USERS, reversed(graph.nodes)):
+            if not removable(node):
                 continue
             # what .all_input_nodes, .args and .kwargs return, without their Python calls and list
             for used in node._input_nodes:
-                keep_users(used)
+                if used not in kept:  # keep_users, inlined
+                    kept[used] = list(used.users)
             erased.append((node, node._prev, node._args, node._kwargs, node._sort_key))
             erase(node)
         self.retired.clear()  # erased: each retired node's users are retired, and come after it

@@ -64,3 +64,42 @@ def test_each_rule_emits_its_own_replacement_with_its_own_provenance() -> None:
                                            key=str)
     x = torch.randn(4)
     torch.testing.assert_close(gm(x), torch.relu(x) + torch.tanh(x) + torch.relu(x + 1))
+
+
+class WriterMadeMidway(nn.Module):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        r = torch.relu(torch.neg(x))
+        return r * 1, r
+
+
+def test_a_writer_one_rewrite_makes_is_seen_by_the_next_rewrites_write_checks() -> None:
+    """The graph has no in-place writer until the first rewrite makes one (``relu_`` writing into its new
+    ``neg``, which ``r`` then shares memory with); the second rewrite, which would make ``r * 1`` share memory
+    with ``r``, runs the write checks and is refused: whether the graph may write is asked at each rewrite."""
+    rules = ("rule make_writer:\n    torch.relu(torch.neg(x)) => torch.relu_(torch.neg(x))\n"
+             "rule mul_one:\n    x * 1 => x\n")
+    gm, report = _apply(WriterMadeMidway(), rules)
+    assert report.counts() == {"make_writer": 1}
+    assert report["mul_one"].skip_counts == {"in-place write": 1}
+    x = torch.randn(4)
+    first, second = gm(x)
+    assert first is not second
+    torch.testing.assert_close(first, torch.relu(-x))
+
+
+class PureAddThenAddOut(nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor, o: torch.Tensor) -> torch.Tensor:
+        s = torch.add(a, b)
+        torch.add(a, s, out=o)
+        return s * o
+
+
+def test_a_rule_that_may_write_checks_effects_at_each_match_after_a_pure_one_fired() -> None:
+    """``...`` lets ``out=`` through, so the rule's matches may write: its first match (a pure ``add``) fires, and
+    its second, which writes into ``o``, is still checked and refused."""
+    gm, report = _apply(PureAddThenAddOut(), "rule add_sub:\n    torch.add(x, y, ...) => torch.sub(x, y)\n")
+    assert report.counts() == {"add_sub": 1}
+    assert report["add_sub"].skip_counts == {"impure": 1}
+    a, b, o = torch.ones(3), torch.full((3,), 2.0), torch.full((3,), 5.0)
+    torch.testing.assert_close(gm(a, b, o), torch.zeros(3))
+    torch.testing.assert_close(o, torch.zeros(3))  # a + (a - b): the write kept
