@@ -1,7 +1,7 @@
 """Load-time warnings for rules that would fire forever.
 
 Each rule's replacement is built as a standalone graph (captures as
-placeholders) and every rule is matched against its nodes.  A rule whose
+placeholders) and rules are matched against its nodes.  A rule whose
 pattern matches its own replacement, and two rules each matching the
 other's replacement, are reported before anything loops.  Where the match
 cannot be decided without shape metadata or module values (a typed capture,
@@ -12,21 +12,29 @@ match.  The warning is a prompt to check, not a verdict.  Rules
 whose replacement calls a helper are not checked (helpers run only on real
 modules).
 
-The check costs time linear in the rules, not quadratic: a replacement at
-whose operations no rule would be tried (none anchored there, or none whose
-required argument, an operand's operation, can be among the replacement's
-operations) is not built at all, and at a node of a built
-one only the rules filed under the node's anchor key *and* one argument their
+Only what can end in a warning is built and tried, so the check costs time
+linear in the rules, not quadratic.  Which rules may match a replacement
+graph is told from the text (:class:`_Reach`: the anchor keys of every node
+the graph may hold, and the literals among their arguments), as the engine
+narrows its candidates: by a rule's anchor key and the arguments its
 pattern output requires (an operand's operation, or a literal that cannot
-come from a default) are tried, as the engine narrows its candidates.
+come from a default).  Of those, a match matters only for the rule itself
+(it may match its own replacement) and for a rule whose pattern may in turn
+match this rule's replacement (a pair may undo each other): a replacement
+no such rule may match is not built at all, and at a node of one that is
+built only those rules are tried, and only where the node has their anchor
+key and every argument they require.  The warnings are those of the plain
+check, which builds every replacement and tries every rule at every node
+(tests/engine/test_loop_warnings.py compares the two).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Hashable, Iterator
 from typing import Any
 
+import attrs
 import torch
 import torch.fx
 
@@ -56,7 +64,13 @@ from fxrules.match.matcher import Matcher, node_keys
 from fxrules.match.skips import Skip, SkipReason
 from fxrules.memo import per_object
 from fxrules.rewrite.aten import aten_name
-from fxrules.rewrite.standalone import replacement_graph
+from fxrules.rewrite.standalone import (
+    attribute_names,
+    dead_as_emitted,
+    never_folds,
+    pattern_vanishes,
+    replacement_graph,
+)
 
 #: Skip reasons that depend on values a standalone graph does not have.
 UNDECIDED = frozenset({SkipReason.MISSING_METADATA, SkipReason.GUARD_ERROR})
@@ -64,23 +78,17 @@ UNDECIDED = frozenset({SkipReason.MISSING_METADATA, SkipReason.GUARD_ERROR})
 #: What an argument of a node is, for the index: ("call", anchor key) of an operand, ("literal", value).
 Feature = tuple[str, Hashable]
 
+#: A rule's entries in the index: per option of its pattern output, its anchor keys and required arguments.
+Entries = tuple[tuple[tuple[AnchorKey, ...], tuple[frozenset[Feature], ...]], ...]
+
 _LITERAL_TYPES = (int, float, bool, str, type(None))
+
+#: The keys of a module capture's node: the check's graphs call an ``nn.Identity`` for every module capture.
+_MODULE_KEYS = tuple(("call_module", cls) for cls in torch.nn.Identity.__mro__)
 
 
 def loop_warnings(ruleset: RuleSet) -> tuple[Diagnostic, ...]:
     """Warnings for self-matching rules and pairs of rules that undo each other."""
-    index = _RuleFilter(ruleset)
-    matches: dict[str, set[str]] = {}
-    for rule in ruleset:
-        if _uses_helper(rule):
-            continue
-        if not index.may_anchor_in(rule):
-            matches[rule.name] = set()
-            continue
-        built = _replacement_graph(rule)
-        if built is not None:
-            matches[rule.name] = _rules_matching(built, index)
-    by_name = {rule.name: rule for rule in ruleset}
     found = []
     unchanged = set()
     for rule in ruleset:
@@ -88,6 +96,19 @@ def loop_warnings(ruleset: RuleSet) -> tuple[Diagnostic, ...]:
         if warning is not None:
             found.append(warning)
             unchanged.add(rule.name)
+    index = _RuleFilter(ruleset)
+    matches: dict[str, set[str]] = {}
+    for rule in ruleset:
+        if _uses_helper(rule):
+            continue
+        deciding = index.deciding(rule, unchanged)
+        if not deciding:  # whatever matches its replacement, no warning can come of it
+            matches[rule.name] = set()
+            continue
+        built = _replacement_graph(rule)
+        if built is not None:
+            matches[rule.name] = _rules_matching(built, deciding, index)
+    by_name = {rule.name: rule for rule in ruleset}
     for name, matched in matches.items():
         span = by_name[name].span
         if name in matched and name not in unchanged:  # skipped as `no change`, it cannot fire forever
@@ -205,13 +226,19 @@ def _replacement_graph(rule: Rule) -> tuple[torch.nn.Module, torch.fx.Graph] | N
         return None
 
 
-def _rules_matching(built: tuple[torch.nn.Module, torch.fx.Graph], index: _RuleFilter) -> set[str]:
+def _rules_matching(built: tuple[torch.nn.Module, torch.fx.Graph], rules: list[Rule], index: _RuleFilter) -> set[str]:
+    """Which of ``rules`` match (or are undecided at) some node of the graph: each tried only where the node has
+    its anchor key and every argument it requires (a node it matches has them)."""
     root, graph = built
     matcher = Matcher(root)
     found: set[str] = set()
     for node in graph.nodes:
-        for rule in index.rules_at(root, node):
-            if rule.name in found:
+        keys = node_keys(root, node)
+        if not keys:
+            continue
+        features = _features_of(root, node)
+        for rule in rules:
+            if rule.name in found or not index.may_start(rule, keys, features):
                 continue
             try:
                 if matcher.match(rule, node) is not None:
@@ -223,15 +250,14 @@ def _rules_matching(built: tuple[torch.nn.Module, torch.fx.Graph], index: _RuleF
 
 
 class _RuleFilter:
-    """The rules that may match at a node: filed by the anchor keys of their pattern output and by one
-    argument the output requires, the one shared by the fewest rules (``None``: it requires none)."""
+    """The rules that may match in a replacement graph: filed by the anchor keys of their pattern output and
+    by one argument the output requires, the one shared by the fewest rules (``None``: it requires none)."""
 
     def __init__(self, ruleset: RuleSet) -> None:
-        self.ruleset = ruleset
         self.order = {rule.name: position for position, rule in enumerate(ruleset)}
-        entries = {rule.name: list(_index_entries(rule)) for rule in ruleset}
+        self.entries = {rule.name: _index_entries(rule) for rule in ruleset}
         sharing: dict[tuple[AnchorKey, Feature], int] = {}
-        for options in entries.values():
+        for options in self.entries.values():
             for keys, requirements in options:
                 for key in keys:
                     for features in requirements:
@@ -239,58 +265,161 @@ class _RuleFilter:
                             sharing[key, feature] = sharing.get((key, feature), 0) + 1
         self.buckets: dict[tuple[AnchorKey, Feature | None], list[Rule]] = {}
         for rule in ruleset:
-            for keys, requirements in entries[rule.name]:
+            for keys, requirements in self.entries[rule.name]:
                 chosen = min(requirements, key=lambda fs: sum(sharing[k, f] for k in keys for f in fs),
                              default=(None,))
                 for key in keys:
                     for chosen_feature in chosen:
                         self.buckets.setdefault((key, chosen_feature), []).append(rule)
-        self.required: dict[AnchorKey, set[Feature | None]] = {}
-        for key, wanted in self.buckets:
-            self.required.setdefault(key, set()).add(wanted)
-        self.anchors_modules = any(op == "call_module" for op, _ in self.required)
+        # per key, the features rules are filed under there; literals apart (looked up by a graph's own)
+        self.filed: dict[AnchorKey, list[Feature | None]] = {}
+        self.literals: dict[AnchorKey, list[Feature | None]] = {}
+        for key, feature in self.buckets:
+            table = self.literals if feature is not None and feature[0] == "literal" else self.filed
+            table.setdefault(key, []).append(feature)
+        self.indexed = [rule for rule in ruleset if self.entries[rule.name]]
 
-    def may_anchor_in(self, rule: Rule) -> bool:
-        """Whether some rule may be tried at a node of ``rule``'s replacement graph (False only when certain):
-        one anchored at a node's key, whose required argument (if any) the graph may hold."""
-        keys = _emitted_keys(rule)
-        if keys is None:
+    def deciding(self, rule: Rule, unchanged: set[str]) -> list[Rule]:
+        """The rules, in file order, whose match in ``rule``'s replacement graph could end in a warning: ``rule``
+        itself (unless it is skipped as ``no change``), and each rule whose own replacement ``rule`` may match."""
+        reach = _reach(rule)
+        deciding = []
+        for other in self._candidates(reach):
+            if other is rule:
+                wanted = rule.name not in unchanged
+            else:  # a rule with a helper has no matches of its own (it is not checked), so it is in no pair
+                wanted = not _uses_helper(other) and self.may_match(rule, _reach(other))
+            if wanted and self.may_match(other, reach):
+                deciding.append(other)
+        return sorted(deciding, key=lambda r: self.order[r.name])
+
+    def _candidates(self, reach: _Reach) -> Iterator[Rule]:
+        """The rules filed where a graph of ``reach`` may have a node, each once."""
+        if reach.keys is None:
+            yield from self.indexed
+            return
+        seen: set[str] = set()
+        for key in reach.keys:
+            features = [f for f in self.filed.get(key, ()) if reach.may_hold(f)]
+            if reach.literals is None:
+                features += self.literals.get(key, ())
+            else:
+                features += [("literal", value) for value in reach.literals]
+            for feature in features:
+                for other in self.buckets.get((key, feature), ()):
+                    if other.name not in seen:
+                        seen.add(other.name)
+                        yield other
+
+    def may_match(self, rule: Rule, reach: _Reach) -> bool:
+        """Whether ``rule`` may match at some node of a graph of ``reach`` (False only when certain)."""
+        return any((reach.keys is None or not reach.keys.isdisjoint(keys))
+                   and all(any(reach.may_hold(f) for f in features) for features in requirements)
+                   for keys, requirements in self.entries[rule.name])
+
+    def may_start(self, rule: Rule, keys: list[AnchorKey], features: set[Feature]) -> bool:
+        """Whether ``rule`` may match at a node of anchor keys ``keys`` whose arguments have ``features``."""
+        return any(any(key in keys for key in option_keys) and all(not f.isdisjoint(features) for f in requirements)
+                   for option_keys, requirements in self.entries[rule.name])
+
+
+@attrs.frozen
+class _Reach:
+    """What the nodes of a rule's replacement graph may be: their anchor keys, and the literals (each
+    :func:`_indexable`) among their arguments; None: any (not told from the text)."""
+
+    keys: frozenset[AnchorKey] | None
+    literals: frozenset[Hashable] | None
+
+    def may_hold(self, feature: Feature | None) -> bool:
+        """Whether some node of the graph may have an argument of ``feature`` (None: any node will do)."""
+        if feature is None:
             return True
-        # a module capture is an nn.Identity in the standalone graph, whatever class the rule declares
-        if self.anchors_modules and any(op == "call_module" for op, _ in keys):
-            return True
-        return any(_may_hold(feature, keys) for key in keys for feature in self.required.get(key, ()))
-
-    def rules_at(self, gm: torch.nn.Module, node: torch.fx.Node) -> list[Rule]:
-        """The rules that may match at ``node``, in file order."""
-        keys = node_keys(gm, node)
-        if not keys:
-            return []
-        features: list[Feature | None] = [None]
-        for value in (*node.args, *node.kwargs.values()):
-            features += _features_of(gm, value)
-        found = {rule.name: rule for key in keys for feature in features
-                 for rule in self.buckets.get((key, feature), ())}
-        return sorted(found.values(), key=lambda rule: self.order[rule.name])
+        pool = self.keys if feature[0] == "call" else self.literals
+        return pool is None or feature[1] in pool
 
 
-def _may_hold(feature: Feature | None, keys: set[AnchorKey]) -> bool:
-    """Whether a graph whose operations have anchor keys among ``keys`` may have a node with an argument of
-    ``feature`` (None: any node will do).  Literals, modules and attributes are not told from the text."""
-    if feature is None or feature[0] == "literal":
-        return True
-    key = feature[1]
-    return key in keys or (isinstance(key, tuple) and key[0] in ("call_module", "get_attr"))
+@per_object
+def _reach(rule: Rule) -> _Reach:
+    """What the nodes of the rule's replacement graph (built by :func:`_replacement_graph`) may be.
+
+    Exact to cover every node: the graph holds placeholders (the captures), the nodes of the replacement and,
+    where the pattern does not vanish (:func:`pattern_vanishes`), what survives of the pattern, which is not
+    told: then all of the pattern counts.  An operation is emitted as written, a family as its first member
+    (its keys are those of every member), unless the graph is aten-level, which only an aten operation of the
+    pattern makes it (the pattern is computed first, or the graph holds only placeholders when the first
+    operation is emitted): then nothing is told.  A node's keys are its target's and the target's overload
+    packet's, or an ``nn.Identity``'s (every module capture is one).  Its literal arguments are literals of
+    the text, or None for an ``Attr`` capture (the root has no attributes); ``operator`` arithmetic that may
+    be folded, and a module capture's attribute, make others.
+    """
+    if any(isinstance(t, OpTemplate) and isinstance(_emitted_target(t), torch._ops.OpOverload |
+                                                     torch._ops.OpOverloadPacket) for t in pattern_templates(rule)):
+        return _Reach(None, None)
+    templates = replacement_templates(rule) + _surviving(rule)
+    keys: set[AnchorKey] = set()
+    literals: set[Hashable] | None = {None} if attribute_names(rule) else set()
+    for template in templates:
+        if isinstance(template, Literal):
+            if literals is not None and _indexable(template.value):
+                literals.add(template.value)
+        elif isinstance(template, OpTemplate):
+            keys.update(_keys_of(template))
+            if template.target is getattr:  # of a module capture: a get_attr node, or the value read
+                keys.add(("get_attr", None))
+                literals = None
+            elif getattr(_emitted_target(template), "__module__", None) == "_operator" and not never_folds(template):
+                literals = None
+    return _Reach(frozenset(keys), None if literals is None else frozenset(literals))
 
 
-def _index_entries(rule: Rule) -> Iterator[tuple[tuple[AnchorKey, ...], list[frozenset[Feature]]]]:
+def _surviving(rule: Rule) -> tuple[Template, ...]:
+    """The templates of the pattern whose nodes may be left in the replacement graph: none where the pattern
+    vanishes; else, where dead-code removal drops every pattern node nothing uses (:func:`dead_as_emitted`),
+    the named ones the replacement gives back and what they are computed from; else all."""
+    if pattern_vanishes(rule):
+        return ()
+    operations = [t for t in pattern_templates(rule) if isinstance(t, OpTemplate)]
+    if not all(dead_as_emitted(t) for t in operations):
+        return pattern_templates(rule)
+    named = {t.name: t for t in operations if t.name}
+    return tuple(template for t in replacement_templates(rule) if isinstance(t, Capture) and t.name in named
+                 for template in walk(named[t.name]))
+
+
+def _keys_of(template: OpTemplate) -> Iterator[AnchorKey]:
+    """The anchor keys a node emitted for ``template`` may have."""
+    for op, target in anchor_keys(template):
+        if op == "call_module":
+            yield from _MODULE_KEYS
+        elif op == "get_attr":
+            yield ("get_attr", None)
+        else:
+            yield (op, target)
+            packet = getattr(target, "overloadpacket", None)
+            if packet is not None:
+                yield ("call_function", packet)
+
+
+def _index_entries(rule: Rule) -> Entries:
     """For each option of the pattern output a match starts at: its anchor keys, and the arguments it requires
     (each a set of features of which a matching node has one among its arguments)."""
     output = rule.pattern[matching_order(rule.pattern)[0]]
-    for option in output.options if isinstance(output, AltTemplate) else (output,):
+    entries = []
+    for option in _flat_options(output):
         keys = tuple(dict.fromkeys(anchor_keys(option)))
         if keys and isinstance(option, OpTemplate):
-            yield keys, _required_arguments(option)
+            entries.append((keys, tuple(_required_arguments(option))))
+    return tuple(entries)
+
+
+def _flat_options(template: Template) -> Iterator[Template]:
+    """The options of ``A | B`` (and of an ``|`` among them), or the template itself."""
+    if isinstance(template, AltTemplate):
+        for option in template.options:
+            yield from _flat_options(option)
+    else:
+        yield template
 
 
 def _required_arguments(template: OpTemplate) -> list[frozenset[Feature]]:
@@ -344,34 +473,15 @@ def _indexable(value: Any) -> bool:
     return type(value) in _LITERAL_TYPES and not (isinstance(value, float) and math.isnan(value))
 
 
-def _features_of(gm: torch.nn.Module, value: Any) -> Iterable[Feature]:
-    if isinstance(value, torch.fx.Node):
-        return [("call", key) for key in node_keys(gm, value)]
-    return [("literal", value)] if _indexable(value) else []
-
-
-def _emitted_keys(rule: Rule) -> set[AnchorKey] | None:
-    """The anchor keys of every node the rule's replacement graph may hold, or None when they cannot be
-    told from the text: an aten-level graph spells replacements as aten operators the text does not name.
-
-    The graph computes the pattern first (the replacement may reuse its named operations), then drops what
-    the replacement does not use: an aten operation anywhere in the pattern can make the graph aten-level.
-    """
-    keys: set[AnchorKey] = set()
-    pattern = [t for t in pattern_templates(rule) if isinstance(t, OpTemplate)]
-    if any(isinstance(_emitted_target(t), torch._ops.OpOverload | torch._ops.OpOverloadPacket)
-           for t in pattern):
-        return None
-    interior = {t.name: t for t in pattern if t.name}
-    for template in replacement_templates(rule):
-        reused = interior.get(template.name) if isinstance(template, Capture) else None
-        for operation in walk(reused) if reused is not None else (template,):
-            if isinstance(operation, OpTemplate):
-                keys.update(anchor_keys(operation))
-                packet = getattr(operation.target, "overloadpacket", None)
-                if packet is not None:
-                    keys.add(("call_function", packet))
-    return keys
+def _features_of(gm: torch.nn.Module, node: torch.fx.Node) -> set[Feature]:
+    """What the arguments of ``node`` are, for :meth:`_RuleFilter.may_start`."""
+    features: set[Feature] = set()
+    for value in (*node.args, *node.kwargs.values()):
+        if isinstance(value, torch.fx.Node):
+            features.update(("call", key) for key in node_keys(gm, value))
+        elif _indexable(value):
+            features.add(("literal", value))
+    return features
 
 
 def _emitted_target(template: OpTemplate) -> Any:

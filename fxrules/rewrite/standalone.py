@@ -203,10 +203,10 @@ def replacement_graph(rule: Rule, constants: Mapping[str, torch.nn.Module | torc
                       inputs: Mapping[str, Any] | None = None) -> tuple[torch.nn.Module, torch.fx.Graph]:
     """The replacement's graph and the root module it calls, without generating its code (the load-time
     loop check only matches rules against its nodes).  The pattern is computed first only when the
-    replacement could differ without it (:func:`_pattern_vanishes`)."""
+    replacement could differ without it (:func:`pattern_vanishes`)."""
     root = _root(constants)
     graph = torch.fx.Graph(owning_module=root)  # type: ignore[arg-type]  # what dead-code removal asks about modules
-    if _pattern_vanishes(rule):
+    if pattern_vanishes(rule):
         pattern_match = _inputs_match(rule, root, _pattern_inputs(rule, root, graph))
     else:  # the replacement may reuse interior pattern nodes: compute them again in its graph, then emit it
         _, pattern_match = _emit_pattern(rule, root, graph, helpers, choice or {})
@@ -267,7 +267,7 @@ def _emit_pattern(rule: Rule, root: torch.nn.Module, graph: torch.fx.Graph,
     return outputs, match
 
 
-def _pattern_vanishes(rule: Rule) -> bool:
+def pattern_vanishes(rule: Rule) -> bool:
     """Whether the replacement graph is the same without the pattern emitted first, so it need not be: the
     replacement reuses no node the pattern names, and every pattern node would be dead code that emitting
     could neither fail on nor keep, nor let change how the replacement is spelled.
@@ -285,7 +285,7 @@ def _pattern_vanishes(rule: Rule) -> bool:
                 isinstance(template, Capture) and isinstance(rule.types.get(template.name), ModuleType)):
             return False
         if isinstance(template, OpTemplate):
-            if not _dead_as_emitted(template):
+            if not dead_as_emitted(template):
                 return False
             if template.name:
                 named.add(template.name)
@@ -296,7 +296,7 @@ def _pattern_vanishes(rule: Rule) -> bool:
 _OPERATORS = (torch._ops.OpOverload, torch._ops.OpOverloadPacket, torch._ops.HigherOrderOperator)
 
 
-def _dead_as_emitted(template: OpTemplate) -> bool:
+def dead_as_emitted(template: OpTemplate) -> bool:
     """Whether the pattern emitter writes ``template`` as a node FX's dead-code removal drops when unused."""
     kind, target = template.kind, template.target
     if kind is OpKind.FAMILY:
@@ -305,7 +305,7 @@ def _dead_as_emitted(template: OpTemplate) -> bool:
         return True  # FX keeps no unused method call
     return (kind is OpKind.FUNCTION and target is not getattr
             and not isinstance(target, _OPERATORS)
-            and (getattr(target, "__module__", None) != "_operator" or _never_folds(template))
+            and (getattr(target, "__module__", None) != "_operator" or never_folds(template))
             and not _impure(target))
 
 
@@ -318,7 +318,7 @@ def _impure(target: Callable[..., Any]) -> bool:
 
 
 @per_object  # a pattern's alternatives share templates: a walk unmemoized would take 2 ** depth steps
-def _never_folds(template: OpTemplate) -> bool:
+def never_folds(template: OpTemplate) -> bool:
     """Whether an ``operator`` function of the pattern is emitted as a node, never folded (the emitter folds
     one whose arguments are all numbers): it has keywords, or an argument that is never a number."""
     return bool(template.kwargs) or any(_never_a_number(argument) for argument in template.args)
@@ -335,7 +335,7 @@ def _never_a_number(template: Template) -> bool:
         return all(_never_a_number(option) for option in template.options)
     if isinstance(template, OpTemplate):
         target = template.target.primary.target if template.kind is OpKind.FAMILY else template.target
-        return getattr(target, "__module__", None) != "_operator" or _never_folds(template)
+        return getattr(target, "__module__", None) != "_operator" or never_folds(template)
     return True
 
 
