@@ -43,6 +43,7 @@ from fxrules.lang.ir import (
     AltTemplate,
     AnchorKey,
     Capture,
+    Family,
     HelperTemplate,
     Literal,
     ModuleType,
@@ -53,7 +54,6 @@ from fxrules.lang.ir import (
     ScalarType,
     SeqTemplate,
     Template,
-    anchor_keys,
     matching_order,
     pattern_templates,
     replacement_templates,
@@ -65,10 +65,8 @@ from fxrules.match.skips import Skip, SkipReason
 from fxrules.memo import per_object
 from fxrules.rewrite.aten import aten_name
 from fxrules.rewrite.standalone import (
-    attribute_names,
     dead_as_emitted,
     never_folds,
-    pattern_vanishes,
     replacement_graph,
 )
 
@@ -126,19 +124,25 @@ def _no_change_warning(rule: Rule) -> Diagnostic | None:
     an overload packet and its overloads, a family and its members (everywhere), and, where aten operators
     are required, a torch function or method and the aten operator of its name.  Every match of such a rule
     is skipped as ``no change``, everywhere or where aten operators are required."""
-    if len(rule.pattern) != len(rule.replacement) or _uses_helper(rule) or _folds(rule):
+    # the loose test first: it holds wherever the strict one does, and fails for almost every rule
+    if len(rule.pattern) != len(rule.replacement) or _uses_helper(rule) or _folds(rule) \
+            or not _same_outputs(rule, loose=True):
         return None
-    for loose in (False, True):
-        if all(all(_same_computation(option, replacement, loose) for option in _options(pattern))
-               for pattern, replacement in zip(rule.pattern, rule.replacement, strict=True)):
-            where = ("in an ExportedProgram and Inductor's post-grad pass, where every operation is spelled as an "
-                     "aten operator, its replacement computes what its pattern matches: every match there")  \
-                if loose else "its replacement computes what its pattern matches: every match"
-            return _warning(rule.span, f"rule {rule.name}: {where} is skipped as `no change`",
-                            "an overload packet is emitted as the overload it matched; a family as its member "
-                            "for the graph's level" if not loose else "in a GraphModule its targets are "
-                            "emitted as written")
-    return None
+    if _same_outputs(rule, loose=False):
+        return _warning(rule.span, f"rule {rule.name}: its replacement computes what its pattern matches: every "
+                        "match is skipped as `no change`", "an overload packet is emitted as the overload it "
+                        "matched; a family as its member for the graph's level")
+    return _warning(rule.span, f"rule {rule.name}: in an ExportedProgram and Inductor's post-grad pass, where every "
+                    "operation is spelled as an aten operator, its replacement computes what its pattern matches: "
+                    "every match there is skipped as `no change`", "in a GraphModule its targets are emitted as "
+                    "written")
+
+
+def _same_outputs(rule: Rule, loose: bool) -> bool:
+    """Whether each output of the replacement computes what the pattern's matches (``loose``: where aten is
+    required, :func:`_same_operator`)."""
+    return all(all(_same_computation(option, replacement, loose) for option in _options(pattern))
+               for pattern, replacement in zip(rule.pattern, rule.replacement, strict=True))
 
 
 #: Capture types whose values are numbers: ``operator`` arithmetic on them (and on number literals) is
@@ -353,13 +357,13 @@ def _reach(rule: Rule) -> _Reach:
     the text, or None for an ``Attr`` capture (the root has no attributes); ``operator`` arithmetic that may
     be folded, and a module capture's attribute, make others.
     """
-    if any(isinstance(t, OpTemplate) and isinstance(_emitted_target(t), torch._ops.OpOverload |
-                                                     torch._ops.OpOverloadPacket) for t in pattern_templates(rule)):
+    operations = [t for t in pattern_templates(rule) if isinstance(t, OpTemplate)]
+    if any(isinstance(_emitted_target(t), torch._ops.OpOverload | torch._ops.OpOverloadPacket) for t in operations):
         return _Reach(None, None)
-    templates = replacement_templates(rule) + _surviving(rule)
     keys: set[AnchorKey] = set()
-    literals: set[Hashable] | None = {None} if attribute_names(rule) else set()
-    for template in templates:
+    # an Attr capture's binding: None, as an absent attribute is (the graph's root has none)
+    literals: set[Hashable] | None = {None} if any(t.kind is OpKind.ATTR and t.binds for t in operations) else set()
+    for template in replacement_templates(rule) + _surviving(rule, operations):
         if isinstance(template, Literal):
             if literals is not None and _indexable(template.value):
                 literals.add(template.value)
@@ -373,13 +377,11 @@ def _reach(rule: Rule) -> _Reach:
     return _Reach(frozenset(keys), None if literals is None else frozenset(literals))
 
 
-def _surviving(rule: Rule) -> tuple[Template, ...]:
-    """The templates of the pattern whose nodes may be left in the replacement graph: none where the pattern
-    vanishes; else, where dead-code removal drops every pattern node nothing uses (:func:`dead_as_emitted`),
-    the named ones the replacement gives back and what they are computed from; else all."""
-    if pattern_vanishes(rule):
-        return ()
-    operations = [t for t in pattern_templates(rule) if isinstance(t, OpTemplate)]
+def _surviving(rule: Rule, operations: list[OpTemplate]) -> tuple[Template, ...]:
+    """The templates of the pattern whose nodes may be left in the replacement graph.  Where dead-code removal
+    drops every pattern node nothing uses (:func:`dead_as_emitted`), those the replacement gives back by name
+    and what they are computed from (none where the pattern vanishes, :func:`pattern_vanishes`: it names none
+    the replacement uses); else, all."""
     if not all(dead_as_emitted(t) for t in operations):
         return pattern_templates(rule)
     named = {t.name: t for t in operations if t.name}
@@ -387,18 +389,26 @@ def _surviving(rule: Rule) -> tuple[Template, ...]:
                  for template in walk(named[t.name]))
 
 
-def _keys_of(template: OpTemplate) -> Iterator[AnchorKey]:
+def _keys_of(template: OpTemplate) -> tuple[AnchorKey, ...]:
     """The anchor keys a node emitted for ``template`` may have."""
-    for op, target in anchor_keys(template):
-        if op == "call_module":
-            yield from _MODULE_KEYS
-        elif op == "get_attr":
-            yield ("get_attr", None)
-        else:
-            yield (op, target)
-            packet = getattr(target, "overloadpacket", None)
-            if packet is not None:
-                yield ("call_function", packet)
+    if template.kind is OpKind.FAMILY:
+        return _member_keys(template.target)
+    return _node_keys(template.kind.value, template.target)
+
+
+@per_object  # rules share families (the prelude's): each family's once
+def _member_keys(family: Family) -> tuple[AnchorKey, ...]:
+    return tuple(key for member in family.members for key in _node_keys(member.kind.value, member.target))
+
+
+def _node_keys(op: str, target: Any) -> tuple[AnchorKey, ...]:
+    """The anchor keys of a node of ``op`` calling ``target`` (:func:`node_keys`), a module an ``nn.Identity``."""
+    if op == "call_module":
+        return _MODULE_KEYS
+    if op == "get_attr":
+        return (("get_attr", None),)
+    packet = getattr(target, "overloadpacket", None)
+    return ((op, target),) if packet is None else ((op, target), ("call_function", packet))
 
 
 def _index_entries(rule: Rule) -> Entries:
@@ -407,9 +417,8 @@ def _index_entries(rule: Rule) -> Entries:
     output = rule.pattern[matching_order(rule.pattern)[0]]
     entries = []
     for option in _flat_options(output):
-        keys = tuple(dict.fromkeys(anchor_keys(option)))
-        if keys and isinstance(option, OpTemplate):
-            entries.append((keys, tuple(_required_arguments(option))))
+        if isinstance(option, OpTemplate):
+            entries.append((_anchor_keys(option), tuple(_required_arguments(option))))
     return tuple(entries)
 
 
@@ -428,8 +437,7 @@ def _required_arguments(template: OpTemplate) -> list[frozenset[Feature]]:
     parameter has no default.  Nothing for a target taking sizes loose (an operand may be in the tuple)."""
     signature = template.signature
     if template.kind is OpKind.FAMILY:
-        members = template.target.members
-        if any(m.signature is not None and m.signature.pack_from is not None for m in members):
+        if _sizes_loose(template.target):
             return []
         with_default = None  # a member may supply a literal from a default or a module attribute
     elif signature is not None and signature.pack_from is not None:
@@ -453,7 +461,26 @@ def _operation_keys(template: Template) -> tuple[AnchorKey, ...]:
     options = template.options if isinstance(template, AltTemplate) else (template,)
     if not all(isinstance(o, OpTemplate) for o in options):
         return ()
-    return tuple(dict.fromkeys(key for option in options for key in anchor_keys(option)))
+    return tuple(dict.fromkeys(key for option in options if isinstance(option, OpTemplate)
+                               for key in _anchor_keys(option)))
+
+
+def _anchor_keys(template: OpTemplate) -> tuple[AnchorKey, ...]:
+    """:func:`fxrules.lang.ir.anchor_keys` of an operation, each once (a family's found once per family)."""
+    if template.kind is OpKind.FAMILY:
+        return _family_keys(template.target)
+    return ((template.kind.value, template.target),)
+
+
+@per_object  # rules share families (the prelude's): what the index asks of each, once
+def _family_keys(family: Family) -> tuple[AnchorKey, ...]:
+    return tuple(dict.fromkeys(member.key for member in family.members))
+
+
+@per_object
+def _sizes_loose(family: Family) -> bool:
+    """Whether a member takes sizes loose (``x.view(2, 3)``)."""
+    return any(m.signature is not None and m.signature.pack_from is not None for m in family.members)
 
 
 def _with_default(template: OpTemplate) -> frozenset[str]:
