@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 import torch
@@ -76,8 +76,15 @@ UNDECIDED = frozenset({SkipReason.MISSING_METADATA, SkipReason.GUARD_ERROR})
 #: What an argument of a node is, for the index: ("call", anchor key) of an operand, ("literal", value).
 Feature = tuple[str, Hashable]
 
-#: A rule's entries in the index: per option of its pattern output, its anchor keys and required arguments.
-Entries = tuple[tuple[tuple[AnchorKey, ...], tuple[frozenset[Feature], ...]], ...]
+
+
+class _Option(NamedTuple):
+    """One option of a rule's pattern output, for the index: where a match of it may start."""
+
+    keys: tuple[AnchorKey, ...]  # its anchor keys
+    required: tuple[frozenset[Feature], ...]  # the arguments it requires (:func:`_required_arguments`)
+    # per operand that is an operation: its anchor keys, and the arguments it requires in turn
+    deeper: tuple[tuple[tuple[AnchorKey, ...], tuple[frozenset[Feature], ...]], ...]
 
 _LITERAL_TYPES = (int, float, bool, str, type(None))
 
@@ -262,14 +269,14 @@ class _RuleFilter:
         self.entries = {rule.name: _index_entries(rule) for rule in ruleset}
         sharing: dict[tuple[AnchorKey, Feature], int] = {}
         for options in self.entries.values():
-            for keys, requirements in options:
+            for keys, requirements, _ in options:
                 for key in keys:
                     for features in requirements:
                         for feature in features:
                             sharing[key, feature] = sharing.get((key, feature), 0) + 1
         self.buckets: dict[tuple[AnchorKey, Feature | None], list[Rule]] = {}
         for rule in ruleset:
-            for keys, requirements in self.entries[rule.name]:
+            for keys, requirements, _ in self.entries[rule.name]:
                 chosen = min(requirements, key=lambda fs: sum(sharing[k, f] for k in keys for f in fs),
                              default=(None,))
                 for key in keys:
@@ -316,15 +323,18 @@ class _RuleFilter:
                         yield other
 
     def may_match(self, rule: Rule, reach: _Reach) -> bool:
-        """Whether ``rule`` may match at some node of a graph of ``reach`` (False only when certain)."""
-        return any((reach.keys is None or not reach.keys.isdisjoint(keys))
-                   and all(any(reach.may_hold(f) for f in features) for features in requirements)
-                   for keys, requirements in self.entries[rule.name])
+        """Whether ``rule`` may match at some node of a graph of ``reach`` (False only when certain): a node
+        has its anchor key, and the arguments it requires; an operand operation's node, those it requires."""
+        return any((reach.keys is None or not reach.keys.isdisjoint(option.keys))
+                   and all(any(reach.may_hold_at(option.keys, f) for f in features) for features in option.required)
+                   and all(any(reach.may_hold_at(keys, f) for f in features)
+                           for keys, required in option.deeper for features in required)
+                   for option in self.entries[rule.name])
 
     def may_start(self, rule: Rule, keys: list[AnchorKey], features: set[Feature]) -> bool:
         """Whether ``rule`` may match at a node of anchor keys ``keys`` whose arguments have ``features``."""
-        return any(any(key in keys for key in option_keys) and all(not f.isdisjoint(features) for f in requirements)
-                   for option_keys, requirements in self.entries[rule.name])
+        return any(any(key in keys for key in option.keys) and all(not f.isdisjoint(features) for f in option.required)
+                   for option in self.entries[rule.name])
 
 
 @attrs.frozen
@@ -334,6 +344,7 @@ class _Reach:
 
     keys: frozenset[AnchorKey] | None
     literals: frozenset[Hashable] | None
+    edges: frozenset[tuple[AnchorKey, Feature]] | None  # (a node's anchor key, a feature of its arguments)
 
     def may_hold(self, feature: Feature | None) -> bool:
         """Whether some node of the graph may have an argument of ``feature`` (None: any node will do)."""
@@ -341,6 +352,12 @@ class _Reach:
             return True
         pool = self.keys if feature[0] == "call" else self.literals
         return pool is None or feature[1] in pool
+
+    def may_hold_at(self, keys: tuple[AnchorKey, ...], feature: Feature) -> bool:
+        """Whether a node of the graph with one of anchor keys ``keys`` may have an argument of ``feature``."""
+        if self.edges is None or (feature[0] == "literal" and self.literals is None):
+            return True
+        return any((key, feature) in self.edges for key in keys)
 
 
 @per_object
@@ -359,34 +376,62 @@ def _reach(rule: Rule) -> _Reach:
     """
     operations = [t for t in pattern_templates(rule) if isinstance(t, OpTemplate)]
     if any(isinstance(_emitted_target(t), torch._ops.OpOverload | torch._ops.OpOverloadPacket) for t in operations):
-        return _Reach(None, None)
+        return _Reach(None, None, None)
     keys: set[AnchorKey] = set()
+    edges: set[tuple[AnchorKey, Feature]] = set()
     # an Attr capture's binding: None, as an absent attribute is (the graph's root has none)
-    literals: set[Hashable] | None = {None} if any(t.kind is OpKind.ATTR and t.binds for t in operations) else set()
-    for template in replacement_templates(rule) + _surviving(rule, operations):
+    attributes = {t.binds for t in operations if t.kind is OpKind.ATTR and t.binds}
+    literals: set[Hashable] | None = {None} if attributes else set()
+    interior = {t.name: t for t in operations if t.name}
+    for template in replacement_templates(rule) + _surviving(rule, operations, interior):
         if isinstance(template, Literal):
             if literals is not None and _indexable(template.value):
                 literals.add(template.value)
         elif isinstance(template, OpTemplate):
-            keys.update(_keys_of(template))
+            own = _keys_of(template)
+            keys.update(own)
+            for operand in template.operands():
+                edges.update((key, feature) for feature in _argument_features(operand, interior, attributes)
+                             for key in own)
             if template.target is getattr:  # of a module capture: a get_attr node, or the value read
                 keys.add(("get_attr", None))
                 literals = None
             elif getattr(_emitted_target(template), "__module__", None) == "_operator" and not never_folds(template):
                 literals = None
-    return _Reach(frozenset(keys), None if literals is None else frozenset(literals))
+    return _Reach(frozenset(keys), None if literals is None else frozenset(literals), frozenset(edges))
 
 
-def _surviving(rule: Rule, operations: list[OpTemplate]) -> tuple[Template, ...]:
+def _argument_features(operand: Template, interior: dict[str, OpTemplate], attributes: set[str]) -> Iterator[Feature]:
+    """What the argument emitted for ``operand`` may be: a node of an operation (a ``getattr`` may be a
+    ``get_attr`` node), the interior node a capture names, None for an ``Attr`` capture, a literal (a
+    folded one is among the graph's literals, which are then not told); a placeholder or a list is none."""
+    if isinstance(operand, AltTemplate):
+        for option in operand.options:
+            yield from _argument_features(option, interior, attributes)
+    elif isinstance(operand, Capture):
+        if operand.name in interior:
+            yield from (("call", key) for key in _keys_of(interior[operand.name]))
+        elif operand.name in attributes:
+            yield ("literal", None)
+    elif isinstance(operand, Literal):
+        if _indexable(operand.value):
+            yield ("literal", operand.value)
+    elif isinstance(operand, OpTemplate):
+        yield from (("call", key) for key in _keys_of(operand))
+        if operand.target is getattr or operand.kind is OpKind.ATTR:
+            yield ("call", ("get_attr", None))
+            yield ("literal", None)
+
+
+def _surviving(rule: Rule, operations: list[OpTemplate], interior: dict[str, OpTemplate]) -> tuple[Template, ...]:
     """The templates of the pattern whose nodes may be left in the replacement graph.  Where dead-code removal
     drops every pattern node nothing uses (:func:`dead_as_emitted`), those the replacement gives back by name
     and what they are computed from (none where the pattern vanishes, :func:`pattern_vanishes`: it names none
     the replacement uses); else, all."""
     if not all(dead_as_emitted(t) for t in operations):
         return pattern_templates(rule)
-    named = {t.name: t for t in operations if t.name}
-    return tuple(template for t in replacement_templates(rule) if isinstance(t, Capture) and t.name in named
-                 for template in walk(named[t.name]))
+    return tuple(template for t in replacement_templates(rule) if isinstance(t, Capture) and t.name in interior
+                 for template in walk(interior[t.name]))
 
 
 def _keys_of(template: OpTemplate) -> tuple[AnchorKey, ...]:
@@ -411,14 +456,16 @@ def _node_keys(op: str, target: Any) -> tuple[AnchorKey, ...]:
     return ((op, target),) if packet is None else ((op, target), ("call_function", packet))
 
 
-def _index_entries(rule: Rule) -> Entries:
+def _index_entries(rule: Rule) -> tuple[_Option, ...]:
     """For each option of the pattern output a match starts at: its anchor keys, and the arguments it requires
     (each a set of features of which a matching node has one among its arguments)."""
     output = rule.pattern[matching_order(rule.pattern)[0]]
     entries = []
     for option in _flat_options(output):
         if isinstance(option, OpTemplate):
-            entries.append((_anchor_keys(option), tuple(_required_arguments(option))))
+            deeper = tuple((_anchor_keys(operand), tuple(_required_arguments(operand)))
+                           for operand in option.operands() if isinstance(operand, OpTemplate))
+            entries.append(_Option(_anchor_keys(option), tuple(_required_arguments(option)), deeper))
     return tuple(entries)
 
 
