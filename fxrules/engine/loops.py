@@ -83,8 +83,7 @@ class _Option(NamedTuple):
 
     keys: tuple[AnchorKey, ...]  # its anchor keys
     required: tuple[frozenset[Feature], ...]  # the arguments it requires (:func:`_required_arguments`)
-    # per operand that is an operation: its anchor keys, and the arguments it requires in turn
-    deeper: tuple[tuple[tuple[AnchorKey, ...], tuple[frozenset[Feature], ...]], ...]
+    operands: tuple[OpTemplate, ...]  # its operands that are operations (:func:`_operand_requirements`)
 
 _LITERAL_TYPES = (int, float, bool, str, type(None))
 
@@ -277,17 +276,16 @@ class _RuleFilter:
         self.buckets: dict[tuple[AnchorKey, Feature | None], list[Rule]] = {}
         for rule in ruleset:
             for keys, requirements, _ in self.entries[rule.name]:
-                chosen = min(requirements, key=lambda fs: sum(sharing[k, f] for k in keys for f in fs),
-                             default=(None,))
+                chosen = requirements[0] if len(requirements) == 1 else min(
+                    requirements, key=lambda fs: sum(sharing[k, f] for k in keys for f in fs), default=(None,))
                 for key in keys:
                     for chosen_feature in chosen:
                         self.buckets.setdefault((key, chosen_feature), []).append(rule)
-        # per key, the features rules are filed under there; literals apart (looked up by a graph's own)
-        self.filed: dict[AnchorKey, list[Feature | None]] = {}
-        self.literals: dict[AnchorKey, list[Feature | None]] = {}
+        # per key, the literals rules are filed under there: a graph whose literals are not told may have each
+        self.literals: dict[AnchorKey, list[Feature]] = {}
         for key, feature in self.buckets:
-            table = self.literals if feature is not None and feature[0] == "literal" else self.filed
-            table.setdefault(key, []).append(feature)
+            if feature is not None and feature[0] == "literal":
+                self.literals.setdefault(key, []).append(feature)
         self.indexed = [rule for rule in ruleset if self.entries[rule.name]]
 
     def deciding(self, rule: Rule, unchanged: set[str]) -> list[Rule]:
@@ -306,21 +304,20 @@ class _RuleFilter:
 
     def _candidates(self, reach: _Reach) -> Iterator[Rule]:
         """The rules filed where a graph of ``reach`` may have a node, each once."""
-        if reach.keys is None:
+        if reach.keys is None or reach.edges is None:
             yield from self.indexed
             return
+        # a rule may_match takes has a node of its anchor key there with its filed feature among the arguments
+        filed: list[tuple[AnchorKey, Feature | None]] = [(key, None) for key in reach.keys]
+        filed += reach.edges
+        if reach.any_literal:
+            filed += [(key, feature) for key in reach.keys for feature in self.literals.get(key, ())]
         seen: set[str] = set()
-        for key in reach.keys:
-            features = [f for f in self.filed.get(key, ()) if reach.may_hold(f)]
-            if reach.literals is None:
-                features += self.literals.get(key, ())
-            else:
-                features += [("literal", value) for value in reach.literals]
-            for feature in features:
-                for other in self.buckets.get((key, feature), ()):
-                    if other.name not in seen:
-                        seen.add(other.name)
-                        yield other
+        for place in filed:
+            for other in self.buckets.get(place, ()):
+                if other.name not in seen:
+                    seen.add(other.name)
+                    yield other
 
     def may_match(self, rule: Rule, reach: _Reach) -> bool:
         """Whether ``rule`` may match at some node of a graph of ``reach`` (False only when certain): a node
@@ -328,7 +325,7 @@ class _RuleFilter:
         return any((reach.keys is None or not reach.keys.isdisjoint(option.keys))
                    and all(any(reach.may_hold_at(option.keys, f) for f in features) for features in option.required)
                    and all(any(reach.may_hold_at(keys, f) for f in features)
-                           for keys, required in option.deeper for features in required)
+                           for keys, required in map(_operand_requirements, option.operands) for features in required)
                    for option in self.entries[rule.name])
 
     def may_start(self, rule: Rule, keys: list[AnchorKey], features: set[Feature]) -> bool:
@@ -339,23 +336,16 @@ class _RuleFilter:
 
 @attrs.frozen
 class _Reach:
-    """What the nodes of a rule's replacement graph may be: their anchor keys, and the literals (each
-    :func:`_indexable`) among their arguments; None: any (not told from the text)."""
+    """What the nodes of a rule's replacement graph may be: their anchor keys, and which have which arguments
+    (None: any, not told from the text); ``any_literal``: a literal argument may be any, not only one told."""
 
     keys: frozenset[AnchorKey] | None
-    literals: frozenset[Hashable] | None
     edges: frozenset[tuple[AnchorKey, Feature]] | None  # (a node's anchor key, a feature of its arguments)
-
-    def may_hold(self, feature: Feature | None) -> bool:
-        """Whether some node of the graph may have an argument of ``feature`` (None: any node will do)."""
-        if feature is None:
-            return True
-        pool = self.keys if feature[0] == "call" else self.literals
-        return pool is None or feature[1] in pool
+    any_literal: bool
 
     def may_hold_at(self, keys: tuple[AnchorKey, ...], feature: Feature) -> bool:
         """Whether a node of the graph with one of anchor keys ``keys`` may have an argument of ``feature``."""
-        if self.edges is None or (feature[0] == "literal" and self.literals is None):
+        if self.edges is None or (self.any_literal and feature[0] == "literal"):
             return True
         return any((key, feature) in self.edges for key in keys)
 
@@ -376,18 +366,14 @@ def _reach(rule: Rule) -> _Reach:
     """
     operations = [t for t in pattern_templates(rule) if isinstance(t, OpTemplate)]
     if any(isinstance(_emitted_target(t), torch._ops.OpOverload | torch._ops.OpOverloadPacket) for t in operations):
-        return _Reach(None, None, None)
+        return _Reach(None, None, any_literal=True)
     keys: set[AnchorKey] = set()
     edges: set[tuple[AnchorKey, Feature]] = set()
-    # an Attr capture's binding: None, as an absent attribute is (the graph's root has none)
+    any_literal = False
     attributes = {t.binds for t in operations if t.kind is OpKind.ATTR and t.binds}
-    literals: set[Hashable] | None = {None} if attributes else set()
     interior = {t.name: t for t in operations if t.name}
     for template in replacement_templates(rule) + _surviving(rule, operations, interior):
-        if isinstance(template, Literal):
-            if literals is not None and _indexable(template.value):
-                literals.add(template.value)
-        elif isinstance(template, OpTemplate):
+        if isinstance(template, OpTemplate):
             own = _keys_of(template)
             keys.update(own)
             for operand in template.operands():
@@ -395,10 +381,10 @@ def _reach(rule: Rule) -> _Reach:
                              for key in own)
             if template.target is getattr:  # of a module capture: a get_attr node, or the value read
                 keys.add(("get_attr", None))
-                literals = None
+                any_literal = True
             elif getattr(_emitted_target(template), "__module__", None) == "_operator" and not never_folds(template):
-                literals = None
-    return _Reach(frozenset(keys), None if literals is None else frozenset(literals), frozenset(edges))
+                any_literal = True  # folded: a literal its parent has
+    return _Reach(frozenset(keys), frozenset(edges), any_literal)
 
 
 def _argument_features(operand: Template, interior: dict[str, OpTemplate], attributes: set[str]) -> Iterator[Feature]:
@@ -463,10 +449,15 @@ def _index_entries(rule: Rule) -> tuple[_Option, ...]:
     entries = []
     for option in _flat_options(output):
         if isinstance(option, OpTemplate):
-            deeper = tuple((_anchor_keys(operand), tuple(_required_arguments(operand)))
-                           for operand in option.operands() if isinstance(operand, OpTemplate))
-            entries.append(_Option(_anchor_keys(option), tuple(_required_arguments(option)), deeper))
+            operands = tuple(operand for operand in option.operands() if isinstance(operand, OpTemplate))
+            entries.append(_Option(_anchor_keys(option), tuple(_required_arguments(option)), operands))
     return tuple(entries)
+
+
+@per_object  # asked only of the rules a replacement may start a match of
+def _operand_requirements(operand: OpTemplate) -> tuple[tuple[AnchorKey, ...], tuple[frozenset[Feature], ...]]:
+    """An operand operation's anchor keys, and the arguments its node requires in turn."""
+    return _anchor_keys(operand), tuple(_required_arguments(operand))
 
 
 def _flat_options(template: Template) -> Iterator[Template]:
