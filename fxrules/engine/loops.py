@@ -485,22 +485,26 @@ def _required_arguments(template: OpTemplate) -> list[frozenset[Feature]]:
     parameter_of = {id(t): name for name, t in (template.bound or {}).items()}
     required: list[frozenset[Feature]] = []
     for operand in template.operands():
-        keys = _operation_keys(operand)
-        if keys:
-            required.append(frozenset(("call", key) for key in keys))
+        features = _call_features(operand)
+        if features:
+            required.append(features)
         elif isinstance(operand, Literal) and with_default is not None \
                 and parameter_of.get(id(operand)) not in with_default and _indexable(operand.value):
             required.append(frozenset({("literal", operand.value)}))
     return required
 
 
-def _operation_keys(template: Template) -> tuple[AnchorKey, ...]:
-    """The anchor keys of an operand that is an operation (every option of ``A | B`` one), else ()."""
-    options = template.options if isinstance(template, AltTemplate) else (template,)
-    if not all(isinstance(o, OpTemplate) for o in options):
-        return ()
-    return tuple(dict.fromkeys(key for option in options if isinstance(option, OpTemplate)
-                               for key in _anchor_keys(option)))
+def _call_features(template: Template) -> frozenset[Feature]:
+    """The features of an argument node an operand that is an operation may match (every option of ``A | B``
+    one), else none."""
+    if isinstance(template, OpTemplate):
+        return _family_features(template.target) if template.kind is OpKind.FAMILY else frozenset(
+            {("call", (template.kind.value, template.target))})
+    options = template.options if isinstance(template, AltTemplate) else ()
+    operations = [o for o in options if isinstance(o, OpTemplate)]
+    if not operations or len(operations) < len(options):
+        return frozenset()
+    return frozenset(("call", key) for option in operations for key in _anchor_keys(option))
 
 
 def _anchor_keys(template: OpTemplate) -> tuple[AnchorKey, ...]:
@@ -513,6 +517,11 @@ def _anchor_keys(template: OpTemplate) -> tuple[AnchorKey, ...]:
 @per_object  # rules share families (the prelude's): what the index asks of each, once
 def _family_keys(family: Family) -> tuple[AnchorKey, ...]:
     return tuple(dict.fromkeys(member.key for member in family.members))
+
+
+@per_object
+def _family_features(family: Family) -> frozenset[Feature]:
+    return frozenset(("call", key) for key in _family_keys(family))
 
 
 @per_object
