@@ -294,11 +294,13 @@ class _RuleFilter:
         reach = _reach(rule)
         deciding = []
         for other in self._candidates(reach):
+            if not self.may_match(other, reach):
+                continue
             if other is rule:
                 wanted = rule.name not in unchanged
             else:  # a rule with a helper has no matches of its own (it is not checked), so it is in no pair
                 wanted = not _uses_helper(other) and self.may_match(rule, _reach(other))
-            if wanted and self.may_match(other, reach):
+            if wanted:
                 deciding.append(other)
         return sorted(deciding, key=lambda r: self.order[r.name])
 

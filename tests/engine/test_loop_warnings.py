@@ -150,3 +150,78 @@ def test_the_generated_500_rules_warn_as_the_plain_check() -> None:
         "rule sign_family_300_of_sign_307: its pattern matches its own replacement",
         "rules log10_family_475_of_log2_483 and log2_family_450_of_log10_450 undo each other",
     ]
+
+
+#: Rule files at the edges of what the check leaves out, and the warnings each gives (the rule, or the pair).
+EDGES = {
+    "a family emitted as an aten overload is seen at its overload packet": (
+        "family fam = aten.sin.default | torch.sin\n"
+        "rule a: torch.cos(x) => fam(x)\n"
+        "rule b: aten.sin(x) => torch.cos(x)\n", ["a and b"]),
+    "a literal tells two rules apart": (
+        "rule a: torch.mul(torch.relu(x), 1) => torch.mul(torch.relu(x), 2)\n"
+        "rule b: torch.mul(torch.relu(x), 2) => torch.mul(torch.relu(x), 1)\n"
+        "rule c: torch.mul(torch.relu(x), 3) => torch.mul(torch.relu(x), 4)\n", ["a and b"]),
+    "an operand's literal tells two rules apart": (
+        "rule a: torch.relu(torch.mul(x, 3)) => torch.sigmoid(torch.mul(x, 3))\n"
+        "rule b: torch.sigmoid(torch.mul(x, 3)) => torch.relu(torch.mul(x, 3))\n"
+        "rule c: torch.sigmoid(torch.mul(x, 4)) => torch.relu(torch.mul(x, 4))\n", ["a and b"]),
+    "a literal folded from arithmetic is any literal": (
+        "rule a: torch.relu(torch.mul(x, 6)) => torch.sigmoid(torch.mul(x, 2 * 3))\n"
+        "rule b: torch.sigmoid(torch.mul(x, 6)) => torch.relu(torch.mul(x, 6))\n", ["a and b"]),
+    "a replacement's operand is the pattern's node it gives back by name": (
+        "rule p:\n"
+        "    pattern:\n"
+        "        y = torch.neg(x)\n"
+        "        return torch.relu(torch.exp(y))\n"
+        "    replace:\n"
+        "        return torch.exp(y)\n"
+        "rule q: torch.exp(torch.neg(x)) => torch.relu(torch.exp(torch.neg(x)))\n", ["p and q", "q"]),
+    "an operand whose own operand differs is no match": (
+        "rule a: torch.relu(torch.neg(torch.neg(x))) => torch.relu(torch.neg(x))\n"
+        "rule b: torch.relu(torch.exp(x)) => torch.relu(torch.neg(x))\n", []),
+    "a method chain and its function spelling": (
+        "rule a: x.relu().neg() => torch.neg(torch.relu(x))\n"
+        "rule b: torch.neg(torch.relu(x)) => x.relu().neg()\n", ["a and b"]),
+    "a module capture is a module call in the graph": (
+        "rule m:\n"
+        "    given:\n"
+        "        c: nn.Identity\n"
+        "    pattern:\n"
+        "        return torch.relu(c(x))\n"
+        "    replace:\n"
+        "        return torch.relu(c(torch.relu(x)))\n", ["m"]),
+    "a random pattern node is left in the graph (dead-code removal keeps it)": (
+        "rule a: torch.neg(torch.rand_like(x)) => torch.exp(x)\n"
+        "rule b: torch.rand_like(x) => torch.neg(torch.rand_like(x))\n", ["a and b", "b"]),
+}
+
+
+@pytest.mark.parametrize("case", EDGES, ids=list(EDGES))
+def test_rule_files_at_the_edges_of_what_is_skipped_warn_as_the_plain_check(case: str) -> None:
+    text, expected = EDGES[case]
+    rendered = assert_as_plain(_quietly(text, "edge.fxr"))
+    said = [re.search(r"warning: rules? (\w+(?: and \w+)?)", line).group(1) for line in rendered]  # type: ignore[union-attr]
+    assert said == expected
+
+
+def test_a_replacement_no_warning_can_come_of_is_neither_built_nor_matched(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Of the 500 generated rules, only replacements a rule that could then warn may match are built: not those
+    of the idempotent rules (``relu_neg_0: relu(neg(neg(x))) => relu(neg(x))``, whose pattern needs ``neg`` of
+    ``neg``) nor of the other rules named so, but for the literal folds (``fold_sub_6``), whose replacement is
+    their pattern's computation."""
+    from fxrules.engine import loops
+    built: list[str] = []
+    real = loops.replacement_graph
+
+    def counted(rule: Rule, *args: object, **kwargs: object) -> object:
+        built.append(rule.name)
+        return real(rule, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(loops, "replacement_graph", counted)
+    ruleset = _quietly(_generated(500), "r500.fxr")
+    built.clear()
+    loop_warnings(ruleset)
+    assert 0 < len(built) < 100
+    assert not [name for name in built if re.fullmatch(r"[a-z0-9]+_[a-z0-9]+_\d+", name)
+                and name.split("_")[0] != "fold"]
