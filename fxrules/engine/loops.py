@@ -14,25 +14,27 @@ modules).
 
 Only what can end in a warning is built and tried, so the check costs time
 linear in the rules, not quadratic.  Which rules may match a replacement
-graph is told from the text (:class:`_Reach`: the anchor keys of every node
-the graph may hold, and the literals among their arguments), as the engine
-narrows its candidates: by a rule's anchor key and the arguments its
-pattern output requires (an operand's operation, or a literal that cannot
-come from a default).  Of those, a match matters only for the rule itself
-(it may match its own replacement) and for a rule whose pattern may in turn
-match this rule's replacement (a pair may undo each other): a replacement
-no such rule may match is not built at all, and at a node of one that is
-built only those rules are tried, and only where the node has their anchor
-key and every argument they require.  The warnings are those of the plain
-check, which builds every replacement and tries every rule at every node
-(tests/engine/test_loop_warnings.py compares the two).
+graph is told from the text (:class:`_Reach`: the anchor keys of the nodes
+the graph may hold, and which arguments a node of each key may have), as
+the engine narrows its candidates, and one step further: a rule may match
+only where a node of its anchor key has the arguments its pattern output
+requires (an operand's operation, or a literal that cannot come from a
+default), and an operand's node those its operation requires in turn.  Of
+those rules, a match matters only for the rule itself (it may match its own
+replacement) and for a rule whose pattern the first may match in turn (a
+pair may undo each other): a replacement no such rule may match is not
+built at all, and at a node of one that is built only those rules are
+tried, and only where the node has their anchor key and every argument they
+require.  The warnings are those of the plain check, which builds every
+replacement and tries every rule at every node (tests/engine/
+test_loop_warnings.py compares the two).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Iterator
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeGuard
 
 import attrs
 import torch
@@ -222,7 +224,7 @@ def _arguments(template: OpTemplate) -> dict[Any, Template]:
     return {**dict(enumerate(template.args)), **named}
 
 
-@per_object  # asked twice of each rule
+@per_object  # asked of each rule, and of each rule a replacement may start a match of
 def _uses_helper(rule: Rule) -> bool:
     return any(isinstance(t, HelperTemplate) or (isinstance(t, OpTemplate) and isinstance(t.target, HelperTemplate))
                for t in replacement_templates(rule))
@@ -261,7 +263,8 @@ def _rules_matching(built: tuple[torch.nn.Module, torch.fx.Graph], rules: list[R
 
 class _RuleFilter:
     """The rules that may match in a replacement graph: filed by the anchor keys of their pattern output and
-    by one argument the output requires, the one shared by the fewest rules (``None``: it requires none)."""
+    by one argument the output requires, the one shared by the fewest rules (``None``: it requires none), so
+    the rules a graph may start a match of are found by its (node key, argument) pairs, each rule once."""
 
     def __init__(self, ruleset: RuleSet) -> None:
         self.order = {rule.name: position for position, rule in enumerate(ruleset)}
@@ -283,9 +286,9 @@ class _RuleFilter:
                         self.buckets.setdefault((key, chosen_feature), []).append(rule)
         # per key, the literals rules are filed under there: a graph whose literals are not told may have each
         self.literals: dict[AnchorKey, list[Feature]] = {}
-        for key, feature in self.buckets:
-            if feature is not None and feature[0] == "literal":
-                self.literals.setdefault(key, []).append(feature)
+        for key, filed in self.buckets:
+            if filed is not None and filed[0] == "literal":
+                self.literals.setdefault(key, []).append(filed)
         self.indexed = [rule for rule in ruleset if self.entries[rule.name]]
 
     def deciding(self, rule: Rule, unchanged: set[str]) -> list[Rule]:
@@ -356,15 +359,14 @@ class _Reach:
 def _reach(rule: Rule) -> _Reach:
     """What the nodes of the rule's replacement graph (built by :func:`_replacement_graph`) may be.
 
-    Exact to cover every node: the graph holds placeholders (the captures), the nodes of the replacement and,
-    where the pattern does not vanish (:func:`pattern_vanishes`), what survives of the pattern, which is not
-    told: then all of the pattern counts.  An operation is emitted as written, a family as its first member
-    (its keys are those of every member), unless the graph is aten-level, which only an aten operation of the
-    pattern makes it (the pattern is computed first, or the graph holds only placeholders when the first
-    operation is emitted): then nothing is told.  A node's keys are its target's and the target's overload
-    packet's, or an ``nn.Identity``'s (every module capture is one).  Its literal arguments are literals of
-    the text, or None for an ``Attr`` capture (the root has no attributes); ``operator`` arithmetic that may
-    be folded, and a module capture's attribute, make others.
+    Exact to cover every node: the graph holds placeholders (the captures, which have no keys), the nodes of
+    the replacement, and the pattern's that may survive dead-code removal (:func:`_surviving`).  An operation
+    is emitted as written with the arguments written, a family as its first member (its keys are those of
+    every member), unless the graph is aten-level, which only an aten operation of the pattern makes it (the
+    pattern is computed first, or the graph holds only placeholders when the first operation is emitted):
+    then nothing is told.  A node's keys are its target's and the target's overload packet's, or an
+    ``nn.Identity``'s (every module capture is one).  Its arguments are told by :func:`_argument_features`;
+    ``operator`` arithmetic that may be folded, and a module capture's attribute, may make any literal.
     """
     operations = [t for t in pattern_templates(rule) if isinstance(t, OpTemplate)]
     if any(isinstance(_emitted_target(t), torch._ops.OpOverload | torch._ops.OpOverloadPacket) for t in operations):
@@ -544,7 +546,7 @@ def _parameters_with_default(signature: CallSignature) -> frozenset[str]:
                      if parameter.default is not parameter.empty)
 
 
-def _indexable(value: Any) -> bool:
+def _indexable(value: Any) -> TypeGuard[int | float | bool | str | None]:
     """A literal found by hashing: ``1``, ``1.0`` and ``True`` share a bucket, which only widens it."""
     return type(value) in _LITERAL_TYPES and not (isinstance(value, float) and math.isnan(value))
 
