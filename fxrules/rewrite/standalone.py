@@ -52,6 +52,7 @@ class Standalone:
     interior: Mapping[str, torch.fx.Node]  # pattern-assigned names -> nodes of the pattern graph
 
 
+@per_object  # asked for every graph built of the rule: for each example ``verify`` draws
 def input_names(rule: Rule) -> tuple[str, ...]:
     """Captures that are graph inputs, ``_`` as ``_1, _2, ...``, in order of appearance.
 
@@ -79,6 +80,7 @@ def replacement_dims(rule: Rule) -> tuple[str, ...]:
                                if isinstance(t, Capture) and t.name in symbols))
 
 
+@per_object
 def attribute_names(rule: Rule) -> tuple[str, ...]:
     """The ``Attr`` captures and :func:`helper_tensors`: each a buffer of the standalone graphs' root."""
     attributes = [t.binds for t in pattern_templates(rule)
@@ -203,10 +205,10 @@ def replacement_graph(rule: Rule, constants: Mapping[str, torch.nn.Module | torc
                       inputs: Mapping[str, Any] | None = None) -> tuple[torch.nn.Module, torch.fx.Graph]:
     """The replacement's graph and the root module it calls, without generating its code (the load-time
     loop check only matches rules against its nodes).  The pattern is computed first only when the
-    replacement could differ without it (:func:`_pattern_vanishes`)."""
+    replacement could differ without it (:func:`pattern_vanishes`)."""
     root = _root(constants)
     graph = torch.fx.Graph(owning_module=root)  # type: ignore[arg-type]  # what dead-code removal asks about modules
-    if _pattern_vanishes(rule):
+    if pattern_vanishes(rule):
         pattern_match = _inputs_match(rule, root, _pattern_inputs(rule, root, graph))
     else:  # the replacement may reuse interior pattern nodes: compute them again in its graph, then emit it
         _, pattern_match = _emit_pattern(rule, root, graph, helpers, choice or {})
@@ -221,8 +223,19 @@ def replacement_graph(rule: Rule, constants: Mapping[str, torch.nn.Module | torc
             pattern_match = attrs.evolve(pattern_match, bindings={**pattern_match.bindings, name: value})
     emitter = Emitter(Rewriter(root, graph, helpers, Transaction(root)), pattern_match)
     graph.output(_pack([emitter.emit(t) for t in rule.replacement]))
-    graph.eliminate_dead_code()  # the interior nodes the replacement did not reuse
+    _without_dead_code(graph)  # the interior nodes the replacement did not reuse
     return root, graph
+
+
+def _without_dead_code(graph: torch.fx.Graph) -> None:
+    """``graph.eliminate_dead_code()``, which only lints a graph where every node but the placeholders and the
+    output has a user and none reads an attribute (the only place it looks into submodules): most replacement
+    graphs, so the scan of every node for impurity is left out there."""
+    if graph.find_nodes(op="get_attr") or any(
+            not node.users and node.op not in ("placeholder", "output") for node in graph.nodes):
+        graph.eliminate_dead_code()
+    else:
+        graph.lint()
 
 
 def build(rule: Rule, constants: Mapping[str, torch.nn.Module | torch.Tensor],
@@ -267,7 +280,8 @@ def _emit_pattern(rule: Rule, root: torch.nn.Module, graph: torch.fx.Graph,
     return outputs, match
 
 
-def _pattern_vanishes(rule: Rule) -> bool:
+@per_object
+def pattern_vanishes(rule: Rule) -> bool:
     """Whether the replacement graph is the same without the pattern emitted first, so it need not be: the
     replacement reuses no node the pattern names, and every pattern node would be dead code that emitting
     could neither fail on nor keep, nor let change how the replacement is spelled.
@@ -285,7 +299,7 @@ def _pattern_vanishes(rule: Rule) -> bool:
                 isinstance(template, Capture) and isinstance(rule.types.get(template.name), ModuleType)):
             return False
         if isinstance(template, OpTemplate):
-            if not _dead_as_emitted(template):
+            if not dead_as_emitted(template):
                 return False
             if template.name:
                 named.add(template.name)
@@ -296,29 +310,28 @@ def _pattern_vanishes(rule: Rule) -> bool:
 _OPERATORS = (torch._ops.OpOverload, torch._ops.OpOverloadPacket, torch._ops.HigherOrderOperator)
 
 
-def _dead_as_emitted(template: OpTemplate) -> bool:
+def dead_as_emitted(template: OpTemplate) -> bool:
     """Whether the pattern emitter writes ``template`` as a node FX's dead-code removal drops when unused."""
     kind, target = template.kind, template.target
     if kind is OpKind.FAMILY:
         kind, target = target.primary.kind, target.primary.target
     if kind is OpKind.METHOD:
         return True  # FX keeps no unused method call
-    return (kind is OpKind.FUNCTION and target is not getattr
-            and not isinstance(target, _OPERATORS)
-            and (getattr(target, "__module__", None) != "_operator" or _never_folds(template))
-            and not _impure(target))
+    return (kind is OpKind.FUNCTION and _dead_call(target)
+            and (getattr(target, "__module__", None) != "_operator" or never_folds(template)))
 
 
 @functools.cache
-def _impure(target: Callable[..., Any]) -> bool:
-    """What ``Node.is_impure`` asks of a call_function node's target (its arguments matter only for higher-order
-    operators, which take the whole path); random functions count as impure, as dead-code removal may count
-    them.  Cached: FX hashes every node's target, so each target can be a key."""
-    return is_impure(target)
+def _dead_call(target: Callable[..., Any]) -> bool:
+    """Whether an unused call_function node of ``target`` is dead code: not ``getattr``, no dispatcher or
+    higher-order operator, and not what ``Node.is_impure`` counts impure (its arguments matter only for
+    higher-order operators, which take the whole path; random functions count as impure, as dead-code removal
+    may count them).  Cached: FX hashes every node's target, so each target can be a key."""
+    return target is not getattr and not isinstance(target, _OPERATORS) and not is_impure(target)
 
 
 @per_object  # a pattern's alternatives share templates: a walk unmemoized would take 2 ** depth steps
-def _never_folds(template: OpTemplate) -> bool:
+def never_folds(template: OpTemplate) -> bool:
     """Whether an ``operator`` function of the pattern is emitted as a node, never folded (the emitter folds
     one whose arguments are all numbers): it has keywords, or an argument that is never a number."""
     return bool(template.kwargs) or any(_never_a_number(argument) for argument in template.args)
@@ -335,7 +348,7 @@ def _never_a_number(template: Template) -> bool:
         return all(_never_a_number(option) for option in template.options)
     if isinstance(template, OpTemplate):
         target = template.target.primary.target if template.kind is OpKind.FAMILY else template.target
-        return getattr(target, "__module__", None) != "_operator" or _never_folds(template)
+        return getattr(target, "__module__", None) != "_operator" or never_folds(template)
     return True
 
 
