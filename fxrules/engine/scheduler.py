@@ -211,9 +211,7 @@ class _PassState:
     # node -> its position among the listed nodes, in the order the pass reached them; each is listed once, so
     # the node being visited (the last reached) is at len(visited) - 1
     visited: dict[Node, int] = attrs.Factory(dict)
-    # each rewrite, in order, at the position of the node being visited: read only when the next pass asks
-    # what changed where (:func:`changed_at`), so a pass after which nothing can settle never looks at it
-    changes: list[tuple[int, Node, Rewrite]] = attrs.Factory(list)
+    changed: dict[Node, int] = attrs.Factory(dict)
     overlapped: set[Node] = attrs.Factory(set)
 
 
@@ -289,8 +287,8 @@ class Incremental(Scheduler):
         self._look_around(change, touched)
         if self.plan.reach.counts_users:  # a capture's new users may make a guard that counts them hold
             touched.update(change.gained_users)
-        if self.settles:  # the node being visited, the last one listed, is at len(visited) - 1
-            state.changes.append((len(state.visited) - 1, anchor, change))
+        if self.settles:
+            self._note_changed(anchor, change)
 
     def next_pass(self) -> None:
         done = self._pass
@@ -298,6 +296,20 @@ class Incremental(Scheduler):
         self._candidates = in_graph_order(self.plan.gm.graph, anchors)
         self._settled = self._settled_after(done)
         self._pass = _PassState(anchors, domain)  # the set the candidates were ordered from: listed so far
+
+    def _note_changed(self, anchor: Node, change: Rewrite) -> None:
+        """Note every node ``change`` changed at the position of the node being visited, the last one listed
+        (now, while the rewrite has just read them: a log replayed when the pass ends would read them again)."""
+        changed, position = self._pass.changed, len(self._pass.visited) - 1
+        changed[anchor] = position
+        for node in change.created:  # a loop per part: cheaper than chaining them, or a dict made of them
+            changed[node] = position
+        for node in change.lost_users:
+            changed[node] = position
+        for node in change.gained_users:
+            changed[node] = position
+        for node, _ in change.redirected:
+            changed[node] = position
 
     def _wake(self, anchor: Node, redirected: tuple[tuple[Node, Any], ...]) -> None:
         """Queue the nodes ahead that the pass left out when it started and the rewrite may have made
@@ -432,12 +444,9 @@ class Incremental(Scheduler):
         """
         if not self.settles:
             return set()
-        visited, steps = done.visited, self.plan.reach.depth - 1
-        looked_at = [node for node in self._candidates if node in visited and node not in done.overlapped]
-        if not looked_at:
-            return set()
-        changed = changed_at(done.changes)
-        return {node for node in looked_at if not changed_since(node, visited[node], changed, steps)}
+        visited, changed, steps = done.visited, done.changed, self.plan.reach.depth - 1
+        return {node for node in self._candidates if node in visited and node not in done.overlapped
+                and not changed_since(node, visited[node], changed, steps)}
 
 
 def narrowing(compiled: Mapping[int, CompiledRule], found: Candidates,
@@ -450,24 +459,6 @@ def narrowing(compiled: Mapping[int, CompiledRule], found: Candidates,
         return compiled[id(rule)].candidates(found, among)
 
     return narrowed
-
-
-def changed_at(changes: Iterable[tuple[int, Node, Rewrite]]) -> dict[Node, int]:
-    """Every node the rewrites ``changes`` changed (the anchor, the nodes created, those that lost or gained a
-    user, those given a new input), at the last position it changed at: the changes come in the order of
-    their positions, so a later one overwrites an earlier one."""
-    changed: dict[Node, int] = {}
-    for position, anchor, change in changes:  # a loop per part: cheaper than chaining them, or a dict of them
-        changed[anchor] = position
-        for node in change.created:
-            changed[node] = position
-        for node in change.lost_users:
-            changed[node] = position
-        for node in change.gained_users:
-            changed[node] = position
-        for node, _ in change.redirected:
-            changed[node] = position
-    return changed
 
 
 def changed_since(node: Node, position: int, changed: Mapping[Node, int], steps: int) -> bool:
