@@ -247,12 +247,24 @@ class Incremental(Scheduler):
 
     def visits(self) -> Iterator[Node]:
         state, settled = self._pass, self._settled
-        visited = state.visited
-        for position, node in enumerate(_merged(self._candidates, state.woken)):
-            visited[node] = position
+        visited, woken = state.visited, state.woken
+        # the candidates (in graph order) and the heap of woken nodes (which grows meanwhile), merged in graph
+        # order; each node is listed once, so its position is the count of nodes reached before it
+        for node in self._candidates:
+            while woken and woken[0][0] < node._sort_key:
+                yield self._reached(heapq.heappop(woken)[2])
+            visited[node] = len(visited)
             if settled and node in settled and not state.fired:
                 continue
             yield node
+        while woken:
+            yield self._reached(heapq.heappop(woken)[2])
+
+    def _reached(self, node: Node) -> Node:
+        """A woken node the pass reached: noted as visited (it is never settled: it was not a candidate)."""
+        visited = self._pass.visited
+        visited[node] = len(visited)
+        return node
 
     def overlapped(self, anchor: Node) -> None:
         self._pass.overlapped.add(anchor)
@@ -286,7 +298,8 @@ class Incremental(Scheduler):
         self._pass = _PassState(anchors, domain)  # the set the candidates were ordered from: listed so far
 
     def _note_changed(self, anchor: Node, change: Rewrite) -> None:
-        """Note every node ``change`` changed at the position of the node being visited, the last one listed."""
+        """Note every node ``change`` changed at the position of the node being visited, the last one listed
+        (now, while the rewrite has just read them: a log replayed when the pass ends would read them again)."""
         changed, position = self._pass.changed, len(self._pass.visited) - 1
         changed[anchor] = position
         for node in change.created:  # a loop per part: cheaper than chaining them, or a dict made of them
@@ -446,16 +459,6 @@ def narrowing(compiled: Mapping[int, CompiledRule], found: Candidates,
         return compiled[id(rule)].candidates(found, among)
 
     return narrowed
-
-
-def _merged(listed: list[Node], woken: list[tuple[Any, int, Node]]) -> Iterator[Node]:
-    """The nodes of ``listed`` (in graph order) and of the heap ``woken`` (which grows meanwhile), in graph order."""
-    for node in listed:
-        while woken and woken[0][0] < node._sort_key:
-            yield heapq.heappop(woken)[2]
-        yield node
-    while woken:
-        yield heapq.heappop(woken)[2]
 
 
 def changed_since(node: Node, position: int, changed: Mapping[Node, int], steps: int) -> bool:
