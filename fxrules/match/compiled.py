@@ -661,10 +661,29 @@ class _Operation:
         if self.kind in (OpKind.FUNCTION, OpKind.METHOD) and self.binds is None and self.signature is not None:
             self.match_checked = self._call_step()  # type: ignore[method-assign,assignment]
         self.match: Step = self._match_step()
+        #: the value may match this operation: a node passing :meth:`may_match` (a requirement of the operations
+        #: that use it, see :func:`~fxrules.match.narrowing.operand_call`)
+        self.may_be_operand: Callable[[Any], bool] = self._operand_test()
 
-    def may_be_operand(self, value: Any) -> bool:
-        """The value may match this operation: a node passing :meth:`may_match`."""
-        return isinstance(value, Node) and self.may_match(value)
+    def _operand_test(self) -> Callable[[Any], bool]:
+        """:attr:`may_be_operand`: a node passing :meth:`may_match`, tested in one call or two (it is asked of each
+        argument of the nodes that may use this operation, at every candidate of their rules)."""
+        fits, required, has_required = self._fits_test(), self.required, self.has_required
+        if required:
+            return lambda value: isinstance(value, Node) and fits(value) and has_required(value)
+        return lambda value: isinstance(value, Node) and fits(value)
+
+    def _fits_test(self) -> Callable[[Node], bool]:
+        """:meth:`fits`, as a function of the node: a function's call inlined, with its target (no lookups)."""
+        if type(self).fits is not _Operation.fits or self.op != "call_function":
+            return self.fits
+        target = self.target
+
+        def calls_target(node: Node) -> bool:
+            return node.op == "call_function" and (
+                node.target is target or getattr(node.target, "overloadpacket", None) is target)
+
+        return calls_target
 
     def may_match(self, node: Node) -> bool:
         """The cheap necessary conditions: the node calls the target with every required argument."""
@@ -685,13 +704,7 @@ class _Operation:
         (several lookups per operand matched, and a call to :meth:`fits` of a function's call, saved)."""
         key, template, required, has_required, match_checked = \
             self.key, self.template, self.required, self.has_required, self.match_checked
-        fits = self.fits
-        if type(self).fits is _Operation.fits and self.op == "call_function":
-            target = self.target
-
-            def fits(node: Node) -> bool:  # :meth:`fits` of a function's call, inlined
-                return node.op == "call_function" and (
-                    node.target is target or getattr(node.target, "overloadpacket", None) is target)
+        fits = self._fits_test()
 
         def match(value: Any, attempt: _Attempt) -> bool:
             if not isinstance(value, Node):
