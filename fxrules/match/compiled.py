@@ -733,7 +733,7 @@ class _Operation:
         return match
 
     def match_checked(self, node: Node, attempt: _Attempt) -> bool:
-        """:meth:`match` of a node already found new to the attempt and passing :meth:`may_match`."""
+        """:attr:`match` at a node already found new to the attempt and passing :meth:`may_match`."""
         module = None
         if self.of_module:
             module = attempt.matcher.module_of(node)
