@@ -130,6 +130,8 @@ class _Attempt:
         """The choices of the next run in depth-first order: the most recent open choice's next option (None
         when no choice met has one left, or none was met)."""
         orders = self.orders
+        if not orders:  # most runs: no choice met
+            return None
         for index in range(len(orders) - 1, -1, -1):
             taken, last = orders[index]
             if taken < last:
@@ -181,9 +183,8 @@ class CompiledRule:
         self.satisfiers = satisfiers
         keys = output_keys(rule.pattern)
         self._outputs: Callable[[Mapping[int, Node]], tuple[Node | None, ...]] = partial(output_nodes, keys)
-        if len(keys) == 1 and len(keys[0]) == 1:  # the usual pattern, one operation's node: no generator
-            key = keys[0][0]
-            self._outputs = lambda nodes: (nodes.get(key),)
+        #: the usual pattern, one operation's node: its key, the output read without a call (None: another pattern)
+        self._output_key = keys[0][0] if len(keys) == 1 and len(keys[0]) == 1 else None
 
     @property
     def rule(self) -> Rule:
@@ -214,8 +215,10 @@ class CompiledRule:
             attempt = _Attempt(replayed, matcher, budget, tracer)
             try:
                 matched = root(anchor, attempt)
-                if matched:
-                    budget.step()
+                if matched:  # a step, counted (Budget.step inlined: a call costs more than the count)
+                    budget.taken += 1
+                    if budget.taken > budget.limit:
+                        raise BudgetExhausted
             except _Backtrack:
                 matched = False
             except BudgetExhausted:
@@ -223,12 +226,17 @@ class CompiledRule:
             if matched and (seen is None or seen.is_new(attempt.bindings, attempt.nodes)):
                 if tracer is not None:
                     tracer.output = ""  # what check_usable reports is the whole match's
-                outputs = self._outputs(attempt.nodes)
+                key = self._output_key
+                outputs = (attempt.nodes.get(key),) if key is not None else self._outputs(attempt.nodes)
                 try:
                     matcher.check_usable(rule, attempt, outputs)
                 except Skip as reason:  # go on to the other options, and raise the first if none is usable
-                    skip = skip or reason
                     replayed = attempt.next_replay()
+                    if replayed is None and skip is None:
+                        # the first skip, and no run left: raised on as it is (the usual refusal; stored and
+                        # raised again after the loop, an exception costs about twice as much)
+                        raise
+                    skip = skip or reason
                     if replayed is not None:
                         seen = seen or SeenMatches()
                         seen.rejected(attempt.bindings, attempt.nodes)
@@ -504,6 +512,15 @@ def _match_all(steps: tuple[Step, ...], values: tuple[Any, ...], attempt: _Attem
     return True
 
 
+def _match_at(steps: tuple[tuple[Step, int], ...], node: Node, attempt: _Attempt) -> bool:
+    """Each step matches the argument of the node (a call without keywords) at its position, in order."""
+    args = node._args
+    for step, at in steps:  # noqa: SIM110 - a loop: all() would add a generator
+        if not step(args[at], attempt):
+            return False
+    return True
+
+
 def _all_of(steps: tuple[Step, ...]) -> Step:
     """The step of a tuple of values as long as ``steps``: each value matches its step, in order."""
     if len(steps) == 1:  # most operations: no loop
@@ -643,10 +660,30 @@ class _Operation:
         self.by_count: dict[int, Callable[[Node, _Attempt], bool]] = {}
         if self.kind in (OpKind.FUNCTION, OpKind.METHOD) and self.binds is None and self.signature is not None:
             self.match_checked = self._call_step()  # type: ignore[method-assign,assignment]
+        self.match: Step = self._match_step()
+        #: the value may match this operation: a node passing :meth:`may_match` (a requirement of the operations
+        #: that use it, see :func:`~fxrules.match.narrowing.operand_call`)
+        self.may_be_operand: Callable[[Any], bool] = self._operand_test()
 
-    def may_be_operand(self, value: Any) -> bool:
-        """The value may match this operation: a node passing :meth:`may_match`."""
-        return isinstance(value, Node) and self.may_match(value)
+    def _operand_test(self) -> Callable[[Any], bool]:
+        """:attr:`may_be_operand`: a node passing :meth:`may_match`, tested in one call or two (it is asked of each
+        argument of the nodes that may use this operation, at every candidate of their rules)."""
+        fits, required, has_required = self._fits_test(), self.required, self.has_required
+        if required:
+            return lambda value: isinstance(value, Node) and fits(value) and has_required(value)
+        return lambda value: isinstance(value, Node) and fits(value)
+
+    def _fits_test(self) -> Callable[[Node], bool]:
+        """:meth:`fits`, as a function of the node: a function's call inlined, with its target (no lookups)."""
+        if type(self).fits is not _Operation.fits or self.op != "call_function":
+            return self.fits
+        target = self.target
+
+        def calls_target(node: Node) -> bool:
+            return node.op == "call_function" and (
+                node.target is target or getattr(node.target, "overloadpacket", None) is target)
+
+        return calls_target
 
     def may_match(self, node: Node) -> bool:
         """The cheap necessary conditions: the node calls the target with every required argument."""
@@ -661,32 +698,42 @@ class _Operation:
             return target is self.target or getattr(target, "overloadpacket", None) is self.target
         return self.op != "call_method" or bool(node.target == self.target)
 
-    def match(self, value: Any, attempt: _Attempt) -> bool:
-        if not isinstance(value, Node):
-            if attempt.tracer is not None:
-                attempt.fail("target", lambda: f"expected {self.template.describe()}, found {show(value)}",
-                             self.template.span)
-            return False
-        nodes = attempt.nodes
-        if self.key in nodes:  # a shared operation of a DAG pattern: the node it matched before
-            if nodes[self.key] is value:
-                return True
-            if attempt.tracer is not None:
-                attempt.fail("argument", lambda: f"'{self.name}' is used twice but the graph has two different "
-                                                 "nodes", self.template.span)
-            return False
-        if not self.fits(value) or value in nodes.values():
-            if attempt.tracer is not None:
-                self._trace_unfit(value, attempt)
-            return False
-        if self.required and not self.has_required(value):
-            if attempt.tracer is not None:
-                self._explore(value, attempt)
-            return False
-        return self.match_checked(value, attempt)
+    def _match_step(self) -> Step:
+        """The operation's step at any value (an operand): the node the operation matched before, or a new node
+        passing :meth:`may_match`, then :meth:`match_checked`.  A closure of what it reads of the operation
+        (several lookups per operand matched, and a call to :meth:`fits` of a function's call, saved)."""
+        key, template, required, has_required, match_checked = \
+            self.key, self.template, self.required, self.has_required, self.match_checked
+        fits = self._fits_test()
+
+        def match(value: Any, attempt: _Attempt) -> bool:
+            if not isinstance(value, Node):
+                if attempt.tracer is not None:
+                    attempt.fail("target", lambda: f"expected {template.describe()}, found {show(value)}",
+                                 template.span)
+                return False
+            nodes = attempt.nodes
+            if key in nodes:  # a shared operation of a DAG pattern: the node it matched before
+                if nodes[key] is value:
+                    return True
+                if attempt.tracer is not None:
+                    attempt.fail("argument", lambda: f"'{self.name}' is used twice but the graph has two different "
+                                                     "nodes", template.span)
+                return False
+            if not fits(value) or value in nodes.values():
+                if attempt.tracer is not None:
+                    self._trace_unfit(value, attempt)
+                return False
+            if required and not has_required(value):
+                if attempt.tracer is not None:
+                    self._explore(value, attempt)
+                return False
+            return match_checked(value, attempt)
+
+        return match
 
     def match_checked(self, node: Node, attempt: _Attempt) -> bool:
-        """:meth:`match` of a node already found new to the attempt and passing :meth:`may_match`."""
+        """:attr:`match` at a node already found new to the attempt and passing :meth:`may_match`."""
         module = None
         if self.of_module:
             module = attempt.matcher.module_of(node)
@@ -771,6 +818,8 @@ class _Operation:
         if not self.commutative and len(steps) == 2:
             (step, next_step), (at, next_at) = steps, positions
             return lambda node, attempt: step(node._args[at], attempt) and next_step(node._args[next_at], attempt)
+        if not self.commutative:  # three or more operands, in order: each read at its position, in one loop
+            return partial(_match_at, tuple(zip(steps, positions, strict=True)))
         by_name = self._by_name
         if len(steps) == 2:  # a commutative operation of two operands: no reader call, no itemgetter
             at, next_at = positions
@@ -896,13 +945,13 @@ class _Operation:
     def has_required(self, node: Node) -> bool:
         """Every required test holds for some argument of the node (see :meth:`_required_arguments`)."""
         args, kwargs = node._args, node._kwargs
-        values = (*args, *kwargs.values()) if kwargs else args
         for test in self.required:
-            for value in values:
+            for value in args:  # the arguments, then the keywords' values: no tuple of both built
                 if test(value):
                     break
             else:
-                return False
+                if not kwargs or not any(map(test, kwargs.values())):
+                    return False
         return True
 
 
@@ -1086,9 +1135,12 @@ def _choose(options: tuple[tuple[Step, Any], ...], attempt: _Attempt) -> bool:
         return step(value, attempt)
     bindings, nodes, modules, missing_metadata = attempt.bindings, attempt.nodes, attempt.modules, \
         attempt.missing_metadata
+    budget = attempt.budget
     for taken, (step, value) in enumerate(options):
         del orders[choice:]
-        attempt.budget.step()
+        budget.taken += 1  # budget.step(), inlined: a call costs more than the count
+        if budget.taken > budget.limit:
+            raise BudgetExhausted
         # An option may bind before it fails: all but the last bind into copies of what the choice found.
         if taken < last:
             attempt.bindings, attempt.nodes, attempt.modules = dict(bindings), dict(nodes), dict(modules)
@@ -1098,6 +1150,7 @@ def _choose(options: tuple[tuple[Step, Any], ...], attempt: _Attempt) -> bool:
         orders.append((taken, last))
         if step(value, attempt):
             return True
-        if any(option < more for option, more in orders[choice + 1:]):  # a more recent choice is open
+        # a more recent choice is open (none was met, most often: no generator then)
+        if len(orders) > choice + 1 and any(option < more for option, more in orders[choice + 1:]):
             raise _Backtrack
     return False

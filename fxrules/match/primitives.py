@@ -86,20 +86,26 @@ def binding_key(bindings: Mapping[str, Any], nodes: Mapping[int, torch.fx.Node])
 
 class SeenMatches:
     """The structural matches already checked at one anchor, by :func:`binding_key`; kept only once one
-    was rejected (the usual first match is used at once, and needs no key)."""
+    was rejected (the usual first match is used at once, and needs no key).  A rejected match's key is
+    found only when another structural match is to be compared with it (most rejected matches are the
+    last found): its mappings are kept until then, which neither execution changes once a match is made
+    of them (the compiled matcher drops its attempt, the interpreter's states are immutable), and which
+    keep the values whose ids the key holds alive."""
 
-    __slots__ = ("keys",)
+    __slots__ = ("keys", "pending")
 
     def __init__(self) -> None:
-        self.keys: set[tuple[frozenset[Any], ...]] | None = None
+        self.keys: set[tuple[frozenset[Any], ...]] = set()
+        self.pending: list[tuple[Mapping[str, Any], Mapping[int, torch.fx.Node]]] = []
 
     def is_new(self, bindings: Mapping[str, Any], nodes: Mapping[int, torch.fx.Node]) -> bool:
-        return self.keys is None or binding_key(bindings, nodes) not in self.keys
+        if self.pending:
+            self.keys.update(binding_key(*rejected) for rejected in self.pending)
+            self.pending.clear()
+        return not self.keys or binding_key(bindings, nodes) not in self.keys
 
     def rejected(self, bindings: Mapping[str, Any], nodes: Mapping[int, torch.fx.Node]) -> None:
-        if self.keys is None:
-            self.keys = set()
-        self.keys.add(binding_key(bindings, nodes))
+        self.pending.append((bindings, nodes))
 
 
 class Bound(Protocol):
@@ -137,8 +143,8 @@ class State:
 
 
 # Not slotted: a frozen slotted class sets each field through object.__setattr__, a dict-backed one writes its
-# __dict__ (about 0.5 us less per match, one made per rewrite).
-@attrs.frozen(slots=False)
+# __dict__ (about 0.5 us less per match, one made per structural match used).
+@attrs.frozen(slots=False, init=False)
 class Match:
     """A complete match: ready to be rewritten."""
 
@@ -147,6 +153,17 @@ class Match:
     nodes: tuple[torch.fx.Node, ...]  # every node the pattern's operations matched
     bindings: Mapping[str, Any]
     modules: Mapping[str, str]
+
+    def __init__(self, rule: Rule, outputs: tuple[torch.fx.Node, ...], nodes: tuple[torch.fx.Node, ...],
+                 bindings: Mapping[str, Any], modules: Mapping[str, str]) -> None:
+        # What attrs would write (no field has a default, converter or validator), without the look-up of the
+        # frozen class's __setattr__ its generated __init__ makes and never uses here: about 0.3 us a match.
+        fields = self.__dict__
+        fields["rule"] = rule
+        fields["outputs"] = outputs
+        fields["nodes"] = nodes
+        fields["bindings"] = bindings
+        fields["modules"] = modules
 
     @property
     def anchor(self) -> torch.fx.Node:

@@ -316,6 +316,8 @@ def test_compiled_rules_agree_on_every_argument_shape() -> None:
             s * y + s, torch.add(x, 0, alpha=2), torch.add(x, 0, alpha=3), torch.add(x, y),
             torch.transpose(torch.transpose(x, 0, 1), 0, 1), torch.transpose(torch.transpose(x, 1, 0), 0, 1),
             torch.transpose(x, dim0=0, dim1=1).transpose(0, 1), x.transpose(0, 1).transpose(0, 1),
+            torch.transpose(torch.transpose(x, 0, 1), 0, dim1=1), torch.transpose(torch.transpose(x, 0, 1), 1, 1),
+            torch.transpose(torch.transpose(x, 0, 2), 0, 1),
             torch.sum(torch.sum(x, 1, keepdim=True), 1, keepdim=True),
             torch.sum(torch.sum(x, 1, keepdim=True), dim=0, keepdim=True),
             torch.neg(torch.cat([x, y])), torch.neg(torch.cat((x, y), 0)), torch.neg(torch.cat([x, y, x])),
@@ -396,6 +398,32 @@ def test_a_skipped_match_goes_on_to_the_other_order_then_reports_the_first_skip(
     assert isinstance(skip, Skip) and skip.reason == "escaping user"
     report = fxrules.apply(gm, rules)
     assert report.counts() == {"r": 1} and report["r"].skipped[0].node == skipped.name
+
+
+
+def test_when_every_operand_order_is_skipped_the_first_orders_skip_is_reported(
+        matching: Callable[[torch.nn.Module], Matcher]) -> None:
+    """Each operand order of a commutative call matches and is skipped for another reason: the skip reported is
+    the first order's (the guard's), not the last's (escaping user), in the answer and in the report; a match
+    skipped with no other order to try reports its own skip."""
+    rules = fxrules.parse("rule r:\n    pattern:\n        return torch.neg(x) * y\n    where:\n        x.ndim == 1\n"
+                          "    replace:\n        return torch.neg(x * y)\n")
+
+    def f(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        na, nb = torch.neg(a), torch.neg(b)
+        # as given, x is a (2-d): the guard is false; swapped, x is b (1-d) and nb escapes (an output too)
+        return na * nb, nb, b * nb
+
+    gm = trace(f)
+    ShapeProp(gm).propagate(torch.randn(2, 2), torch.randn(2))
+    both_skipped, one_order = (n for n in gm.graph.nodes if n.target is operator.mul)
+    skip = answer(matching(gm), rules["r"], both_skipped)
+    assert isinstance(skip, Skip) and skip.reason == "guard false"
+    alone = answer(matching(gm), rules["r"], one_order)
+    assert isinstance(alone, Skip) and alone.reason == "escaping user"
+    report = fxrules.apply(gm, rules)
+    assert [(s.node, s.reason) for s in report["r"].skipped] == [(both_skipped.name, "guard false"),
+                                                                 (one_order.name, "escaping user")]
 
 
 #: A rule of each template kind the engine once ran without compiling: modules (by class, typed exactly,
