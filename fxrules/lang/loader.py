@@ -86,7 +86,9 @@ def _read_path(path: Path) -> SourceFile:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise FxrLoadError([_undecodable(str(path), data, error)]) from None
-    return SourceFile(str(path), text, path.resolve().parent)
+    # an editor's byte-order mark is no text (Python's own source files may start with one), and its
+    # columns are counted without it
+    return SourceFile(str(path), text.removeprefix("\ufeff"), path.resolve().parent)
 
 
 def _regular_file_bytes(path: Path) -> bytes:

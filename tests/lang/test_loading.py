@@ -87,6 +87,19 @@ def test_fxrules_check_reports_a_file_that_is_not_utf8_without_a_traceback(
     assert captured.out == f"{path}: 1 error\n"
 
 
+def test_a_file_starting_with_a_byte_order_mark_loads_and_its_columns_are_counted_without_it(tmp_path: Path) -> None:
+    """Editors may save UTF-8 with a byte-order mark: the file loads, and an error on its first line points at
+    the column the editor shows."""
+    path = tmp_path / "bom.fxr"
+    path.write_bytes("rule a: torch.relu(x) => x\n".encode("utf-8-sig"))
+    assert [rule.name for rule in fxrules.load(path)] == ["a"]
+    path.write_bytes("rule a: torch.reluu(x) => x\n".encode("utf-8-sig"))
+    with pytest.raises(FxrLoadError) as info:
+        fxrules.load(path)
+    assert [(str(d.span), d.message) for d in info.value.diagnostics] == [
+        (f"{path}:1:15", "unknown target 'torch.reluu'")]
+
+
 def test_a_lone_surrogate_in_parsed_text_is_an_error_at_its_place() -> None:
     """A str may hold a lone surrogate, which is no character: shown as U+FFFD, the caret under it."""
     with pytest.raises(FxrLoadError) as info:
