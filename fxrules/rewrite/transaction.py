@@ -223,8 +223,12 @@ class Transaction:
         if not users:
             return
         kept = self.users
-        if old not in kept:  # keep_users, inlined: asked twice at every rewrite
-            kept[old] = list(old.users)
+        # keep_users, inlined, of every input of each user (``old`` among them): changing a node's arguments,
+        # and setting them back at a rollback, moves it to the end of the users of each of its inputs
+        for user in users:
+            for used in user._input_nodes:
+                if used not in kept:
+                    kept[used] = list(used.users)
         if isinstance(new, torch.fx.Node) and new not in kept:
             kept[new] = list(new.users)
         # logged all at once before the first changes: undoing one that did not change sets what it has
