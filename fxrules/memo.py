@@ -16,18 +16,37 @@ from typing import Any, TypeVar
 Derived = TypeVar("Derived")
 
 
+class _Entry(weakref.ref[Any]):
+    """A cache entry: a weak reference to the object, with its key (the object's id) and what was derived.
+
+    One object per entry, and one callback per cache: a load makes thousands of entries, and a closure per
+    entry (a function and a cell besides the reference) cost a microsecond each and as many objects more for
+    the collector to scan."""
+
+    __slots__ = ("key", "value")
+    key: int
+    value: Any
+
+
 def per_object(derive: Callable[[Any], Derived]) -> Callable[[Any], Derived]:
     """``derive(obj)`` computed once per live object ``obj`` (which must support weak references)."""
-    cache: dict[int, tuple[weakref.ref[Any], Derived]] = {}
+    cache: dict[int, _Entry] = {}
+
+    def drop(entry: _Entry) -> None:  # the object died: its address may be reused
+        if cache.get(entry.key) is entry:
+            del cache[entry.key]
 
     @functools.wraps(derive)
     def cached(obj: Any) -> Derived:
         key = id(obj)
         entry = cache.get(key)
-        if entry is not None and entry[0]() is obj:
-            return entry[1]
+        if entry is not None and entry() is obj:
+            return entry.value  # type: ignore[no-any-return]
         value = derive(obj)
-        cache[key] = (weakref.ref(obj, lambda _: cache.pop(key, None)), value)
+        entry = _Entry(obj, drop)
+        entry.key = key
+        entry.value = value
+        cache[key] = entry
         return value
 
     return cached

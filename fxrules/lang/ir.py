@@ -42,7 +42,7 @@ class OpKind(enum.Enum):
 AnchorKey = tuple[str, Any]
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)  # identity equality, as the guards' (see there)
 class FamilyMember:
     """One spelling of a family: how it appears in a graph and how its arguments map."""
 
@@ -66,7 +66,7 @@ class FamilyMember:
         return describe_target(self.kind, self.target)
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class Family:
     """One name for every spelling of an operation; its arguments are its first member's."""
 
@@ -303,8 +303,11 @@ CaptureType = TensorType | ScalarType | SequenceType | NodeType | ModuleType | A
 
 # ---------------------------------------------------------------- guards
 
+# Guard expressions, families and tolerances are told apart by identity (eq=False): nothing compares two by value,
+# and the __eq__ and __hash__ attrs would compile for each class are import time every first load pays.
 
-@attrs.frozen
+
+@attrs.frozen(eq=False)
 class GuardName:
     """A pattern-bound name, a symbolic dim, or a constant name (``float16``)."""
 
@@ -312,20 +315,20 @@ class GuardName:
     span: Span
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class GuardConst:
     value: Any
     span: Span
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class GuardAttr:
     value: GuardExpr
     attr: str
     span: Span
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class GuardCall:
     """``len(x)``, ``all(...)``, ``any(...)``, a method: ``x.numel()``, ``x.size(0)``, ``x.dim()``, or a user
     predicate (``predicate``: a name that is no guard function, looked up in ``apply(predicates=...)``)."""
@@ -337,14 +340,14 @@ class GuardCall:
     predicate: bool = False
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class GuardIndex:
     value: GuardExpr
     index: GuardExpr
     span: Span
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class GuardBinary:
     op: str
     left: GuardExpr
@@ -352,21 +355,21 @@ class GuardBinary:
     span: Span
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class GuardUnary:
     op: str  # "-", "+", "not"
     operand: GuardExpr
     span: Span
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class GuardBool:
     op: str  # "and" | "or"
     values: tuple[GuardExpr, ...]
     span: Span
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class GuardCompare:
     left: GuardExpr
     ops: tuple[str, ...]
@@ -374,7 +377,7 @@ class GuardCompare:
     span: Span
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class GuardSeq:
     items: tuple[GuardExpr, ...]
     span: Span
@@ -387,7 +390,7 @@ GuardExpr = (
 )
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class Guard:
     """The ``where`` conditions of a rule (all must hold), the names they read and the user predicates they
     call (whose existence ``apply`` and ``verify`` check)."""
@@ -400,7 +403,7 @@ class Guard:
 # ---------------------------------------------------------------- rules
 
 
-@attrs.frozen
+@attrs.frozen(eq=False)
 class Tolerance:
     atol: float | None
     rtol: float | None

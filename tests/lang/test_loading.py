@@ -339,3 +339,23 @@ def test_a_load_leaves_the_objects_a_program_froze_frozen() -> None:
         assert not any(found is marker for found in gc.get_objects())
     finally:
         gc.unfreeze()
+
+
+def test_rule_sets_parsed_one_after_another_under_one_name_each_get_their_own_rules_and_warnings() -> None:
+    """What a load derives from a rule set (its loop check, its rules' digests) is kept per set object: a set
+    parsed after the previous one was dropped, often at the memory that one held, gets its own rules, digest
+    and warnings, never the previous set's."""
+    digests = set()
+    for number in range(40):
+        grows = number % 2 == 0
+        replacement = "torch.relu(torch.relu(x))" if grows else "x"
+        text = f"rule r{number}: torch.relu(torch.relu(x)) => {replacement}\n"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ruleset = fxrules.parse(text, filename="again.fxr")
+        assert [rule.name for rule in ruleset] == [f"r{number}"]
+        assert [w.message.split(":")[0] for w in ruleset.warnings] == ([f"rule r{number}"] if grows else [])
+        assert len(caught) == grows
+        digests.add(ruleset.rules[0].digest)
+        del ruleset
+    assert len(digests) == 40
