@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from types import FrameType
+from types import CodeType, FrameType
 from typing import Any
 
 import pytest
@@ -66,28 +66,33 @@ def _model(hooked: bool) -> tuple[torch.fx.GraphModule, list[str]]:
 _TRACED = (transaction.__file__, torch.fx.Graph.erase_node.__code__)
 
 
+class Interrupter:
+    """A tracer (``sys.settrace(interrupter.call)``) counting the lines run in the code ``traced`` accepts and
+    raising KeyboardInterrupt at line ``index`` (None: never): a Ctrl-C at a chosen line."""
+
+    def __init__(self, index: int | None, traced: Callable[[CodeType], bool]) -> None:
+        self.index, self.traced, self.count = index, traced, 0
+
+    def _line(self, frame: FrameType, event: str, _: Any) -> Callable[..., Any]:
+        if event == "line":
+            if self.count == self.index:
+                raise KeyboardInterrupt
+            self.count += 1
+        return self._line
+
+    def call(self, frame: FrameType, event: str, _: Any) -> Callable[..., Any] | None:
+        return self._line if self.traced(frame.f_code) else None
+
+
 def run_commit_interrupted(gm: torch.fx.GraphModule, rules: fxrules.RuleSet, index: int | None) -> int:
     """``apply`` with every line the undo log's code (and FX's ``erase_node``) runs after the lint counted,
     raising KeyboardInterrupt at line ``index`` (None: not at all); how many lines were counted."""
-    count = 0
-
-    def line(frame: FrameType, event: str, _: Any) -> Callable[..., Any]:
-        nonlocal count
-        if event == "line":
-            if count == index:
-                raise KeyboardInterrupt
-            count += 1
-        return line
-
-    def call(frame: FrameType, event: str, _: Any) -> Callable[..., Any] | None:
-        code = frame.f_code
-        return line if code.co_filename == _TRACED[0] or code is _TRACED[1] else None
-
+    interrupter = Interrupter(index, lambda code: code.co_filename == _TRACED[0] or code is _TRACED[1])
     real_lint = lint.lint
 
     def lint_then_trace(graph: torch.fx.Graph) -> None:
         real_lint(graph)
-        sys.settrace(call)
+        sys.settrace(interrupter.call)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(lint, "lint", lint_then_trace)
@@ -95,7 +100,7 @@ def run_commit_interrupted(gm: torch.fx.GraphModule, rules: fxrules.RuleSet, ind
             fxrules.apply(gm, rules)
         finally:
             sys.settrace(None)
-    return count
+    return interrupter.count
 
 
 @pytest.mark.parametrize("hooked", [False, True], ids=["without erase hooks", "with an erase hook"])

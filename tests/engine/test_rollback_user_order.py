@@ -4,9 +4,6 @@ rewrite gave a new input: undoing the redirection must not move that node to the
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from types import FrameType
-from typing import Any
 
 import pytest
 import torch
@@ -16,6 +13,7 @@ import fxrules
 from fxrules.diagnostics import FxrConvergenceError
 from fxrules.rewrite import transaction
 from tests.engine.test_all_or_nothing import assert_unchanged, snapshot
+from tests.engine.test_interrupted_commit import Interrupter
 
 #: ``neg_twice`` redirects ``add`` from the double negation to ``x``; ``grows`` keeps firing, so apply fails.
 RULES = fxrules.parse("""
@@ -52,25 +50,13 @@ def two_redirected_users(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> t
 def _apply_interrupted(gm: torch.fx.GraphModule, index: int | None) -> int:
     """``apply`` with every line of the transaction's code counted, raising KeyboardInterrupt at line
     ``index`` (None: not at all); how many lines were counted."""
-    count = 0
-
-    def line(frame: FrameType, event: str, _: Any) -> Callable[..., Any]:
-        nonlocal count
-        if event == "line":
-            if count == index:
-                raise KeyboardInterrupt
-            count += 1
-        return line
-
-    def call(frame: FrameType, event: str, _: Any) -> Callable[..., Any] | None:
-        return line if frame.f_code.co_filename == transaction.__file__ else None
-
-    sys.settrace(call)
+    interrupter = Interrupter(index, lambda code: code.co_filename == transaction.__file__)
+    sys.settrace(interrupter.call)
     try:
         fxrules.apply(gm, NEG_TWICE)
     finally:
         sys.settrace(None)
-    return count
+    return interrupter.count
 
 
 NEG_TWICE = fxrules.parse("rule neg_twice:\n    torch.neg(torch.neg(x)) => x\n", "interrupt.fxr")
