@@ -78,15 +78,6 @@ UNDECIDED = frozenset({SkipReason.MISSING_METADATA, SkipReason.GUARD_ERROR})
 #: What an argument of a node is, for the index: ("call", anchor key) of an operand, ("literal", value).
 Feature = tuple[str, Hashable]
 
-
-
-class _Option(NamedTuple):
-    """One option of a rule's pattern output, for the index: where a match of it may start."""
-
-    keys: tuple[AnchorKey, ...]  # its anchor keys
-    required: tuple[frozenset[Feature], ...]  # the arguments it requires (:func:`_required_arguments`)
-    operands: tuple[OpTemplate, ...]  # its operands that are operations (:func:`_operand_requirements`)
-
 _LITERAL_TYPES = (int, float, bool, str, type(None))
 
 #: The keys of a module capture's node: the check's graphs call an ``nn.Identity`` for every module capture.
@@ -261,6 +252,14 @@ def _rules_matching(built: tuple[torch.nn.Module, torch.fx.Graph], rules: list[R
     return found
 
 
+class _Option(NamedTuple):
+    """One option of a rule's pattern output, for the index: where a match of it may start."""
+
+    keys: tuple[AnchorKey, ...]  # its anchor keys
+    required: tuple[frozenset[Feature], ...]  # the arguments it requires (:func:`_required_arguments`)
+    operands: tuple[OpTemplate, ...]  # its operands that are operations (:func:`_operand_requirements`)
+
+
 class _RuleFilter:
     """The rules that may match in a replacement graph: filed by the anchor keys of their pattern output and
     by one argument the output requires, the one shared by the fewest rules (``None``: it requires none), so
@@ -328,9 +327,8 @@ class _RuleFilter:
         """Whether ``rule`` may match at some node of a graph of ``reach`` (False only when certain): a node
         has its anchor key, and the arguments it requires; an operand operation's node, those it requires."""
         return any((reach.keys is None or not reach.keys.isdisjoint(option.keys))
-                   and all(any(reach.may_hold_at(option.keys, f) for f in features) for features in option.required)
-                   and all(any(reach.may_hold_at(keys, f) for f in features)
-                           for keys, required in map(_operand_requirements, option.operands) for features in required)
+                   and reach.may_hold(option.keys, option.required)
+                   and all(reach.may_hold(*_operand_requirements(operand)) for operand in option.operands)
                    for option in self.entries[rule.name])
 
     def may_start(self, rule: Rule, keys: list[AnchorKey], features: set[Feature]) -> bool:
@@ -347,6 +345,11 @@ class _Reach:
     keys: frozenset[AnchorKey] | None
     edges: frozenset[tuple[AnchorKey, Feature]] | None  # (a node's anchor key, a feature of its arguments)
     any_literal: bool
+
+    def may_hold(self, keys: tuple[AnchorKey, ...], required: tuple[frozenset[Feature], ...]) -> bool:
+        """Whether a node of the graph with one of anchor keys ``keys`` may have the arguments ``required`` says:
+        for each set of features, an argument of one of them."""
+        return all(any(self.may_hold_at(keys, feature) for feature in features) for features in required)
 
     def may_hold_at(self, keys: tuple[AnchorKey, ...], feature: Feature) -> bool:
         """Whether a node of the graph with one of anchor keys ``keys`` may have an argument of ``feature``."""
