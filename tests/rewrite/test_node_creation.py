@@ -118,3 +118,20 @@ def test_a_failure_after_a_rewrite_that_lists_a_node_restores_its_users_in_order
         fxrules.apply(gm, LIST_RULES)
     assert [(node.name, node.args, [user.name for user in node.users]) for node in gm.graph.nodes] == before
     assert gm.code == code
+
+
+def _integer_and_boolean(i: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.relu(torch.relu(i)) * 3, b.contiguous().contiguous().logical_not()
+
+
+def test_nodes_made_for_integer_and_boolean_tensors_compute_what_the_match_did() -> None:
+    """The new nodes of an int64 and a bool graph are made with their arguments as the rules bind them, and the
+    rewritten module gives exactly the original's results (integers compare exactly)."""
+    gm = trace(_integer_and_boolean)
+    i, b = torch.tensor([[-3, 0, 7], [2, -1, 5]]), torch.tensor([[True, False, True], [False, False, True]])
+    expected = gm(i, b)
+    assert fxrules.apply(gm, RULES).counts() == {"relu_twice": 1, "contiguous_twice": 1}
+    assert [node.name for node in gm.graph.nodes if node.name in NEW_NODES] == NEW_NODES
+    got = gm(i, b)
+    assert [t.dtype for t in got] == [torch.int64, torch.bool]
+    assert all(torch.equal(g, e) for g, e in zip(got, expected, strict=True))
