@@ -230,6 +230,7 @@ class Incremental(Scheduler):
         reach = plan.reach
         # whether a pass may pass over the nodes whose outcome the previous pass knows (see _settled)
         self.settles = not (reach.multi_output or reach.counts_users)
+        self._counts_users, self._multi_output = reach.counts_users, reach.multi_output  # read at every rewrite
         # how many levels of use edges _wake walks from a node given a new input: a node, a literal
         self._wake_levels = max(reach.depth - 1, 1), max(reach.depth, 1)
         self._satisfiers_by_key: dict[tuple[str, Any], Satisfiers | None] = {}
@@ -285,7 +286,7 @@ class Incremental(Scheduler):
         if state.domain is not None:
             self._wake_beyond_domain(anchor, change)
         self._look_around(change, touched)
-        if self.plan.reach.counts_users:  # a capture's new users may make a guard that counts them hold
+        if self._counts_users:  # a capture's new users may make a guard that counts them hold
             touched.update(change.gained_users)
         if self.settles:
             self._note_changed(anchor, change)
@@ -388,7 +389,7 @@ class Incremental(Scheduler):
         change after that visit is another rewrite's, which the next pass looks around.  The nodes that lost
         a user are ahead of the pass or behind it, and so are the outputs of a multi-output pattern.
         """
-        if self.plan.reach.multi_output:
+        if self._multi_output:
             touched.update(change.touched)
             return
         touched.update(change.lost_users)
@@ -423,9 +424,8 @@ class Incremental(Scheduler):
         plan, reach, retired = self.plan, self.plan.reach, self.plan.retired
         seeds = touched.difference(retired)
         if reach.multi_output:  # further outputs hang off shared inputs: look upstream too
-            seeds |= _neighbourhood(seeds, reach.depth, operator.attrgetter("all_input_nodes"))
-        steps = reach.depth if reach.counts_users else reach.depth - 1
-        region = seeds | _neighbourhood(seeds, steps, operator.attrgetter("users"))
+            seeds = _within(seeds, reach.depth, _INPUTS)
+        region = _within(seeds, reach.depth if reach.counts_users else reach.depth - 1, _USERS)
         region.difference_update(retired)
         if len(region) <= 4 * len(plan.index.ruleset):  # a few nodes: testing each costs less than narrowing
             return {n for n in region if plan.may_anchor(n)}, region
@@ -463,21 +463,30 @@ def narrowing(compiled: Mapping[int, CompiledRule], found: Candidates,
 
 def changed_since(node: Node, position: int, changed: Mapping[Node, int], steps: int) -> bool:
     """Whether ``node``, or a node at most ``steps`` use edges before it, changed at ``position`` or later."""
-    if changed.get(node, -1) >= position:
+    latest = changed.get
+    if latest(node, -1) >= position:
         return True
-    layer = {node}
-    for _ in range(steps):
-        layer = {i for n in layer for i in n.all_input_nodes}  # a set: diamonds would repeat nodes
-        if any(changed.get(n, -1) >= position for n in layer):
+    layer: Iterable[Node] = node._input_nodes  # the keys of the dict behind all_input_nodes: no list made
+    for step in range(steps):
+        if any(latest(n, -1) >= position for n in layer):
             return True
+        if step < steps - 1:
+            layer = {i for n in layer for i in n._input_nodes}  # a set: diamonds would repeat nodes
     return False
 
 
-def _neighbourhood(seeds: set[Node], depth: int, step: Callable[[Node], Iterable[Node]]) -> set[Node]:
-    """The nodes 1 to ``depth`` steps from ``seeds``."""
-    found: set[Node] = set()
-    frontier = seeds
-    for _ in range(depth):
+def _within(seeds: set[Node], depth: int, step: Callable[[Node], Iterable[Node]]) -> set[Node]:
+    """``seeds`` and the nodes at most ``depth`` steps from them (a new set)."""
+    found = set(seeds)
+    frontier: Iterable[Node] = seeds
+    for level in range(depth):
+        if level == depth - 1:  # the last step: no frontier to keep (one update in C, no set made)
+            found.update(*map(step, frontier))
+            break
         frontier = set().union(*map(step, frontier)) - found
         found |= frontier
     return found
+
+
+_USERS = operator.attrgetter("users")
+_INPUTS = operator.attrgetter("_input_nodes")  # the keys of the dict behind Node.all_input_nodes, no list made

@@ -4,6 +4,8 @@ by op and target (from the graph's own index), and graph order."""
 from __future__ import annotations
 
 import functools
+import itertools
+import operator
 from collections.abc import Callable
 from typing import Any
 
@@ -102,6 +104,10 @@ def in_graph_order(graph: torch.fx.Graph, nodes: set[torch.fx.Node]) -> list[tor
     return [n for n in graph.nodes if n in nodes]
 
 
+#: How many targets of one op :meth:`NodeIndex.calling` finds by a scan before grouping the op's nodes by target.
+_SCANS_BEFORE_GROUPING = 2
+_target = operator.attrgetter("target")
+
 #: Distinct nodes: a set, or a list as the graph's index gives them (a set would cost a hash per node).
 Nodes = set[torch.fx.Node] | list[torch.fx.Node]
 
@@ -117,7 +123,8 @@ class NodeIndex:
         self.graph = graph
         self._calling: dict[tuple[str, Any], list[torch.fx.Node]] = {}
         self._by_op: dict[str, list[torch.fx.Node]] = {}
-        self._grouped: set[str] = set()
+        self._grouped: set[str] = set()  # ops whose nodes are in _calling by every target
+        self._scanned: dict[str, int] = {}  # op -> how many targets were found by scanning its nodes
 
     def with_op(self, op: str) -> list[torch.fx.Node]:
         nodes = self._by_op.get(op)
@@ -139,10 +146,29 @@ class NodeIndex:
                                    for n in self.graph.find_nodes(op=op, target=overload, sort=False))]
             self._calling[key] = nodes
             return nodes
-        if op not in self._grouped:  # methods, attributes, modules: named by strings
-            self._grouped.add(op)
-            for node in self.with_op(op):
-                self._calling.setdefault((op, node.target), []).append(node)
+        return self._named(op, target)
+
+    def _named(self, op: str, target: Any) -> list[torch.fx.Node]:
+        """:meth:`calling` for methods, attributes and modules, named by strings the graph's index does not key.
+
+        A scan of the op's nodes for one target (no Python frame per node) costs about half of grouping them
+        all by target: an op is scanned for its first targets, and grouped once more are asked for.
+        """
+        key = (op, target)
+        if op in self._grouped:
+            return self._calling.setdefault(key, [])
+        nodes = self.with_op(op)
+        scans = self._scanned[op] = self._scanned.get(op, 0) + 1
+        if scans <= _SCANS_BEFORE_GROUPING:
+            found = self._calling[key] = list(itertools.compress(nodes, map(operator.eq, map(_target, nodes),
+                                                                            itertools.repeat(target))))
+            return found
+        self._grouped.add(op)
+        groups: dict[tuple[str, Any], list[torch.fx.Node]] = {}
+        for node in nodes:
+            groups.setdefault((op, node.target), []).append(node)
+        for named, group in groups.items():  # a scanned target keeps its list (the same nodes, in the same order)
+            self._calling.setdefault(named, group)
         return self._calling.setdefault(key, [])
 
 
