@@ -48,7 +48,6 @@ from __future__ import annotations
 import abc
 import functools
 import heapq
-import itertools
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -65,7 +64,6 @@ from fxrules.rewrite.rewriter import Rewrite
 
 Node = torch.fx.Node
 _UNSEEN: Any = object()  # a key _satisfiers_at has not been asked about yet
-_NEW_INPUT, _NODE = operator.itemgetter(1), itertools.repeat(Node)  # of a (node, new input) pair; isinstance's class
 
 #: Guard functions whose value depends on a value's users, which rewrites elsewhere can change.
 USER_COUNTING = frozenset({"num_users", "is_mutated"})
@@ -325,8 +323,6 @@ class Incremental(Scheduler):
         node_levels, literal_levels = self._wake_levels
         if literal_levels == 1:  # depth 1: the nodes given a new input only, whatever the input
             return
-        if node_levels == 1 and all(map(isinstance, map(_NEW_INPUT, redirected), _NODE)):
-            return  # the loop below would pass over every pair (a node input, one level): asked by a loop in C
         for user, value in redirected:
             levels = node_levels if isinstance(value, Node) else literal_levels
             if levels == 1:
