@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
@@ -140,8 +140,9 @@ class Transaction:
     gm: torch.nn.Module
     added: list[str] = attrs.Factory(list)
     created: list[torch.fx.Node] = attrs.Factory(list)
-    # (user, args, kwargs) before a rewrite redirected it: FX replaces args and kwargs, never mutates them
-    redirected: list[tuple[torch.fx.Node, tuple[Any, ...], Mapping[str, Any]]] = attrs.Factory(list)
+    # (user, args, kwargs) before a rewrite redirected it: FX replaces args and kwargs, never mutates them;
+    # or (users, old, new) of a redirection that is undone by replacing ``new`` with ``old`` again
+    redirected: list[tuple[Any, Any, Any]] = attrs.Factory(list)
     retired: dict[torch.fx.Node, None] = attrs.Factory(dict)  # ordered: nodes rewrites left dead, erased at commit
     # existing nodes' users, in order, before the first change to them (FX appends a user it gains back)
     users: dict[torch.fx.Node, list[torch.fx.Node]] = attrs.Factory(dict)
@@ -223,17 +224,31 @@ class Transaction:
         if not users:
             return
         kept = self.users
-        # keep_users, inlined, of every input of each user (``old`` among them): changing a node's arguments,
-        # and setting them back at a rollback, moves it to the end of the users of each of its inputs
-        for user in users:
-            for used in user._input_nodes:
-                if used not in kept:
-                    kept[used] = list(used.users)
+        # keep_users of every input of each user: changing a node's arguments, and setting them back at a
+        # rollback, moves it to the end of the users of each of its inputs.  ``old`` is kept once, here; a user
+        # whose one input is ``old`` (most users) has nothing more to keep, so its inputs are not walked
+        if old not in kept:
+            kept[old] = list(old.users)
+        hooked = getattr(old.graph._owning_module, "_replace_hooks", None)
+        # undone by replacing ``new`` with ``old`` again (:meth:`_undo_redirected`) if no user has ``new`` among
+        # its inputs yet; otherwise each user's arguments are logged as they are
+        invertible = isinstance(new, torch.fx.Node) and new is not old and not hooked
         if isinstance(new, torch.fx.Node) and new not in kept:
             kept[new] = list(new.users)
-        # logged all at once before the first changes: undoing one that did not change sets what it has
-        self.redirected += zip(users, map(_ARGS, users), map(_KWARGS, users), strict=True)
-        if getattr(old.graph._owning_module, "_replace_hooks", None):
+        for user in users:
+            inputs = user._input_nodes
+            if len(inputs) != 1 or old not in inputs:  # else its one input is ``old``, not ``new``
+                for used in inputs:
+                    if used not in kept:
+                        kept[used] = list(used.users)
+                if invertible and new in inputs:  # asked of a node only: a literal may not be hashable
+                    invertible = False
+        # logged all at once before the first change: undoing one that did not change sets what it has
+        if invertible:
+            self.redirected.append((tuple(users), old, new))
+        else:
+            self.redirected += zip(users, map(_ARGS, users), map(_KWARGS, users), strict=True)
+        if hooked:
             for user in users:
                 user.replace_input_with(old, new)  # calls the module's replace hooks first
             return
@@ -337,8 +352,7 @@ class Transaction:
         self._restore_deleted()
         self._restore_code()
         self._restore_erased(graph)
-        for node, args, kwargs in reversed(self.redirected):
-            node.args, node.kwargs = args, kwargs
+        self._undo_redirected()
         self._discard_created(graph)
         for node, users in self.users.items():
             if node._erased:  # made by the rewrite, discarded
@@ -362,6 +376,23 @@ class Transaction:
         self.retired.clear()
         self.users.clear()
         self.buckets.clear()
+
+    def _undo_redirected(self) -> None:
+        """Give every redirected user its arguments before the redirection, newest redirection first.
+
+        A user logged with its arguments gets them back.  The users of an invertible redirection (a tuple of
+        them, ``old``, ``new``) get ``new`` replaced with ``old`` in their arguments: exact, as none had ``new``
+        among its inputs before (checked when it was logged), so ``new`` stands exactly where ``old`` stood,
+        once every later change is undone (a user not reached when an interrupt came still has ``old``, and
+        no ``new``: replacing it changes nothing).  FX rebuilds the containers of the arguments whichever
+        way they are set, so both ways give the same arguments; the users' own users and find_nodes buckets
+        are put back in order afterwards."""
+        for first, args, kwargs in reversed(self.redirected):
+            if type(first) is tuple:
+                for user in reversed(first):
+                    user._replace_input_with(kwargs, args)
+            else:
+                first.args, first.kwargs = args, kwargs
 
     def _restore_deleted(self) -> None:
         for deleted in reversed(self.deleted):
