@@ -231,17 +231,20 @@ class Transaction:
             kept[old] = list(old.users)
         hooked = getattr(old.graph._owning_module, "_replace_hooks", None)
         # undone by replacing ``new`` with ``old`` again (:meth:`_undo_redirected`) if no user has ``new`` among
-        # its inputs yet; otherwise each user's arguments are logged as they are
+        # its inputs yet and each is a plain ``Node`` (FX's own ``_replace_input_with``, which hooks do not
+        # precede); otherwise each user's arguments are logged as they are
         invertible = isinstance(new, torch.fx.Node) and new is not old and not hooked
         if isinstance(new, torch.fx.Node) and new not in kept:
             kept[new] = list(new.users)
         for user in users:
             inputs = user._input_nodes
-            if len(inputs) != 1 or old not in inputs:  # else its one input is ``old``, not ``new``
+            # else a plain node whose one input is ``old``: nothing more to keep, and ``new`` is not an input
+            if len(inputs) != 1 or old not in inputs or type(user) is not torch.fx.Node:
                 for used in inputs:
                     if used not in kept:
                         kept[used] = list(used.users)
-                if invertible and new in inputs:  # asked of a node only: a literal may not be hashable
+                # ``new`` asked of a node only: a literal may not be hashable
+                if invertible and (type(user) is not torch.fx.Node or new in inputs):
                     invertible = False
         # logged all at once before the first change: undoing one that did not change sets what it has
         if invertible:
@@ -380,19 +383,22 @@ class Transaction:
     def _undo_redirected(self) -> None:
         """Give every redirected user its arguments before the redirection, newest redirection first.
 
-        A user logged with its arguments gets them back.  The users of an invertible redirection (a tuple of
-        them, ``old``, ``new``) get ``new`` replaced with ``old`` in their arguments: exact, as none had ``new``
-        among its inputs before (checked when it was logged), so ``new`` stands exactly where ``old`` stood,
-        once every later change is undone (a user not reached when an interrupt came still has ``old``, and
-        no ``new``: replacing it changes nothing).  FX rebuilds the containers of the arguments whichever
-        way they are set, so both ways give the same arguments; the users' own users and find_nodes buckets
-        are put back in order afterwards."""
-        for first, args, kwargs in reversed(self.redirected):
-            if type(first) is tuple:
-                for user in reversed(first):
-                    user._replace_input_with(kwargs, args)
+        A user logged with its arguments gets them back.  The users of an invertible redirection, logged as
+        (users, old, new), get ``new`` replaced with ``old`` by FX's C function.  Exact: each is a plain
+        ``Node`` that had no ``new`` among its inputs (checked before the redirection) and no replace hook ran,
+        so, once every later change is undone, ``new`` stands exactly where ``old`` stood (FX's replacement
+        walks the arguments as ``_input_nodes`` does); a user an interrupt came before still has ``old`` and
+        no ``new``, so replacing changes nothing.  FX rebuilds the containers of the arguments however they
+        are set, so both ways give equal arguments; the users of every node and the find_nodes buckets are
+        put back in order afterwards."""
+        for entry in reversed(self.redirected):
+            if type(entry[0]) is tuple:
+                users, old, new = entry
+                for user in reversed(users):
+                    user._replace_input_with(new, old)
             else:
-                first.args, first.kwargs = args, kwargs
+                node, args, kwargs = entry
+                node.args, node.kwargs = args, kwargs
 
     def _restore_deleted(self) -> None:
         for deleted in reversed(self.deleted):

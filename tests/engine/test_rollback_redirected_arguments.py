@@ -1,7 +1,7 @@
 """An ``apply`` that fails gives every redirected node its arguments back exactly, whichever way the undo log
 kept them: a redirection whose users did not use the replacement yet is undone by putting the replaced node
-back where the replacement stands; one where a user already used the replacement (or where the module's
-replace hooks may change a user) is undone from the arguments as they were."""
+back where the replacement stands; one where a user already used the replacement, is of a ``Node`` subclass,
+or may be changed by the module's replace hooks, is undone from the arguments as they were."""
 
 from __future__ import annotations
 
@@ -86,6 +86,29 @@ def test_a_failed_apply_undoes_what_a_replace_hook_did_to_a_user() -> None:
             user.args = (user.args[0], x)
 
     gm._register_replace_node_hook(hook)
+    before, arguments = snapshot(gm), _arguments(gm)
+    with pytest.raises(FxrConvergenceError):
+        fxrules.apply(gm, RULES, max_passes=3)
+    assert _arguments(gm) == arguments == {**arguments, "add": (("neg_1", "y"), {})}
+    assert_unchanged(before, gm)
+
+
+class _AppendsTheReplacement(torch.fx.Node):
+    """A pass's node whose ``_replace_input_with`` also gives it the replacement as one more argument."""
+
+    def _replace_input_with(self, old: torch.fx.Node, new: torch.fx.Node) -> None:
+        super()._replace_input_with(old, new)
+        self.args = (*self.args, new)
+
+
+def test_a_failed_apply_gives_a_redirected_node_of_a_subclass_its_arguments_back() -> None:
+    """A user of a ``Node`` subclass whose redirection does more than FX's gets back exactly the arguments it
+    had (not those undoing its redirection the same way would leave), its inputs' users in order."""
+    def program(x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.add(torch.neg(torch.neg(x)), y), torch.mul(y, 2.0), torch.sin(torch.cos(x))
+
+    gm = torch.fx.symbolic_trace(program)
+    next(node for node in gm.graph.nodes if node.name == "add").__class__ = _AppendsTheReplacement
     before, arguments = snapshot(gm), _arguments(gm)
     with pytest.raises(FxrConvergenceError):
         fxrules.apply(gm, RULES, max_passes=3)
