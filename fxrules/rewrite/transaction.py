@@ -39,6 +39,7 @@ _ARGS, _KWARGS = operator.attrgetter("_args"), operator.attrgetter("_kwargs")  #
 _USERS = operator.attrgetter("users")
 _SET_ERASED: Callable[[torch.fx.Node, bool], None] = vars(torch._C._NodeBase)["_erased"].__set__
 _NONE: Callable[[torch.fx.Node], None] = dict[torch.fx.Node, None]().get  # None for any node, and no Python frame
+_NODE = torch.fx.Node  # read per node on the hot paths below: one global, not three lookups
 
 
 def first_free(name: str, taken: set[str] | Callable[[str], bool]) -> str:
@@ -75,7 +76,7 @@ def erase_node(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     the nodes in its arguments become None (``map_arg``'s C function, given a C function for it), so
     each of them loses it as a user.  A node FX would refuse or warn about (used, of another graph,
     erased already), or of a subclass of ``Node``, goes to ``graph.erase_node`` itself."""
-    if node.users or node.graph is not graph or node._erased or type(node) is not torch.fx.Node:
+    if node.users or node.graph is not graph or node._erased or type(node) is not _NODE:
         graph.erase_node(node)
         return
     op = node.op
@@ -113,7 +114,7 @@ def _create_plain(graph: torch.fx.Graph, op: str, target: Any, args: tuple[Any, 
     the create-node hooks FX would run are none (an empty list or no attribute)."""
     namespace = graph._graph_namespace
     unique = namespace.create_name(name, None)
-    node = torch.fx.Node(graph, unique, op, target, args, kwargs or immutable_dict(), None)
+    node = _NODE(graph, unique, op, target, args, kwargs or immutable_dict(), None)
     namespace.associate_name_with_obj(unique, node)
     graph._insert(node)
     graph._find_nodes_lookup_table.insert(node)
@@ -207,7 +208,7 @@ class Transaction:
         kept = self.users
         for value in values:
             kind = type(value)
-            if kind is torch.fx.Node:
+            if kind is _NODE:
                 if value not in kept:
                     kept[value] = list(value.users)
             elif kind not in _PLAIN_ARGUMENT:
@@ -233,18 +234,19 @@ class Transaction:
         # undone by replacing ``new`` with ``old`` again (:meth:`_undo_redirected`) if no user has ``new`` among
         # its inputs yet and each is a plain ``Node`` (FX's own ``_replace_input_with``, which hooks do not
         # precede); otherwise each user's arguments are logged as they are
-        invertible = isinstance(new, torch.fx.Node) and new is not old and not hooked
-        if isinstance(new, torch.fx.Node) and new not in kept:
+        is_node = isinstance(new, _NODE)
+        invertible = is_node and new is not old and not hooked
+        if is_node and new not in kept:
             kept[new] = list(new.users)
         for user in users:
             inputs = user._input_nodes
             # else a plain node whose one input is ``old``: nothing more to keep, and ``new`` is not an input
-            if len(inputs) != 1 or old not in inputs or type(user) is not torch.fx.Node:
+            if len(inputs) != 1 or old not in inputs or type(user) is not _NODE:
                 for used in inputs:
                     if used not in kept:
                         kept[used] = list(used.users)
                 # ``new`` asked of a node only: a literal may not be hashable
-                if invertible and (type(user) is not torch.fx.Node or new in inputs):
+                if invertible and (type(user) is not _NODE or new in inputs):
                     invertible = False
         # logged all at once before the first change: undoing one that did not change sets what it has
         if invertible:
