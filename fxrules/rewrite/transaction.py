@@ -25,6 +25,7 @@ from typing import Any
 import attrs
 import torch
 import torch.fx
+from torch.fx.graph import _FindNodesLookupTable, _Namespace
 from torch.fx.immutable_collections import immutable_dict
 from torch.fx.node import _fx_map_arg
 
@@ -97,9 +98,12 @@ _PLAIN_ARGUMENT = frozenset({torch.fx.Node, int, float, bool, str, type(None), t
 def _plain_graph(graph: torch.fx.Graph) -> bool:
     """Whether :func:`_create_plain` makes the very node ``graph.create_node`` would of arguments each of a
     :data:`_PLAIN_ARGUMENT` type: the graph's own ``create_node`` is FX's (not a subclass's, nor patched on the
-    class or the graph), so its steps are the ones ``_create_plain`` takes, and its module has no create-node
-    hooks."""
+    class or the graph), so its steps are the ones ``_create_plain`` takes, its namespace and ``find_nodes``
+    table are FX's own classes (whose two steps ``_create_plain`` takes inline), and its module has no
+    create-node hooks."""
     return getattr(graph.create_node, "__func__", None) is _FX_CREATE_NODE \
+        and type(graph._graph_namespace) is _Namespace \
+        and type(graph._find_nodes_lookup_table) is _FindNodesLookupTable \
         and not getattr(graph._owning_module, "_create_node_hooks", None)
 
 
@@ -111,13 +115,15 @@ def _create_plain(graph: torch.fx.Graph, op: str, target: Any, args: tuple[Any, 
     FX's steps in FX's order (so an interruption leaves what FX's would), less one: the scan of the
     arguments' leaves for a raw ``SymInt``/``SymFloat``/``SymBool``, which only warns about one.  Exact:
     every argument is a leaf of a plain type (no container to look into), so that scan finds nothing;
-    the create-node hooks FX would run are none (an empty list or no attribute)."""
+    the create-node hooks FX would run are none (an empty list or no attribute).  Two of FX's steps are
+    taken inline, as FX's own classes take them: ``associate_name_with_obj`` (its check that the node was
+    not named already cannot fail for a node just made) and the ``find_nodes`` table's ``insert``."""
     namespace = graph._graph_namespace
     unique = namespace.create_name(name, None)
     node = _NODE(graph, unique, op, target, args, kwargs or immutable_dict(), None)
-    namespace.associate_name_with_obj(unique, node)
+    namespace._obj_to_name.setdefault(node, unique)
     graph._insert(node)
-    graph._find_nodes_lookup_table.insert(node)
+    graph._find_nodes_lookup_table.table[op, target if op == "call_function" else None][node] = None
     graph._len += 1
     return node
 
