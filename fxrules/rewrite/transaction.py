@@ -19,12 +19,13 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import attrs
 import torch
 import torch.fx
+from torch.fx.graph import _FindNodesLookupTable, _Namespace
 from torch.fx.immutable_collections import immutable_dict
 from torch.fx.node import _fx_map_arg
 
@@ -39,6 +40,7 @@ _ARGS, _KWARGS = operator.attrgetter("_args"), operator.attrgetter("_kwargs")  #
 _USERS = operator.attrgetter("users")
 _SET_ERASED: Callable[[torch.fx.Node, bool], None] = vars(torch._C._NodeBase)["_erased"].__set__
 _NONE: Callable[[torch.fx.Node], None] = dict[torch.fx.Node, None]().get  # None for any node, and no Python frame
+_NODE = torch.fx.Node  # read per node on the hot paths below: one global, not three lookups
 
 
 def first_free(name: str, taken: set[str] | Callable[[str], bool]) -> str:
@@ -75,7 +77,7 @@ def erase_node(graph: torch.fx.Graph, node: torch.fx.Node) -> None:
     the nodes in its arguments become None (``map_arg``'s C function, given a C function for it), so
     each of them loses it as a user.  A node FX would refuse or warn about (used, of another graph,
     erased already), or of a subclass of ``Node``, goes to ``graph.erase_node`` itself."""
-    if node.users or node.graph is not graph or node._erased or type(node) is not torch.fx.Node:
+    if node.users or node.graph is not graph or node._erased or type(node) is not _NODE:
         graph.erase_node(node)
         return
     op = node.op
@@ -96,9 +98,12 @@ _PLAIN_ARGUMENT = frozenset({torch.fx.Node, int, float, bool, str, type(None), t
 def _plain_graph(graph: torch.fx.Graph) -> bool:
     """Whether :func:`_create_plain` makes the very node ``graph.create_node`` would of arguments each of a
     :data:`_PLAIN_ARGUMENT` type: the graph's own ``create_node`` is FX's (not a subclass's, nor patched on the
-    class or the graph), so its steps are the ones ``_create_plain`` takes, and its module has no create-node
-    hooks."""
+    class or the graph), so its steps are the ones ``_create_plain`` takes, its namespace and ``find_nodes``
+    table are FX's own classes (whose two steps ``_create_plain`` takes inline), and its module has no
+    create-node hooks."""
     return getattr(graph.create_node, "__func__", None) is _FX_CREATE_NODE \
+        and type(graph._graph_namespace) is _Namespace \
+        and type(graph._find_nodes_lookup_table) is _FindNodesLookupTable \
         and not getattr(graph._owning_module, "_create_node_hooks", None)
 
 
@@ -110,13 +115,15 @@ def _create_plain(graph: torch.fx.Graph, op: str, target: Any, args: tuple[Any, 
     FX's steps in FX's order (so an interruption leaves what FX's would), less one: the scan of the
     arguments' leaves for a raw ``SymInt``/``SymFloat``/``SymBool``, which only warns about one.  Exact:
     every argument is a leaf of a plain type (no container to look into), so that scan finds nothing;
-    the create-node hooks FX would run are none (an empty list or no attribute)."""
+    the create-node hooks FX would run are none (an empty list or no attribute).  Two of FX's steps are
+    taken inline, as FX's own classes take them: ``associate_name_with_obj`` (its check that the node was
+    not named already cannot fail for a node just made) and the ``find_nodes`` table's ``insert``."""
     namespace = graph._graph_namespace
     unique = namespace.create_name(name, None)
-    node = torch.fx.Node(graph, unique, op, target, args, kwargs or immutable_dict(), None)
-    namespace.associate_name_with_obj(unique, node)
+    node = _NODE(graph, unique, op, target, args, kwargs or immutable_dict(), None)
+    namespace._obj_to_name.setdefault(node, unique)
     graph._insert(node)
-    graph._find_nodes_lookup_table.insert(node)
+    graph._find_nodes_lookup_table.table[op, target if op == "call_function" else None][node] = None
     graph._len += 1
     return node
 
@@ -140,8 +147,9 @@ class Transaction:
     gm: torch.nn.Module
     added: list[str] = attrs.Factory(list)
     created: list[torch.fx.Node] = attrs.Factory(list)
-    # (user, args, kwargs) before a rewrite redirected it: FX replaces args and kwargs, never mutates them
-    redirected: list[tuple[torch.fx.Node, tuple[Any, ...], Mapping[str, Any]]] = attrs.Factory(list)
+    # (user, args, kwargs) before a rewrite redirected it: FX replaces args and kwargs, never mutates them;
+    # or (users, old, new) of a redirection that is undone by replacing ``new`` with ``old`` again
+    redirected: list[tuple[Any, Any, Any]] = attrs.Factory(list)
     retired: dict[torch.fx.Node, None] = attrs.Factory(dict)  # ordered: nodes rewrites left dead, erased at commit
     # existing nodes' users, in order, before the first change to them (FX appends a user it gains back)
     users: dict[torch.fx.Node, list[torch.fx.Node]] = attrs.Factory(dict)
@@ -206,7 +214,7 @@ class Transaction:
         kept = self.users
         for value in values:
             kind = type(value)
-            if kind is torch.fx.Node:
+            if kind is _NODE:
                 if value not in kept:
                     kept[value] = list(value.users)
             elif kind not in _PLAIN_ARGUMENT:
@@ -223,17 +231,35 @@ class Transaction:
         if not users:
             return
         kept = self.users
-        # keep_users, inlined, of every input of each user (``old`` among them): changing a node's arguments,
-        # and setting them back at a rollback, moves it to the end of the users of each of its inputs
-        for user in users:
-            for used in user._input_nodes:
-                if used not in kept:
-                    kept[used] = list(used.users)
-        if isinstance(new, torch.fx.Node) and new not in kept:
+        # keep_users of every input of each user: changing a node's arguments, and setting them back at a
+        # rollback, moves it to the end of the users of each of its inputs.  ``old`` is kept once, here; a user
+        # whose one input is ``old`` (most users) has nothing more to keep, so its inputs are not walked
+        if old not in kept:
+            kept[old] = list(old.users)
+        hooked = getattr(old.graph._owning_module, "_replace_hooks", None)
+        # undone by replacing ``new`` with ``old`` again (:meth:`_undo_redirected`) if no user has ``new`` among
+        # its inputs yet and each is a plain ``Node`` (FX's own ``_replace_input_with``, which hooks do not
+        # precede); otherwise each user's arguments are logged as they are
+        is_node = isinstance(new, _NODE)
+        invertible = is_node and new is not old and not hooked
+        if is_node and new not in kept:
             kept[new] = list(new.users)
-        # logged all at once before the first changes: undoing one that did not change sets what it has
-        self.redirected += zip(users, map(_ARGS, users), map(_KWARGS, users), strict=True)
-        if getattr(old.graph._owning_module, "_replace_hooks", None):
+        for user in users:
+            inputs = user._input_nodes
+            # else a plain node whose one input is ``old``: nothing more to keep, and ``new`` is not an input
+            if len(inputs) != 1 or old not in inputs or type(user) is not _NODE:
+                for used in inputs:
+                    if used not in kept:
+                        kept[used] = list(used.users)
+                # ``new`` asked of a node only: a literal may not be hashable
+                if invertible and (type(user) is not _NODE or new in inputs):
+                    invertible = False
+        # logged all at once before the first change: undoing one that did not change sets what it has
+        if invertible:
+            self.redirected.append((tuple(users), old, new))
+        else:
+            self.redirected += zip(users, map(_ARGS, users), map(_KWARGS, users), strict=True)
+        if hooked:
             for user in users:
                 user.replace_input_with(old, new)  # calls the module's replace hooks first
             return
@@ -337,8 +363,7 @@ class Transaction:
         self._restore_deleted()
         self._restore_code()
         self._restore_erased(graph)
-        for node, args, kwargs in reversed(self.redirected):
-            node.args, node.kwargs = args, kwargs
+        self._undo_redirected()
         self._discard_created(graph)
         for node, users in self.users.items():
             if node._erased:  # made by the rewrite, discarded
@@ -362,6 +387,26 @@ class Transaction:
         self.retired.clear()
         self.users.clear()
         self.buckets.clear()
+
+    def _undo_redirected(self) -> None:
+        """Give every redirected user its arguments before the redirection, newest redirection first.
+
+        A user logged with its arguments gets them back.  The users of an invertible redirection, logged as
+        (users, old, new), get ``new`` replaced with ``old`` by FX's C function.  Exact: each is a plain
+        ``Node`` that had no ``new`` among its inputs (checked before the redirection) and no replace hook ran,
+        so, once every later change is undone, ``new`` stands exactly where ``old`` stood (FX's replacement
+        walks the arguments as ``_input_nodes`` does); a user an interrupt came before still has ``old`` and
+        no ``new``, so replacing changes nothing.  FX rebuilds the containers of the arguments however they
+        are set, so both ways give equal arguments; the users of every node and the find_nodes buckets are
+        put back in order afterwards."""
+        for entry in reversed(self.redirected):
+            if type(entry[0]) is tuple:
+                users, old, new = entry
+                for user in reversed(users):
+                    user._replace_input_with(new, old)
+            else:
+                node, args, kwargs = entry
+                node.args, node.kwargs = args, kwargs
 
     def _restore_deleted(self) -> None:
         for deleted in reversed(self.deleted):
