@@ -95,6 +95,7 @@ from fxrules.match.primitives import (
     users_near,
     value_type_problem,
 )
+from fxrules.match.safety import checks_for
 from fxrules.match.skips import Skip
 from fxrules.memo import per_object
 
@@ -165,7 +166,7 @@ class CompiledRule:
 
     def __init__(self, rule: Rule, root: Step, traced_root: Step, may_match: Callable[[Node], bool],
                  may_match_anchor: Callable[[Node], bool] | None, candidates: CandidatesOf,
-                 satisfiers: Satisfiers) -> None:
+                 satisfiers: Satisfiers, tensor_typed: bool) -> None:
         self._rule = weakref.ref(rule)  # the rule's compiled matcher is kept per rule: no cycle back to it
         self._root = root  # at an anchor where may_match holds
         self._traced_root = traced_root  # at any node: tests the target, rules nothing out before tracing it
@@ -185,6 +186,12 @@ class CompiledRule:
         self._outputs: Callable[[Mapping[int, Node]], tuple[Node | None, ...]] = partial(output_nodes, keys)
         #: the usual pattern, one operation's node: its key, the output read without a call (None: another pattern)
         self._output_key = keys[0][0] if len(keys) == 1 and len(keys[0]) == 1 else None
+        #: the ``match`` stage's safety checks of the rule (:func:`~fxrules.match.safety.checks_for`, found once)
+        self._checks = checks_for(rule).match.all
+        #: whether :meth:`Matcher.refusal` may refuse a structural match.  Exact when False: it refuses only for
+        #: a typed capture without metadata (which only a tensor-typed capture's step records), the guard, or
+        #: one of ``_checks``.
+        self._refusable = bool(self._checks) or rule.guard is not None or tensor_typed
 
     @property
     def rule(self) -> Rule:
@@ -225,23 +232,18 @@ class CompiledRule:
                 raise budget.skip() from None
             if matched and (seen is None or seen.is_new(attempt.bindings, attempt.nodes)):
                 if tracer is not None:
-                    tracer.output = ""  # what check_usable reports is the whole match's
-                key = self._output_key
-                outputs = (attempt.nodes.get(key),) if key is not None else self._outputs(attempt.nodes)
-                try:
-                    matcher.check_usable(rule, attempt, outputs)
-                except Skip as reason:  # go on to the other options, and raise the first if none is usable
-                    replayed = attempt.next_replay()
-                    if replayed is None and skip is None:
-                        # the first skip, and no run left: raised on as it is (the usual refusal; stored and
-                        # raised again after the loop, an exception costs about twice as much)
-                        raise
-                    skip = skip or reason
-                    if replayed is not None:
-                        seen = seen or SeenMatches()
-                        seen.rejected(attempt.bindings, attempt.nodes)
-                    continue
-                return matcher.to_match(rule, attempt, outputs)  # the next run is not needed: not planned
+                    tracer.output = ""  # what the refusal reports is the whole match's
+                key, nodes = self._output_key, attempt.nodes
+                outputs = (nodes[key],) if key is not None else self._outputs(nodes)
+                refusal = matcher.refusal(rule, attempt, outputs, self._checks) if self._refusable else None
+                if refusal is None:  # Matcher.to_match, without the look-ups it makes for the interpreter
+                    return Match(rule, outputs, tuple(nodes.values()), attempt.bindings, attempt.modules)
+                skip = skip or refusal  # go on to the other options, and raise the first if none is usable
+                replayed = attempt.next_replay()
+                if replayed is not None:
+                    seen = seen or SeenMatches()
+                    seen.rejected(attempt.bindings, nodes)
+                continue
             replayed = attempt.next_replay()
         if skip is not None:
             raise skip
@@ -281,7 +283,8 @@ def compile_rule(rule: Rule) -> CompiledRule:
         further = tuple(_further_output(compiler.step(rule.pattern[i]), rule.pattern[i], _output_label(rule, i))
                         for i in order[1:])
         root, traced_root = (_with_outputs(r, _output_label(rule, order[0]), further) for r in (root, traced_root))
-    return CompiledRule(rule, root, traced_root, may_match, may_match_anchor, candidates, compiler.satisfiers)
+    return CompiledRule(rule, root, traced_root, may_match, may_match_anchor, candidates, compiler.satisfiers,
+                        compiler.tensor_typed)
 
 
 def _any_option(options: tuple[_Operation, ...]) -> Callable[[Node], bool]:
@@ -387,6 +390,7 @@ class _Compiler:
         self.steps: dict[int, Step] = {}
         self.operations: dict[int, _Operation] = {}
         self.satisfiers = Satisfiers()  # of every required argument of the pattern's operations
+        self.tensor_typed = False  # whether a step of a tensor-typed capture was built (it may record missing metadata)
 
     def step(self, template: Template) -> Step:
         known = self.steps.get(id(template))
@@ -398,7 +402,9 @@ class _Compiler:
         if isinstance(template, OpTemplate):
             return self.operation(template).match
         if isinstance(template, Capture):
-            return _capture_step(template, self.types.get(template.name))
+            declared = self.types.get(template.name)
+            self.tensor_typed = self.tensor_typed or isinstance(declared, TensorType)
+            return _capture_step(template, declared)
         if isinstance(template, Literal):
             return _literal_step(template)
         if isinstance(template, Wildcard):

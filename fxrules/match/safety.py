@@ -83,7 +83,7 @@ class Stage(enum.Enum):
 
 @attrs.define
 class Found:
-    """A structural match, as the ``match`` stage sees it: one per matcher, refilled by :meth:`check` for each
+    """A structural match, as the ``match`` stage sees it: one per matcher, refilled by :meth:`refusal` for each
     match (an object per match would be one more allocation on the hot path, and more garbage collection)."""
 
     retired: Mapping[Node, None]  # rewritten away: no longer users of anything
@@ -93,22 +93,21 @@ class Found:
     matched: set[Node] = attrs.Factory(set)  # the same nodes
     outputs: tuple[Node | None, ...] = ()  # the nodes the pattern outputs matched, in order
     bindings: Mapping[str, Any] = attrs.Factory(dict)
-    #: id(rule) -> (the rule, its ``match`` stage's checks): :func:`checks_for` looked up once per rule and matcher,
-    #: not per match; keyed by id, the rule kept, so the id names that rule while the entry lives
-    _checks: dict[int, tuple[Rule, tuple[SafetyCheck, ...]]] = attrs.Factory(dict)
 
-    def check(self, rule: Rule, nodes: Mapping[int, Node], outputs: tuple[Node | None, ...],
-              bindings: Mapping[str, Any]) -> None:
-        """Run the ``match`` stage on one structural match of ``rule``."""
-        entry = self._checks.get(id(rule))
-        if entry is None:
-            entry = self._checks[id(rule)] = (rule, checks_for(rule).match.all)
-        checks = entry[1]
+    def refusal(self, rule: Rule, checks: tuple[SafetyCheck, ...], nodes: Mapping[int, Node],
+                outputs: tuple[Node | None, ...], bindings: Mapping[str, Any]) -> Skip | None:
+        """The skip of the first of ``checks`` (the ``match`` stage's of ``rule``, :func:`checks_for`) that refuses
+        one structural match of ``rule``, or None.  Returned, not raised as :func:`run_checks` does: the matcher
+        goes on to the next structural match, and raises at most one skip per anchor."""
         if not checks:  # most one-operation rules: nothing to fill in
-            return
+            return None
         self.rule, self.nodes, self.matched, self.outputs, self.bindings = \
             rule, nodes, set(nodes.values()), outputs, bindings
-        run_checks(checks, self)
+        for check in checks:
+            detail = check.test(self)
+            if detail is not None:
+                return Skip(check.reason, detail)
+        return None
 
 
 @attrs.define

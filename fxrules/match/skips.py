@@ -160,8 +160,11 @@ class Skip(Exception):  # noqa: N818 - a control-flow signal carrying the skip r
     reason, and most skips are never shown.
     """
 
+    # Slots, and no call of Exception.__init__ (its args are the constructor's, set before __init__ runs): about
+    # 0.2 us less per skip, and an apply may skip thousands of matches.
+    __slots__ = ("_detail", "reason")
+
     def __init__(self, reason: SkipReason, detail: str | Callable[[], str]) -> None:
-        super().__init__(reason)
         self.reason = reason
         self._detail = detail
 
