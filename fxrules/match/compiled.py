@@ -160,6 +160,10 @@ class _Backtrack(Exception):  # noqa: N818 - a control-flow signal, not an error
 #: Matches one template against one value, binding into the attempt; False when it does not match.
 Step = Callable[[Any, _Attempt], bool]
 
+#: How a call of some shape is read (see ``_Operation._call_step``): a step and the position of the argument it
+#: matches, or a step of the whole node and None.
+_Read = tuple[Step, int | None]
+
 
 class CompiledRule:
     """One rule's compiled matcher."""
@@ -663,7 +667,7 @@ class _Operation:
         # Operands first: narrowing by them follows use edges; by literals, it scans the nodes left.
         self.narrowers = tuple(r.narrow for r in sorted(requirements, key=lambda r: r.scans))
         #: argument count -> how a call without keywords of that many arguments is read (see _call_step)
-        self.by_count: dict[int, Callable[[Node, _Attempt], bool]] = {}
+        self.by_count: dict[int, _Read] = {}
         if self.kind in (OpKind.FUNCTION, OpKind.METHOD) and self.binds is None and self.signature is not None:
             self.match_checked = self._call_step()  # type: ignore[method-assign,assignment]
         self.match: Step = self._match_step()
@@ -776,21 +780,33 @@ class _Operation:
             attempt.nodes[key] = node
             if name:
                 attempt.bindings[name] = node
+            args = node._args
             if node._kwargs:  # the slots behind Node.kwargs and .args: a property call each
                 return read_planned(node, attempt)
-            read = by_count.get(len(node._args))
+            read = by_count.get(len(args))
             if read is None:
-                read = by_count[len(node._args)] = self._read_counted(node._args)
-            return read(node, attempt)
+                read = by_count[len(args)] = self._read_counted(args)
+            step, at = read
+            if at is None:  # a reader of the whole call
+                return step(node, attempt)
+            return step(args[at], attempt)  # the one operand, at its position: no reader's frame
 
         return call
 
-    def _read_counted(self, args: tuple[Any, ...]) -> Callable[[Node, _Attempt], bool]:
+    def _read_counted(self, args: tuple[Any, ...]) -> _Read:
         """How :meth:`_call_step` matches the operands of calls like ``args``: as many arguments, no keywords."""
         plan, by_count = self.signature.count_plan(args)  # type: ignore[union-attr]
         if not by_count:
-            return self._read_plain(len(args))
-        return self._read_by(plan)
+            return self._read_plain(len(args)), None
+        return self._one_operand(plan) or (self._read_by(plan), None)
+
+    def _one_operand(self, plan: BindingPlan | None) -> _Read | None:
+        """The step of the pattern's one operand and its position, when calls that bind by ``plan`` give it by
+        position and nothing else is to be checked (what :meth:`_read_by` reads in a frame of its own)."""
+        if plan is None or self.commutative or len(self.named_steps) != 1:
+            return None
+        reader = self._reader(plan)
+        return None if reader.positions is None else (self.named_steps[0], reader.indices[0])
 
     def _read_plain(self, count: int) -> Callable[[Node, _Attempt], bool]:
         """How :meth:`_call_step` matches calls of ``count`` arguments without keywords whose binding depends on
