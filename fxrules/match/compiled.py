@@ -11,8 +11,8 @@ this matcher is checked against, is built from too.
 * **Order.** The first structural match in depth-first order (operands left to right, a commutative
   operation unswapped before swapped, the options of ``A | B`` in order, the outputs in
   :func:`~fxrules.lang.ir.matching_order`, each further output among the users of what is bound, in
-  the order they are found) that :meth:`Matcher.check_usable <fxrules.match.matcher.Matcher.check_usable>`
-  accepts, else the first skip, else None.  A choice's next option is tried on the spot when nothing
+  the order they are found) that :meth:`Matcher.refusal <fxrules.match.matcher.Matcher.refusal>` does not
+  refuse, else the first skip, else None.  A choice's next option is tried on the spot when nothing
   chosen since is left to backtrack into; otherwise the attempt starts over, replaying the choices made
   up to the most recent open one and taking its next option (depth-first, without generators).
 * **Steps.** Counted against the budget of :mod:`fxrules.match.primitives`; a replay counts only what
@@ -238,10 +238,15 @@ class CompiledRule:
                 if tracer is not None:
                     tracer.output = ""  # what the refusal reports is the whole match's
                 key, nodes = self._output_key, attempt.nodes
-                outputs = (nodes[key],) if key is not None else self._outputs(nodes)
+                if key is not None:
+                    outputs: tuple[Node | None, ...] = (nodes[key],)
+                else:
+                    outputs = self._outputs(nodes)
+                    assert None not in outputs, "a complete match binds every output"
                 refusal = matcher.refusal(rule, attempt, outputs, self._checks) if self._refusable else None
                 if refusal is None:  # Matcher.to_match, without the look-ups it makes for the interpreter
-                    return Match(rule, outputs, tuple(nodes.values()), attempt.bindings, attempt.modules)
+                    return Match(rule, outputs, tuple(nodes.values()), attempt.bindings,  # type: ignore[arg-type]
+                                 attempt.modules)
                 skip = skip or refusal  # go on to the other options, and raise the first if none is usable
                 replayed = attempt.next_replay()
                 if replayed is not None:

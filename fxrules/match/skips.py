@@ -32,8 +32,9 @@ class SkipReason(str, enum.Enum):
     def __str__(self) -> str:
         return str(self.value)
 
-    def __hash__(self) -> int:  # as its name: a reason and its name are the same key of a report's counts
-        return str.__hash__(self)
+    # As its name: a reason and its name are the same key of a report's counts (str's own slot, not a method
+    # calling it: a report hashes a reason at every skip).
+    __hash__ = str.__hash__
 
     GUARD_FALSE = (
         "guard false",
