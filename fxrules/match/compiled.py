@@ -192,10 +192,13 @@ class CompiledRule:
         self._output_key = keys[0][0] if len(keys) == 1 and len(keys[0]) == 1 else None
         #: the ``match`` stage's safety checks of the rule (:func:`~fxrules.match.safety.checks_for`, found once)
         self._checks = checks_for(rule).match.all
-        #: whether :meth:`Matcher.refusal` may refuse a structural match.  Exact when False: it refuses only for
-        #: a typed capture without metadata (which only a tensor-typed capture's step records), the guard, or
-        #: one of ``_checks``.
-        self._refusable = bool(self._checks) or rule.guard is not None or tensor_typed
+        #: whether :meth:`Matcher.refusal` may refuse a structural match before its safety checks.  Exact when
+        #: False: before them, it refuses only for a typed capture without metadata (which only a tensor-typed
+        #: capture's step records) and for the guard; then only the checks are asked (``Matcher.found``).
+        self._conditions = rule.guard is not None or tensor_typed
+        #: whether :meth:`Matcher.refusal` may refuse a structural match at all (exact when False: neither the
+        #: conditions before the checks nor one of ``_checks``)
+        self._refusable = bool(self._checks) or self._conditions
 
     @property
     def rule(self) -> Rule:
@@ -243,7 +246,12 @@ class CompiledRule:
                 else:
                     outputs = self._outputs(nodes)
                     assert None not in outputs, "a complete match binds every output"
-                refusal = matcher.refusal(rule, attempt, outputs, self._checks) if self._refusable else None
+                if not self._refusable:
+                    refusal = None
+                elif self._conditions:
+                    refusal = matcher.refusal(rule, attempt, outputs, self._checks)
+                else:  # Matcher.refusal, from its checks on (see _conditions)
+                    refusal = matcher.found.refusal(rule, self._checks, nodes, outputs, attempt.bindings)
                 if refusal is None:  # Matcher.to_match, without the look-ups it makes for the interpreter
                     return Match(rule, outputs, tuple(nodes.values()), attempt.bindings,  # type: ignore[arg-type]
                                  attempt.modules)

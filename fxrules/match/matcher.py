@@ -83,7 +83,7 @@ class Matcher:
         self.tracer = self.misses if explain else None
         self.retired = retired if retired is not None else {}  # rewritten away: no longer users of anything
         self.budget = Budget()
-        self._found = Found(self.retired, self.module_of)  # the safety checks' view of each structural match
+        self.found = Found(self.retired, self.module_of)  # the safety checks' view of each structural match
 
     def match(self, rule: Rule, anchor: torch.fx.Node) -> Match | None:
         """The first usable match of ``rule`` anchored at ``anchor``, or None; raises :class:`Skip`."""
@@ -117,7 +117,7 @@ class Matcher:
             skip = self._guard_refusal(rule, state)
             if skip is not None:
                 return skip
-        return self._found.refusal(rule, checks_for(rule).match.all if checks is None else checks, state.nodes,
+        return self.found.refusal(rule, checks_for(rule).match.all if checks is None else checks, state.nodes,
                                    output_nodes(output_keys(rule.pattern), state.nodes) if outputs is None
                                    else outputs, state.bindings)
 
