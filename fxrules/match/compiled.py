@@ -16,7 +16,9 @@ this matcher is checked against, is built from too.
   chosen since is left to backtrack into; otherwise the attempt starts over, replaying the choices made
   up to the most recent open one and taking its next option (depth-first, without generators).
 * **Steps.** Counted against the budget of :mod:`fxrules.match.primitives`; a replay counts only what
-  it explores beyond the choices it replays.
+  it explores beyond the choices it replays.  A replay whose new option certainly fails at once (a
+  commutative operation's swapped operands, the first operand not even a call of its operation) is counted,
+  not run (``_certain_failure``).
 * **Early rejection.** Before any binding, ``may_match`` checks the anchor's target and that the
   operand calls and the literals the pattern needs are among its arguments (and so on down the
   pattern): most near misses end there, in about a microsecond.  For a whole graph, or a region of it,
@@ -120,23 +122,51 @@ class _Attempt:
         self.tracer = tracer  # the matcher's
         self.budget = budget  # the anchor's, shared by its replays
         self.replayed = replayed  # the options to take at the first choices
-        self.orders: list[tuple[int, int]] = []  # (option taken, last option) at each choice met
+        self.orders: list[_Order] = []  # at each choice met
 
     def step(self) -> None:
         """Count a match step, unless it only replays what an earlier run of the anchor counted."""
         if len(self.orders) >= len(self.replayed):
             self.budget.step()
 
-    def next_replay(self) -> tuple[int, ...] | None:
+    def next_replay(self, fails: Mapping[Step, Callable[[Any], bool]] | None = None) -> tuple[int, ...] | None:
         """The choices of the next run in depth-first order: the most recent open choice's next option (None
-        when no choice met has one left, or none was met)."""
+        when no choice met has one left, or none was met); with ``fails``, past the runs it says certainly fail
+        (:meth:`_past_certain_failures`)."""
         orders = self.orders
         if not orders:  # most runs: no choice met
             return None
         for index in range(len(orders) - 1, -1, -1):
-            taken, last = orders[index]
+            taken, last, _ = orders[index]
             if taken < last:
-                return (*[option for option, _ in orders[:index]], taken + 1)
+                replayed = (*[order[0] for order in orders[:index]], taken + 1)
+                return replayed if not fails else self._past_certain_failures(replayed, fails)
+        return None
+
+    def _past_certain_failures(self, first: tuple[int, ...], fails: Mapping[Step, Callable[[Any], bool]]) -> \
+            tuple[int, ...] | None:
+        """The first run from ``first`` on (the options to take at the first choices) whose new option ``fails``
+        does not say certainly fails (see :func:`_certain_failure`); the step each run passed over would count is
+        counted, and its choice taken as explored.  Exact: a replay takes the options it is given at the first
+        choices (the options this run met there: the same node, the same arguments), counts one step for the
+        last, and fails where that option fails (every step of a pattern fails with the steps it is part of, up
+        to the root); what it leaves to explore is this run's choices before that one, and the rest of that
+        one's options."""
+        orders, budget = self.orders, self.budget
+        replayed: tuple[int, ...] | None = first
+        while replayed is not None:
+            index = len(replayed) - 1
+            _, last, options = orders[index]
+            step, value = options[replayed[index]]
+            certain = fails.get(step)
+            if certain is None or not certain(value):
+                return replayed
+            budget.taken += 1  # the step the replay would count (Budget.step inlined), raised as its skip
+            if budget.taken > budget.limit:
+                raise budget.skip()
+            del orders[index + 1:]
+            orders[index] = (replayed[index], last, options)
+            replayed = self.next_replay()
         return None
 
     def fail(self, condition: str, detail: Callable[[], str], span: Span, progress: int | None = None) -> None:
@@ -160,6 +190,9 @@ class _Backtrack(Exception):  # noqa: N818 - a control-flow signal, not an error
 #: Matches one template against one value, binding into the attempt; False when it does not match.
 Step = Callable[[Any, _Attempt], bool]
 
+#: A choice met by an attempt: the option taken, the last option, and the options (a step and its value).
+_Order = tuple[int, int, tuple[tuple[Step, Any], ...]]
+
 #: How a call of some shape is read (see ``_Operation._call_step``): a step and the position of the argument it
 #: matches, or a step of the whole node and None.
 _Read = tuple[Step, int | None]
@@ -170,7 +203,7 @@ class CompiledRule:
 
     def __init__(self, rule: Rule, root: Step, traced_root: Step, may_match: Callable[[Node], bool],
                  may_match_anchor: Callable[[Node], bool] | None, candidates: CandidatesOf,
-                 satisfiers: Satisfiers, tensor_typed: bool) -> None:
+                 satisfiers: Satisfiers, tensor_typed: bool, fails: Mapping[Step, Callable[[Any], bool]]) -> None:
         self._rule = weakref.ref(rule)  # the rule's compiled matcher is kept per rule: no cycle back to it
         self._root = root  # at an anchor where may_match holds
         self._traced_root = traced_root  # at any node: tests the target, rules nothing out before tracing it
@@ -199,6 +232,8 @@ class CompiledRule:
         #: whether :meth:`Matcher.refusal` may refuse a structural match at all (exact when False: neither the
         #: conditions before the checks nor one of ``_checks``)
         self._refusable = bool(self._checks) or self._conditions
+        #: option step -> a test of its value that is True only where it certainly fails (_certain_failure)
+        self._fails = fails
 
     @property
     def rule(self) -> Rule:
@@ -216,10 +251,10 @@ class CompiledRule:
         """:meth:`match` at an anchor for which :attr:`may_match` holds (any node, with a tracer)."""
         rule, tracer = self._rule(), matcher.tracer
         assert rule is not None, "a compiled matcher outlived its rule"
-        root = self._root
+        root, fails = self._root, self._fails
         if tracer is not None:
             tracer.start(rule, anchor)
-            root = self._traced_root
+            root, fails = self._traced_root, {}  # each option run: a tracer hears why it fails
         skip: Skip | None = None
         budget = matcher.budget  # the anchor's steps, shared by its replays: counted afresh, not a new Budget
         budget.taken = 0
@@ -256,12 +291,12 @@ class CompiledRule:
                     return Match(rule, outputs, tuple(nodes.values()), attempt.bindings,  # type: ignore[arg-type]
                                  attempt.modules)
                 skip = skip or refusal  # go on to the other options, and raise the first if none is usable
-                replayed = attempt.next_replay()
+                replayed = attempt.next_replay(fails)
                 if replayed is not None:
                     seen = seen or SeenMatches()
                     seen.rejected(attempt.bindings, nodes)
                 continue
-            replayed = attempt.next_replay()
+            replayed = attempt.next_replay(fails)
         if skip is not None:
             raise skip
         return None
@@ -301,7 +336,7 @@ def compile_rule(rule: Rule) -> CompiledRule:
                         for i in order[1:])
         root, traced_root = (_with_outputs(r, _output_label(rule, order[0]), further) for r in (root, traced_root))
     return CompiledRule(rule, root, traced_root, may_match, may_match_anchor, candidates, compiler.satisfiers,
-                        compiler.tensor_typed)
+                        compiler.tensor_typed, compiler.fails)
 
 
 def _any_option(options: tuple[_Operation, ...]) -> Callable[[Node], bool]:
@@ -408,6 +443,7 @@ class _Compiler:
         self.operations: dict[int, _Operation] = {}
         self.satisfiers = Satisfiers()  # of every required argument of the pattern's operations
         self.tensor_typed = False  # whether a step of a tensor-typed capture was built (it may record missing metadata)
+        self.fails: dict[Step, Callable[[Any], bool]] = {}  # see CompiledRule._fails
 
     def step(self, template: Template) -> Step:
         known = self.steps.get(id(template))
@@ -675,6 +711,9 @@ class _Operation:
             self.in_order = _all_of(self.named_steps)  # the values the parameters the pattern names take
             if len(self.named_steps) >= 2:  # the first two operands swapped: the other order of a commutative call
                 self.swapped = _all_of((self.named_steps[1], self.named_steps[0], *self.named_steps[2:]))
+                if self.commutative:
+                    bound = tuple(template.bound.values())
+                    compiler.fails[self.swapped] = _certain_failure((bound[1], bound[0], *bound[2:]), compiler)
         requirements = self._required_arguments(template, compiler)
         self.required = tuple(r.test for r in requirements)
         # Operands first: narrowing by them follows use edges; by literals, it scans the nodes left.
@@ -1149,6 +1188,38 @@ def _operand_tests(template: OpTemplate, compiler: _Compiler,
     return tuple(tests)
 
 
+def _certain_failure(templates: tuple[Template, ...], compiler: _Compiler) -> Callable[[tuple[Any, ...]], bool]:
+    """A test of values for the steps of ``templates``, matched in order, that is True only where they certainly
+    fail without counting a step (or raising): up to an operation whose :attr:`_Operation.may_be_operand` is
+    False for its value (its step fails before it counts one, reading nothing earlier steps bind: see
+    ``_match_step``), or a literal whose value is a node, every step before it is ``_`` or an untyped capture of
+    a node, which counts nothing, and binds or compares the node by identity.  False where it cannot tell."""
+    tests: list[Callable[[Any], bool] | None] = []  # per step: its value may pass (None: a quiet step)
+    for template in templates:
+        if isinstance(template, OpTemplate):
+            tests.append(compiler.operation(template).may_be_operand)
+        elif isinstance(template, Literal):
+            tests.append(_not_a_node)
+        elif isinstance(template, Wildcard) or (isinstance(template, Capture) and template.name not in compiler.types):
+            tests.append(None)
+        else:
+            break  # a step that may count steps or raise (a typed capture, a list, a choice): nothing certain after it
+
+    def fails(values: tuple[Any, ...]) -> bool:
+        for test, value in zip(tests, values, strict=False):
+            if test is not None:
+                return not test(value)
+            if not isinstance(value, Node):  # an untyped capture of a literal may compare it with ==
+                return False
+        return False
+
+    return fails
+
+
+def _not_a_node(value: Any) -> bool:
+    return not isinstance(value, Node)
+
+
 def _choose(options: tuple[tuple[Step, Any], ...], attempt: _Attempt) -> bool:
     """A choice: the first of ``options`` (a step and the value it matches) that matches, in order: a
     commutative operation's operands as given then swapped, the options of ``A | B``, the nodes that may
@@ -1163,7 +1234,7 @@ def _choose(options: tuple[tuple[Step, Any], ...], attempt: _Attempt) -> bool:
     last = len(options) - 1
     if choice < len(attempt.replayed):
         taken = attempt.replayed[choice]
-        orders.append((taken, last))
+        orders.append((taken, last, options))
         if choice + 1 == len(attempt.replayed):  # attempt.step(), inlined: the replay's new option is counted
             attempt.budget.step()
         step, value = options[taken]
@@ -1182,10 +1253,10 @@ def _choose(options: tuple[tuple[Step, Any], ...], attempt: _Attempt) -> bool:
         else:
             attempt.bindings, attempt.nodes, attempt.modules = bindings, nodes, modules
         attempt.missing_metadata = missing_metadata
-        orders.append((taken, last))
+        orders.append((taken, last, options))
         if step(value, attempt):
             return True
         # a more recent choice is open (none was met, most often: no generator then)
-        if len(orders) > choice + 1 and any(option < more for option, more in orders[choice + 1:]):
+        if len(orders) > choice + 1 and any(option < more for option, more, _ in orders[choice + 1:]):
             raise _Backtrack
     return False

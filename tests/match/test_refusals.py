@@ -6,11 +6,16 @@ of a commutative operation matched first; the first refusal of an anchor is the 
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
+from typing import Any
 
+import pytest
 import torch
 
 import fxrules
-from tests.conftest import trace
+from fxrules.match.matcher import Matcher
+from fxrules.match.skips import Skip
+from tests.conftest import EXECUTIONS, trace
 
 NEG_TYPED = """
 rule neg_typed:
@@ -88,3 +93,39 @@ def test_commutative_match_refused_both_ways_reports_the_first_order() -> None:
         assert (report.total_fired, _skips(report, "neg_times")) == (0, expected)
         assert report["neg_times"].skip_counts == {"escaping user": 1}
     assert "skipped neg_times x1 (escaping user): mul: 'neg' is also used by add outside the match" in str(report)
+
+
+def _outcomes(make: Callable[[torch.nn.Module], Matcher], source: str,
+              f: Callable[..., Any]) -> list[tuple[str, str, int]]:
+    """At each node: the match's outcome (a reason, 'match' or 'none') and the match steps it took."""
+    gm, [rule] = trace(f), fxrules.parse(source)
+    matcher, found = make(gm), []
+    for node in gm.graph.nodes:
+        matcher.budget.taken = 0  # (a matcher counts afresh only at a node where the rule may match)
+        try:
+            outcome = "none" if matcher.match(rule, node) is None else "match"
+        except Skip as skip:
+            outcome = f"{skip.reason}: {skip.detail}"
+        found.append((node.name, outcome, matcher.budget.taken))
+    return found
+
+
+def _sites(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Commutative sites refused in the order written: usable swapped, refused both ways, refused with the other
+    operand a literal, refused with the other operand a node of another target."""
+    first, second, third = torch.neg(a), torch.neg(b), torch.neg(a + b)
+    return (first * torch.neg(b), first * second, second * 2, third * torch.relu(a), first + 1, second + 2,
+            third + 3)
+
+
+@pytest.mark.parametrize("execution", ["traced", "interpreted"])
+def test_commutative_refusals_take_the_same_steps_in_every_execution(execution: str) -> None:
+    """The compiled matcher passes over an operand order certain to fail without replaying it, and counts the
+    step the replay would: its outcomes and steps at every node are the traced and interpreted matchers'."""
+    outcomes = _outcomes(EXECUTIONS["compiled"], NEG_TIMES, _sites)
+    assert outcomes == _outcomes(EXECUTIONS[execution], NEG_TIMES, _sites)
+    assert [(node, outcome) for node, outcome, _ in outcomes if outcome != "none"] == [
+        ("mul", "match"),
+        ("mul_1", "escaping user: 'neg' is also used by mul, add_1 outside the match"),
+        ("mul_2", "escaping user: 'neg_1' is also used by mul_1, add_2 outside the match"),
+        ("mul_3", "escaping user: 'neg_2' is also used by add_3 outside the match")]
