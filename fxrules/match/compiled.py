@@ -11,12 +11,14 @@ this matcher is checked against, is built from too.
 * **Order.** The first structural match in depth-first order (operands left to right, a commutative
   operation unswapped before swapped, the options of ``A | B`` in order, the outputs in
   :func:`~fxrules.lang.ir.matching_order`, each further output among the users of what is bound, in
-  the order they are found) that :meth:`Matcher.check_usable <fxrules.match.matcher.Matcher.check_usable>`
-  accepts, else the first skip, else None.  A choice's next option is tried on the spot when nothing
+  the order they are found) that :meth:`Matcher.refusal <fxrules.match.matcher.Matcher.refusal>` does not
+  refuse, else the first skip, else None.  A choice's next option is tried on the spot when nothing
   chosen since is left to backtrack into; otherwise the attempt starts over, replaying the choices made
   up to the most recent open one and taking its next option (depth-first, without generators).
 * **Steps.** Counted against the budget of :mod:`fxrules.match.primitives`; a replay counts only what
-  it explores beyond the choices it replays.
+  it explores beyond the choices it replays.  A replay whose new option certainly fails at once (a
+  commutative operation's swapped operands, the first operand not even a call of its operation) is counted,
+  not run (``_certain_failure``).
 * **Early rejection.** Before any binding, ``may_match`` checks the anchor's target and that the
   operand calls and the literals the pattern needs are among its arguments (and so on down the
   pattern): most near misses end there, in about a microsecond.  For a whole graph, or a region of it,
@@ -95,6 +97,7 @@ from fxrules.match.primitives import (
     users_near,
     value_type_problem,
 )
+from fxrules.match.safety import checks_for
 from fxrules.match.skips import Skip
 from fxrules.memo import per_object
 
@@ -119,23 +122,51 @@ class _Attempt:
         self.tracer = tracer  # the matcher's
         self.budget = budget  # the anchor's, shared by its replays
         self.replayed = replayed  # the options to take at the first choices
-        self.orders: list[tuple[int, int]] = []  # (option taken, last option) at each choice met
+        self.orders: list[_Order] = []  # at each choice met
 
     def step(self) -> None:
         """Count a match step, unless it only replays what an earlier run of the anchor counted."""
         if len(self.orders) >= len(self.replayed):
             self.budget.step()
 
-    def next_replay(self) -> tuple[int, ...] | None:
+    def next_replay(self, fails: Mapping[Step, Callable[[Any], bool]] | None = None) -> tuple[int, ...] | None:
         """The choices of the next run in depth-first order: the most recent open choice's next option (None
-        when no choice met has one left, or none was met)."""
+        when no choice met has one left, or none was met); with ``fails``, past the runs it says certainly fail
+        (:meth:`_past_certain_failures`)."""
         orders = self.orders
         if not orders:  # most runs: no choice met
             return None
         for index in range(len(orders) - 1, -1, -1):
-            taken, last = orders[index]
+            taken, last, _ = orders[index]
             if taken < last:
-                return (*[option for option, _ in orders[:index]], taken + 1)
+                replayed = (*[order[0] for order in orders[:index]], taken + 1)
+                return replayed if not fails else self._past_certain_failures(replayed, fails)
+        return None
+
+    def _past_certain_failures(self, first: tuple[int, ...], fails: Mapping[Step, Callable[[Any], bool]]) -> \
+            tuple[int, ...] | None:
+        """The first run from ``first`` on (the options to take at the first choices) whose new option ``fails``
+        does not say certainly fails (see :func:`_certain_failure`); the step each run passed over would count is
+        counted, and its choice taken as explored.  Exact: a replay takes the options it is given at the first
+        choices (the options this run met there: the same node, the same arguments), counts one step for the
+        last, and fails where that option fails (every step of a pattern fails with the steps it is part of, up
+        to the root); what it leaves to explore is this run's choices before that one, and the rest of that
+        one's options."""
+        orders, budget = self.orders, self.budget
+        replayed: tuple[int, ...] | None = first
+        while replayed is not None:
+            index = len(replayed) - 1
+            _, last, options = orders[index]
+            step, value = options[replayed[index]]
+            certain = fails.get(step)
+            if certain is None or not certain(value):
+                return replayed
+            budget.taken += 1  # the step the replay would count (Budget.step inlined), raised as its skip
+            if budget.taken > budget.limit:
+                raise budget.skip()
+            del orders[index + 1:]
+            orders[index] = (replayed[index], last, options)
+            replayed = self.next_replay()
         return None
 
     def fail(self, condition: str, detail: Callable[[], str], span: Span, progress: int | None = None) -> None:
@@ -159,13 +190,20 @@ class _Backtrack(Exception):  # noqa: N818 - a control-flow signal, not an error
 #: Matches one template against one value, binding into the attempt; False when it does not match.
 Step = Callable[[Any, _Attempt], bool]
 
+#: A choice met by an attempt: the option taken, the last option, and the options (a step and its value).
+_Order = tuple[int, int, tuple[tuple[Step, Any], ...]]
+
+#: How a call of some shape is read (see ``_Operation._call_step``): a step and the position of the argument it
+#: matches, or a step of the whole node and None.
+_Read = tuple[Step, int | None]
+
 
 class CompiledRule:
     """One rule's compiled matcher."""
 
     def __init__(self, rule: Rule, root: Step, traced_root: Step, may_match: Callable[[Node], bool],
                  may_match_anchor: Callable[[Node], bool] | None, candidates: CandidatesOf,
-                 satisfiers: Satisfiers) -> None:
+                 satisfiers: Satisfiers, tensor_typed: bool, fails: Mapping[Step, Callable[[Any], bool]]) -> None:
         self._rule = weakref.ref(rule)  # the rule's compiled matcher is kept per rule: no cycle back to it
         self._root = root  # at an anchor where may_match holds
         self._traced_root = traced_root  # at any node: tests the target, rules nothing out before tracing it
@@ -185,6 +223,17 @@ class CompiledRule:
         self._outputs: Callable[[Mapping[int, Node]], tuple[Node | None, ...]] = partial(output_nodes, keys)
         #: the usual pattern, one operation's node: its key, the output read without a call (None: another pattern)
         self._output_key = keys[0][0] if len(keys) == 1 and len(keys[0]) == 1 else None
+        #: the ``match`` stage's safety checks of the rule (:func:`~fxrules.match.safety.checks_for`, found once)
+        self._checks = checks_for(rule).match.all
+        #: whether :meth:`Matcher.refusal` may refuse a structural match before its safety checks.  Exact when
+        #: False: before them, it refuses only for a typed capture without metadata (which only a tensor-typed
+        #: capture's step records) and for the guard; then only the checks are asked (``Matcher.found``).
+        self._conditions = rule.guard is not None or tensor_typed
+        #: whether :meth:`Matcher.refusal` may refuse a structural match at all (exact when False: neither the
+        #: conditions before the checks nor one of ``_checks``)
+        self._refusable = bool(self._checks) or self._conditions
+        #: option step -> a test of its value that is True only where it certainly fails (_certain_failure)
+        self._fails = fails
 
     @property
     def rule(self) -> Rule:
@@ -202,10 +251,10 @@ class CompiledRule:
         """:meth:`match` at an anchor for which :attr:`may_match` holds (any node, with a tracer)."""
         rule, tracer = self._rule(), matcher.tracer
         assert rule is not None, "a compiled matcher outlived its rule"
-        root = self._root
+        root, fails = self._root, self._fails
         if tracer is not None:
             tracer.start(rule, anchor)
-            root = self._traced_root
+            root, fails = self._traced_root, {}  # each option run: a tracer hears why it fails
         skip: Skip | None = None
         budget = matcher.budget  # the anchor's steps, shared by its replays: counted afresh, not a new Budget
         budget.taken = 0
@@ -225,24 +274,29 @@ class CompiledRule:
                 raise budget.skip() from None
             if matched and (seen is None or seen.is_new(attempt.bindings, attempt.nodes)):
                 if tracer is not None:
-                    tracer.output = ""  # what check_usable reports is the whole match's
-                key = self._output_key
-                outputs = (attempt.nodes.get(key),) if key is not None else self._outputs(attempt.nodes)
-                try:
-                    matcher.check_usable(rule, attempt, outputs)
-                except Skip as reason:  # go on to the other options, and raise the first if none is usable
-                    replayed = attempt.next_replay()
-                    if replayed is None and skip is None:
-                        # the first skip, and no run left: raised on as it is (the usual refusal; stored and
-                        # raised again after the loop, an exception costs about twice as much)
-                        raise
-                    skip = skip or reason
-                    if replayed is not None:
-                        seen = seen or SeenMatches()
-                        seen.rejected(attempt.bindings, attempt.nodes)
-                    continue
-                return matcher.to_match(rule, attempt, outputs)  # the next run is not needed: not planned
-            replayed = attempt.next_replay()
+                    tracer.output = ""  # what the refusal reports is the whole match's
+                key, nodes = self._output_key, attempt.nodes
+                if key is not None:
+                    outputs: tuple[Node | None, ...] = (nodes[key],)
+                else:
+                    outputs = self._outputs(nodes)
+                    assert None not in outputs, "a complete match binds every output"
+                if not self._refusable:
+                    refusal = None
+                elif self._conditions:
+                    refusal = matcher.refusal(rule, attempt, outputs, self._checks)
+                else:  # Matcher.refusal, from its checks on (see _conditions)
+                    refusal = matcher.found.refusal(rule, self._checks, nodes, outputs, attempt.bindings)
+                if refusal is None:  # Matcher.to_match, without the look-ups it makes for the interpreter
+                    return Match(rule, outputs, tuple(nodes.values()), attempt.bindings,  # type: ignore[arg-type]
+                                 attempt.modules)
+                skip = skip or refusal  # go on to the other options, and raise the first if none is usable
+                replayed = attempt.next_replay(fails)
+                if replayed is not None:
+                    seen = seen or SeenMatches()
+                    seen.rejected(attempt.bindings, nodes)
+                continue
+            replayed = attempt.next_replay(fails)
         if skip is not None:
             raise skip
         return None
@@ -281,7 +335,8 @@ def compile_rule(rule: Rule) -> CompiledRule:
         further = tuple(_further_output(compiler.step(rule.pattern[i]), rule.pattern[i], _output_label(rule, i))
                         for i in order[1:])
         root, traced_root = (_with_outputs(r, _output_label(rule, order[0]), further) for r in (root, traced_root))
-    return CompiledRule(rule, root, traced_root, may_match, may_match_anchor, candidates, compiler.satisfiers)
+    return CompiledRule(rule, root, traced_root, may_match, may_match_anchor, candidates, compiler.satisfiers,
+                        compiler.tensor_typed, compiler.fails)
 
 
 def _any_option(options: tuple[_Operation, ...]) -> Callable[[Node], bool]:
@@ -387,6 +442,8 @@ class _Compiler:
         self.steps: dict[int, Step] = {}
         self.operations: dict[int, _Operation] = {}
         self.satisfiers = Satisfiers()  # of every required argument of the pattern's operations
+        self.tensor_typed = False  # whether a step of a tensor-typed capture was built (it may record missing metadata)
+        self.fails: dict[Step, Callable[[Any], bool]] = {}  # see CompiledRule._fails
 
     def step(self, template: Template) -> Step:
         known = self.steps.get(id(template))
@@ -398,7 +455,9 @@ class _Compiler:
         if isinstance(template, OpTemplate):
             return self.operation(template).match
         if isinstance(template, Capture):
-            return _capture_step(template, self.types.get(template.name))
+            declared = self.types.get(template.name)
+            self.tensor_typed = self.tensor_typed or isinstance(declared, TensorType)
+            return _capture_step(template, declared)
         if isinstance(template, Literal):
             return _literal_step(template)
         if isinstance(template, Wildcard):
@@ -652,12 +711,15 @@ class _Operation:
             self.in_order = _all_of(self.named_steps)  # the values the parameters the pattern names take
             if len(self.named_steps) >= 2:  # the first two operands swapped: the other order of a commutative call
                 self.swapped = _all_of((self.named_steps[1], self.named_steps[0], *self.named_steps[2:]))
+                if self.commutative:
+                    bound = tuple(template.bound.values())
+                    compiler.fails[self.swapped] = _certain_failure((bound[1], bound[0], *bound[2:]), compiler)
         requirements = self._required_arguments(template, compiler)
         self.required = tuple(r.test for r in requirements)
         # Operands first: narrowing by them follows use edges; by literals, it scans the nodes left.
         self.narrowers = tuple(r.narrow for r in sorted(requirements, key=lambda r: r.scans))
         #: argument count -> how a call without keywords of that many arguments is read (see _call_step)
-        self.by_count: dict[int, Callable[[Node, _Attempt], bool]] = {}
+        self.by_count: dict[int, _Read] = {}
         if self.kind in (OpKind.FUNCTION, OpKind.METHOD) and self.binds is None and self.signature is not None:
             self.match_checked = self._call_step()  # type: ignore[method-assign,assignment]
         self.match: Step = self._match_step()
@@ -770,21 +832,33 @@ class _Operation:
             attempt.nodes[key] = node
             if name:
                 attempt.bindings[name] = node
+            args = node._args
             if node._kwargs:  # the slots behind Node.kwargs and .args: a property call each
                 return read_planned(node, attempt)
-            read = by_count.get(len(node._args))
+            read = by_count.get(len(args))
             if read is None:
-                read = by_count[len(node._args)] = self._read_counted(node._args)
-            return read(node, attempt)
+                read = by_count[len(args)] = self._read_counted(args)
+            step, at = read
+            if at is None:  # a reader of the whole call
+                return step(node, attempt)
+            return step(args[at], attempt)  # the one operand, at its position: no reader's frame
 
         return call
 
-    def _read_counted(self, args: tuple[Any, ...]) -> Callable[[Node, _Attempt], bool]:
+    def _read_counted(self, args: tuple[Any, ...]) -> _Read:
         """How :meth:`_call_step` matches the operands of calls like ``args``: as many arguments, no keywords."""
         plan, by_count = self.signature.count_plan(args)  # type: ignore[union-attr]
         if not by_count:
-            return self._read_plain(len(args))
-        return self._read_by(plan)
+            return self._read_plain(len(args)), None
+        return self._one_operand(plan) or (self._read_by(plan), None)
+
+    def _one_operand(self, plan: BindingPlan | None) -> _Read | None:
+        """The step of the pattern's one operand and its position, when calls that bind by ``plan`` give it by
+        position and nothing else is to be checked (what :meth:`_read_by` reads in a frame of its own)."""
+        if plan is None or self.commutative or len(self.named_steps) != 1:
+            return None
+        reader = self._reader(plan)
+        return None if reader.positions is None else (self.named_steps[0], reader.indices[0])
 
     def _read_plain(self, count: int) -> Callable[[Node, _Attempt], bool]:
         """How :meth:`_call_step` matches calls of ``count`` arguments without keywords whose binding depends on
@@ -1114,6 +1188,38 @@ def _operand_tests(template: OpTemplate, compiler: _Compiler,
     return tuple(tests)
 
 
+def _certain_failure(templates: tuple[Template, ...], compiler: _Compiler) -> Callable[[tuple[Any, ...]], bool]:
+    """A test of values for the steps of ``templates``, matched in order, that is True only where they certainly
+    fail without counting a step (or raising): up to an operation whose :attr:`_Operation.may_be_operand` is
+    False for its value (its step fails before it counts one, reading nothing earlier steps bind: see
+    ``_match_step``), or a literal whose value is a node, every step before it is ``_`` or an untyped capture of
+    a node, which counts nothing, and binds or compares the node by identity.  False where it cannot tell."""
+    tests: list[Callable[[Any], bool] | None] = []  # per step: its value may pass (None: a quiet step)
+    for template in templates:
+        if isinstance(template, OpTemplate):
+            tests.append(compiler.operation(template).may_be_operand)
+        elif isinstance(template, Literal):
+            tests.append(_not_a_node)
+        elif isinstance(template, Wildcard) or (isinstance(template, Capture) and template.name not in compiler.types):
+            tests.append(None)
+        else:
+            break  # a step that may count steps or raise (a typed capture, a list, a choice): nothing certain after it
+
+    def fails(values: tuple[Any, ...]) -> bool:
+        for test, value in zip(tests, values, strict=False):
+            if test is not None:
+                return not test(value)
+            if not isinstance(value, Node):  # an untyped capture of a literal may compare it with ==
+                return False
+        return False
+
+    return fails
+
+
+def _not_a_node(value: Any) -> bool:
+    return not isinstance(value, Node)
+
+
 def _choose(options: tuple[tuple[Step, Any], ...], attempt: _Attempt) -> bool:
     """A choice: the first of ``options`` (a step and the value it matches) that matches, in order: a
     commutative operation's operands as given then swapped, the options of ``A | B``, the nodes that may
@@ -1128,7 +1234,7 @@ def _choose(options: tuple[tuple[Step, Any], ...], attempt: _Attempt) -> bool:
     last = len(options) - 1
     if choice < len(attempt.replayed):
         taken = attempt.replayed[choice]
-        orders.append((taken, last))
+        orders.append((taken, last, options))
         if choice + 1 == len(attempt.replayed):  # attempt.step(), inlined: the replay's new option is counted
             attempt.budget.step()
         step, value = options[taken]
@@ -1147,10 +1253,10 @@ def _choose(options: tuple[tuple[Step, Any], ...], attempt: _Attempt) -> bool:
         else:
             attempt.bindings, attempt.nodes, attempt.modules = bindings, nodes, modules
         attempt.missing_metadata = missing_metadata
-        orders.append((taken, last))
+        orders.append((taken, last, options))
         if step(value, attempt):
             return True
         # a more recent choice is open (none was met, most often: no generator then)
-        if len(orders) > choice + 1 and any(option < more for option, more in orders[choice + 1:]):
+        if len(orders) > choice + 1 and any(option < more for option, more, _ in orders[choice + 1:]):
             raise _Backtrack
     return False

@@ -33,7 +33,7 @@ from fxrules.match.compiled import compiled_rule
 from fxrules.match.guards import GuardError, holds
 from fxrules.match.index import NodeIndex, Nodes, RuleIndex, in_graph_order, node_keys
 from fxrules.match.primitives import AttrValue, Bound, Budget, Match, Miss, output_keys, output_nodes
-from fxrules.match.safety import Found
+from fxrules.match.safety import Found, SafetyCheck, checks_for
 from fxrules.match.skips import Skip, SkipReason
 
 #: The nodes a pattern's outputs matched, in order (None: not matched).
@@ -83,7 +83,7 @@ class Matcher:
         self.tracer = self.misses if explain else None
         self.retired = retired if retired is not None else {}  # rewritten away: no longer users of anything
         self.budget = Budget()
-        self._found = Found(self.retired, self.module_of)  # the safety checks' view of each structural match
+        self.found = Found(self.retired, self.module_of)  # the safety checks' view of each structural match
 
     def match(self, rule: Rule, anchor: torch.fx.Node) -> Match | None:
         """The first usable match of ``rule`` anchored at ``anchor``, or None; raises :class:`Skip`."""
@@ -99,17 +99,29 @@ class Matcher:
     # ---------------------------------------------------------------- after the structure matched
 
     def check_usable(self, rule: Rule, state: Bound, outputs: Outputs | None = None) -> None:
-        """Raise :class:`Skip` when a structural match cannot be used: a typed capture without metadata, the
-        guard, then the ``match`` stage of the safety checks (:mod:`fxrules.match.safety`).  ``outputs``: the
-        nodes the pattern's outputs matched, when the caller has them already (the compiled matcher does)."""
-        if state.missing_metadata is not None:  # the types are undecided: so is everything that reads them
-            raise state.missing_metadata
-        if rule.guard is not None:
-            self._check_guard(rule, state)
-        self._found.check(rule, state.nodes, output_nodes(output_keys(rule.pattern), state.nodes)
-                          if outputs is None else outputs, state.bindings)
+        """Raise :class:`Skip` when a structural match cannot be used (see :meth:`refusal`)."""
+        skip = self.refusal(rule, state, outputs)
+        if skip is not None:
+            raise skip
 
-    def _check_guard(self, rule: Rule, state: Bound) -> None:
+    def refusal(self, rule: Rule, state: Bound, outputs: Outputs | None = None,
+                checks: tuple[SafetyCheck, ...] | None = None) -> Skip | None:
+        """Why a structural match cannot be used, or None: a typed capture without metadata, the guard, then the
+        ``match`` stage of the safety checks (:mod:`fxrules.match.safety`; ``checks``: the rule's, when the caller
+        has them already).  ``outputs``: the nodes the pattern's outputs matched, when the caller has them already
+        (the compiled matcher does).  Returned, not raised: the compiled matcher raises at most one skip per
+        anchor, from where the driver catches it (each frame an exception leaves costs a traceback entry)."""
+        if state.missing_metadata is not None:  # the types are undecided: so is everything that reads them
+            return state.missing_metadata
+        if rule.guard is not None:
+            skip = self._guard_refusal(rule, state)
+            if skip is not None:
+                return skip
+        return self.found.refusal(rule, checks_for(rule).match.all if checks is None else checks, state.nodes,
+                                   output_nodes(output_keys(rule.pattern), state.nodes) if outputs is None
+                                   else outputs, state.bindings)
+
+    def _guard_refusal(self, rule: Rule, state: Bound) -> Skip | None:
         assert rule.guard is not None
 
         def lookup(name: str) -> Any:
@@ -118,16 +130,17 @@ class Matcher:
         try:
             ok = holds(rule.guard, lookup)
         except MissingMetadata as missing:
-            raise Skip(SkipReason.MISSING_METADATA, f"the guard needs shape metadata: {missing} "
-                                           "(pass example_inputs= to apply, or use torch.export)") from None
+            return Skip(SkipReason.MISSING_METADATA, f"the guard needs shape metadata: {missing} "
+                                            "(pass example_inputs= to apply, or use torch.export)")
         except GuardError as error:
-            raise Skip(SkipReason.GUARD_ERROR, str(error)) from None
+            return Skip(SkipReason.GUARD_ERROR, str(error))
         except DynamicSize as dynamic:
-            raise Skip.dynamic_size(dynamic) from None
+            return Skip.dynamic_size(dynamic)
         if not ok:
             self.misses.fail(len(state.nodes), "guard", lambda: "the where: condition is false",
                              rule.guard.conditions[0].span)
-            raise Skip(SkipReason.GUARD_FALSE, "the where: condition is false")
+            return Skip(SkipReason.GUARD_FALSE, "the where: condition is false")
+        return None
 
     def guard_value(self, value: Any) -> Any:
         """A bound value as guards see it: tensors as TensorInfo, ``get_attr`` nodes as :class:`AttrValue`."""

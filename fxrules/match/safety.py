@@ -5,7 +5,8 @@
   needs to know decides when it can run).
 * :func:`run_checks` runs the checks of one stage on a subject: a check returns None when the rewrite
   is safe, else a detail (a string, or a function writing it: most details are never shown), and the
-  loop raises :class:`~fxrules.match.skips.Skip` with the check's reason.
+  loop raises :class:`~fxrules.match.skips.Skip` with the check's reason.  The ``match`` stage's loop
+  (:meth:`Found.refusal`) returns that skip instead: the matcher goes on to the next structural match.
 * The matcher runs the ``match`` stage on each structural match (after the types and the guard, which
   are the rule's own conditions, not safety); the driver the ``pass`` stage; the rewriter the
   ``emit`` and ``splice`` stages.  ``docs/language.md`` §14 shows :func:`checks_table` (a test keeps
@@ -83,7 +84,7 @@ class Stage(enum.Enum):
 
 @attrs.define
 class Found:
-    """A structural match, as the ``match`` stage sees it: one per matcher, refilled by :meth:`check` for each
+    """A structural match, as the ``match`` stage sees it: one per matcher, refilled by :meth:`refusal` for each
     match (an object per match would be one more allocation on the hot path, and more garbage collection)."""
 
     retired: Mapping[Node, None]  # rewritten away: no longer users of anything
@@ -93,22 +94,21 @@ class Found:
     matched: set[Node] = attrs.Factory(set)  # the same nodes
     outputs: tuple[Node | None, ...] = ()  # the nodes the pattern outputs matched, in order
     bindings: Mapping[str, Any] = attrs.Factory(dict)
-    #: id(rule) -> (the rule, its ``match`` stage's checks): :func:`checks_for` looked up once per rule and matcher,
-    #: not per match; keyed by id, the rule kept, so the id names that rule while the entry lives
-    _checks: dict[int, tuple[Rule, tuple[SafetyCheck, ...]]] = attrs.Factory(dict)
 
-    def check(self, rule: Rule, nodes: Mapping[int, Node], outputs: tuple[Node | None, ...],
-              bindings: Mapping[str, Any]) -> None:
-        """Run the ``match`` stage on one structural match of ``rule``."""
-        entry = self._checks.get(id(rule))
-        if entry is None:
-            entry = self._checks[id(rule)] = (rule, checks_for(rule).match.all)
-        checks = entry[1]
+    def refusal(self, rule: Rule, checks: tuple[SafetyCheck, ...], nodes: Mapping[int, Node],
+                outputs: tuple[Node | None, ...], bindings: Mapping[str, Any]) -> Skip | None:
+        """The skip of the first of ``checks`` (the ``match`` stage's of ``rule``, :func:`checks_for`) that refuses
+        one structural match of ``rule``, or None.  Returned, not raised as :func:`run_checks` does: the matcher
+        goes on to the next structural match, and raises at most one skip per anchor."""
         if not checks:  # most one-operation rules: nothing to fill in
-            return
+            return None
         self.rule, self.nodes, self.matched, self.outputs, self.bindings = \
             rule, nodes, set(nodes.values()), outputs, bindings
-        run_checks(checks, self)
+        for check in checks:
+            detail = check.test(self)
+            if detail is not None:
+                return Skip(check.reason, detail)
+        return None
 
 
 @attrs.define
@@ -551,14 +551,21 @@ def _uses_another_node(value: Node, old: Node, new: Container[Node]) -> bool:
     are bound to names (as written, or by parameter name), that one can be the same as no argument of ``old`` (an
     existing node is the same only as itself, and binding fills in no node)."""
     olds: set[int] | None = None  # by identity: an argument may be a tensor, whose == is elementwise
-    # a loop, not any(): asked at most rewrites that make a node of the output's target
-    for argument in (*value.args, *value.kwargs.values()):
+    # a loop, not any(), the slots behind Node.args and .kwargs, no tuple of both without keywords, and a set of
+    # map(id): asked at most rewrites that make a node of the output's target
+    for argument in _arguments_of(value):
         if isinstance(argument, Node) and argument not in new:
             if olds is None:
-                olds = {id(argument) for argument in (*old.args, *old.kwargs.values())}
+                olds = set(map(id, _arguments_of(old)))
             if id(argument) not in olds:
                 return True
     return False
+
+
+def _arguments_of(node: Node) -> tuple[Any, ...]:
+    """A call's arguments, then its keywords' values."""
+    kwargs = node._kwargs
+    return (*node._args, *kwargs.values()) if kwargs else node._args
 
 
 def _arguments(node: Node, normalize: bool) -> dict[Any, Any] | None:
