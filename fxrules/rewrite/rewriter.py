@@ -19,7 +19,6 @@ instead of working on a copy of the graph.
 from __future__ import annotations
 
 import functools
-import itertools
 import operator
 from collections.abc import Callable, Collection, Container, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -185,7 +184,7 @@ class Rewriter:
         for output, value in zip(outputs, values, strict=True):
             if value is not output:
                 users = self._redirect(output, value, created)
-                redirected += zip(users, itertools.repeat(value, len(users)), strict=True)
+                redirected += [(user, value) for user in users]  # (cheaper than a zip with a repeat)
                 if users and not isinstance(value, torch.fx.Node):  # a node for a node writes as it did; a
                     noticed += users                                 # literal may be an `inplace` flag (True)
         if noticed:  # told once all are redirected: a user of two outputs may get two literals
@@ -570,9 +569,12 @@ def _replacement_shape(rule: Rule) -> _ReplacementShape:
 
 def _used_by(created: list[torch.fx.Node] | tuple[()], values: list[Any]) -> tuple[torch.fx.Node, ...]:
     """The existing nodes a replacement uses: inputs of its new nodes, and outputs it reuses."""
-    if len(values) == 1 and not created:  # most rewrites: one output, replaced by an existing value
+    if len(values) == 1:
         value = values[0]
-        return (value,) if isinstance(value, torch.fx.Node) else ()
+        if not created:  # most rewrites: one output, replaced by an existing value
+            return (value,) if isinstance(value, torch.fx.Node) else ()
+        if len(created) == 1 and value is created[0]:  # one new node for it: its inputs, each once already, are
+            return tuple(value._input_nodes)           # existing (no node is its own input)
     used = [value for value in values if isinstance(value, torch.fx.Node)]
     if not created:
         return tuple(used)
