@@ -464,6 +464,8 @@ def may_write_in_place(node: torch.fx.Node) -> bool:
     op = node.op
     writing = None if op == "call_module" else writing_arguments(op, node.target)
     if writing is not None:  # nearly every node: its target's writes decided once, its arguments read here
+        if writing[0] is None and not node._kwargs:  # most of them: no keyword, no inplace position (as below)
+            return False
         return _writes_by_arguments(node, writing)
     kwargs = node.kwargs
     out = kwargs.get("out")

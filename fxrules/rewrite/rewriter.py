@@ -248,10 +248,12 @@ class Rewriter:
 
     def _annotate(self, match: Match, provenance: dict[str, Any], created: list[torch.fx.Node],
                   values: list[Any]) -> None:
-        anchor_meta = match.outputs[0].meta
-        inherited = [(key, anchor_meta[key]) for key in INHERITED_META if key in anchor_meta]
+        outputs = match.outputs
+        anchor_meta = outputs[0].meta
+        inherited = [(key, anchor_meta[key]) for key in INHERITED_META if key in anchor_meta] if anchor_meta else ()
         # the output each value replaces, by the value's identity: every value is alive, so no two share an id
-        replaced_by = dict(zip(map(id, values), match.outputs, strict=True))
+        replaced_by = {id(values[0]): outputs[0]} if len(outputs) == 1 else \
+            dict(zip(map(id, values), outputs, strict=True))
         for node in created:
             meta = node.meta
             meta.update(inherited)
@@ -527,8 +529,19 @@ class _DirectCall:
             for value in kwargs.values():
                 if isinstance(value, _NOT_AS_IS):
                     return None
-        with graph.inserting_before(before):
+        if getattr(graph.inserting_before, "__func__", None) is not _FX_INSERTING_BEFORE:  # a graph class's own
+            with graph.inserting_before(before):
+                return transaction.create_node(graph, self.op, self.target, args, kwargs)
+        # FX's ``with graph.inserting_before(before)`` less its context manager's Python calls: the insertion point
+        # set (``before`` is a node of this graph, as FX asserts), and put back however the creation ends
+        insert, graph._insert = graph._insert, before.prepend
+        try:
             return transaction.create_node(graph, self.op, self.target, args, kwargs)
+        finally:
+            graph._insert = insert
+
+
+_FX_INSERTING_BEFORE = vars(torch.fx.Graph)["inserting_before"]
 
 
 #: Bound values the :class:`Emitter` does not emit as they are: modules (an error) and symbolic sizes.
