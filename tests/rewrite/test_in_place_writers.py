@@ -19,11 +19,14 @@ F = torch.nn.functional
 
 RELU_TWICE = fxrules.parse("rule relu_twice: relu(relu(x)) => relu(x)")
 
+#: A write into the first of two tensors.
+Write = Callable[[torch.Tensor, torch.Tensor], object]
+
 #: Many calls that cannot write, of the targets the writes below use (method calls are filed together by FX).
 SURROUNDINGS = 40
 
 
-def _surrounded(write: Callable[[torch.Tensor, torch.Tensor], object]) -> Callable[..., torch.Tensor]:
+def _surrounded(write: Write) -> Callable[..., torch.Tensor]:
     """``r = x.relu()``, ``write(x, y)``, ``r.relu()``, amid many non-writing calls of ``neg``, ``relu``,
     ``contiguous``, as methods and functions: the write is one call among hundreds of its group."""
     def f(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -37,9 +40,8 @@ def _surrounded(write: Callable[[torch.Tensor, torch.Tensor], object]) -> Callab
 
 
 #: Writes into ``x``, each the one writer of its kind in the graph, and the same call not writing.
-WRITES: dict[str, tuple[Callable[[torch.Tensor, torch.Tensor], object], Callable[[torch.Tensor, torch.Tensor], object]]] = {
+WRITES: dict[str, tuple[Write, Write]] = {
     "a method that changes its receiver": (lambda x, y: x.add_(1.0), lambda x, y: x.add(1.0)),
-    "inplace by position": (lambda x, y: F.relu(x, True), lambda x, y: F.relu(x, False)),
     "inplace by keyword": (lambda x, y: F.relu(x, inplace=True), lambda x, y: F.relu(x, inplace=False)),
     "out= keyword": (lambda x, y: torch.neg(y, out=x), lambda x, y: torch.neg(y)),
 }
@@ -71,6 +73,29 @@ def test_the_same_call_not_writing_leaves_the_rule_firing(kind: str) -> None:
     assert report.counts() == {"relu_twice": 1}
     assert dict(report["relu_twice"].skip_counts) == {}
     assert_same(actual, expected, "outputs")
+
+
+def _written_by_position(inplace: bool) -> torch.fx.GraphModule:
+    """As :func:`_surrounded`, built by hand (a trace spells ``inplace`` as a keyword): ``F.relu(x, inplace)`` amid
+    many ``F.relu(total)`` calls without keywords."""
+    graph = torch.fx.Graph()
+    x, y = graph.placeholder("x"), graph.placeholder("y")
+    total = y
+    for _ in range(SURROUNDINGS):
+        total = graph.call_function(torch.add, (total, graph.call_function(F.relu, (total,))))
+    r = graph.call_method("relu", (x,))
+    graph.call_function(F.relu, (x, inplace))
+    graph.output(graph.call_function(torch.add, (graph.call_method("relu", (r,)), total)))
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+@pytest.mark.parametrize("inplace", [True, False])
+def test_inplace_by_position_among_many_calls_without_it_is_found(inplace: bool) -> None:
+    gm = _written_by_position(inplace)
+    report = fxrules.apply(gm, RELU_TWICE)
+    assert report.counts() == ({} if inplace else {"relu_twice": 1})
+    assert dict(report["relu_twice"].skip_counts) == ({"in-place write": 1} if inplace else {})
+    assert_same([gm(*_inputs())], [_written_by_position(inplace)(*_inputs())], "outputs")
 
 
 class _RecordingGraph(torch.fx.Graph):
