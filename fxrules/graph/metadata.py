@@ -491,8 +491,14 @@ def _writes_by_arguments(node: torch.fx.Node, writing: Writing) -> bool:
         if len(args) > position and args[position] is True:
             return True
     kwargs = node._kwargs
-    return bool(kwargs) and (kwargs.get("inplace") is True
-                             or any(_nodes_in(kwargs[name]) for name in keywords if name in kwargs))
+    if not kwargs:
+        return False
+    if kwargs.get("inplace") is True:
+        return True
+    for name in keywords:  # noqa: SIM110 - a loop: any() would add a generator for each call with keywords
+        if name in kwargs and _nodes_in(kwargs[name]):
+            return True
+    return False
 
 
 class GraphEffects:

@@ -181,10 +181,12 @@ class Rewriter:
                 self.effects.created_writers(writing)
         redirected: list[tuple[torch.fx.Node, Any]] = []
         noticed: list[torch.fx.Node] = []
-        for output, value in zip(outputs, values, strict=True):
+        # one output (most rules) without a zip: a strict one costs as much as the rest of the loop
+        for output, value in ((outputs[0], values[0]),) if len(outputs) == 1 else zip(outputs, values, strict=True):
             if value is not output:
                 users = self._redirect(output, value, created)
-                redirected += [(user, value) for user in users]  # (cheaper than a zip with a repeat)
+                for user in users:  # a loop: a zip with a repeat, or a comprehension (a frame), costs more
+                    redirected.append((user, value))
                 if users and not isinstance(value, torch.fx.Node):  # a node for a node writes as it did; a
                     noticed += users                                 # literal may be an `inplace` flag (True)
         if noticed:  # told once all are redirected: a user of two outputs may get two literals
