@@ -162,7 +162,9 @@ class Rewriter:
         checks = per_rule.emit[writers]
         if checks:
             run_checks(checks, splice)
-        mark = transaction.mark(self.graph)
+        # a replacement of captures and literals makes no node (the Emitter makes a symbolic size a literal, or skips):
+        # nothing to take back, so no mark but the first, which must come before any change (:meth:`Transaction.mark`)
+        mark = transaction.mark(self.graph) if per_rule.shape.values is None or transaction.names is None else None
         try:  # a skip halfway (a helper's value unknown, no aten spelling...) leaves nothing behind
             values, created = splice.values, splice.created = self._emit(match, per_rule.shape, splice.anchor)
             splice.grad_modes, splice.autocast = self.grad_modes, self.autocast
@@ -171,7 +173,8 @@ class Rewriter:
             if checks:
                 run_checks(checks, splice)
         except Skip:
-            transaction.undo_since(mark, self.graph)
+            if mark is not None:
+                transaction.undo_since(mark, self.graph)
             raise
         if created:
             self._annotate(match, per_rule.provenance, created, values)
