@@ -301,10 +301,12 @@ class Rewriter:
         elif len(nodes) > 2:
             nodes = sorted(nodes, key=_SORT_KEY, reverse=True)
         # a node's inputs as ``all_input_nodes`` lists them (a copy of the keys of FX's ``_input_nodes``), uncopied
-        # ``users.keys() <= retired.keys()``: no live user (a test in C, of the users' keys first by number)
+        # ``users.keys() <= retired.keys()``: no live user (a test in C, of the users' keys first by number); the
+        # view of ``retired`` made once: a view sees the nodes retired since
         lost_user: list[torch.fx.Node] = []
+        retired_keys = retired.keys()
         for node in nodes:  # users before what they use
-            if node.users.keys() <= retired.keys():
+            if node.users.keys() <= retired_keys:
                 lost_user += node._input_nodes
                 retired[node] = None
         touched: list[torch.fx.Node] = []
@@ -312,7 +314,7 @@ class Rewriter:
             node = lost_user.pop()
             if node in retired:
                 continue
-            if not node.users.keys() <= retired.keys() or self.effects.has_side_effects(node):
+            if not node.users.keys() <= retired_keys or self.effects.has_side_effects(node):
                 touched.append(node)
             else:
                 lost_user += node._input_nodes
@@ -521,7 +523,8 @@ class _DirectCall:
         """The new node, inserted before ``before``; None when the :class:`Emitter` must do it (a module value, a
         symbolic size, numbers to fold)."""
         args = tuple([bindings[key] if is_capture else key for is_capture, key in self.args])
-        kwargs = {name: bindings[key] if is_capture else key for name, is_capture, key in self.kwargs}
+        kwargs = {name: bindings[key] if is_capture else key for name, is_capture, key in self.kwargs} \
+            if self.kwargs else {}  # (a comprehension is a frame, even of nothing)
         if self.foldable and _foldable(self.target, args, kwargs):
             return None
         # Exact: given no module (the Emitter says why that cannot be) and no symbolic size (it makes one a
