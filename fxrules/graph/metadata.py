@@ -563,7 +563,13 @@ class GraphEffects:
         returned = self._returned
         if returned is None:  # the first question: the classes as they are now, this rewrite added below
             returned = self._returned = _returned_aliases(self.graph)
-        if _joins_returned(returned, replaced, values, created):
+        if not created and len(replaced) == 1 and isinstance(values[0], torch.fx.Node):  # most rewrites: x * 1 => x
+            # exact: all _joins_returned asks of one output, one node for it and no new node (its loops of the
+            # new nodes and their inputs are empty), without its call
+            joins = replaced[0] in returned or values[0] in returned
+        else:
+            joins = _joins_returned(returned, replaced, values, created)
+        if joins:
             for node in (*replaced, *created, *nodes_of(values)):
                 returned.update(alias_class(node))
         return returned
