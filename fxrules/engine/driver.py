@@ -352,7 +352,8 @@ class _Run:
         self.report.fired(rule, node.name)
         if self.on_rewrite is not None:
             self.on_rewrite(match)
-        current.claimed.update(change.created)
+        if change.created:  # most rewrites create nothing (``x * 1 => x``)
+            current.claimed.update(change.created)
         scheduler.rewritten(node, change)
         return True
 

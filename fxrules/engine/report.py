@@ -144,9 +144,14 @@ class Report:
 class _RuleStats:
     anchors: list[str] = attrs.Factory(list)  # one per rewrite: the rule fired len(anchors) times
     skipped: dict[tuple[str, str], SkippedMatch] = attrs.Factory(dict)  # the first KEEP_EXAMPLES
-    skip_counts: Counter[str] = attrs.Factory(Counter)
-    skipped_at: set[tuple[str, str]] = attrs.Factory(set)  # every (reason, node), counted once however often seen
+    #: every (reason, node), once however often seen, in the order first seen: the counts by reason
+    #: (:meth:`skip_counts`) are found from it as the report is built, not counted at every skip
+    skipped_at: dict[tuple[str, str], None] = attrs.Factory(dict)
     misses: list[Miss] = attrs.Factory(list)
+
+    def skip_counts(self) -> dict[str, int]:
+        """How many nodes were skipped for each reason, the reasons in the order first seen."""
+        return dict(Counter(reason for reason, _ in self.skipped_at))
 
 
 #: The stats of a rule that did nothing (read only).
@@ -172,11 +177,11 @@ class ReportBuilder:
     def skipped(self, rule: Rule, node: str, reason: SkipReason, detail: Callable[[], str]) -> None:
         """A match of ``rule`` at ``node`` not used for ``reason``; ``detail()`` is called if it is kept."""
         stats = self.stats[rule.name]
-        key = (reason, node)
-        if key in stats.skipped_at:
+        key, seen = (reason, node), stats.skipped_at
+        known = len(seen)
+        seen[key] = None  # the key hashed once, to ask and to add (a reason's hash is a Python call)
+        if len(seen) == known:
             return
-        stats.skipped_at.add(key)
-        stats.skip_counts[reason] += 1
         if len(stats.skipped) < KEEP_EXAMPLES:
             stats.skipped[key] = SkippedMatch(reason, node, detail())
 
@@ -201,7 +206,7 @@ class ReportBuilder:
             stats = self.stats.get(rule.name, _NOTHING)
             rules.append(RuleReport(
                 name=rule.name, location=str(rule.span), fired=len(stats.anchors), anchors=tuple(stats.anchors),
-                skipped=tuple(stats.skipped.values()), skip_counts=dict(stats.skip_counts), notes=rule.notes,
+                skipped=tuple(stats.skipped.values()), skip_counts=stats.skip_counts(), notes=rule.notes,
                 near_misses=tuple(stats.misses), attempts=self.attempts.get(rule.name, 0),
                 never_starts=self.never_starts.get(rule.name, ""),
             ))

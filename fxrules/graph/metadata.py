@@ -464,6 +464,8 @@ def may_write_in_place(node: torch.fx.Node) -> bool:
     op = node.op
     writing = None if op == "call_module" else writing_arguments(op, node.target)
     if writing is not None:  # nearly every node: its target's writes decided once, its arguments read here
+        if writing[0] is None and not node._kwargs:  # most of them: no keyword, no inplace position (as below)
+            return False
         return _writes_by_arguments(node, writing)
     kwargs = node.kwargs
     out = kwargs.get("out")
@@ -489,8 +491,14 @@ def _writes_by_arguments(node: torch.fx.Node, writing: Writing) -> bool:
         if len(args) > position and args[position] is True:
             return True
     kwargs = node._kwargs
-    return bool(kwargs) and (kwargs.get("inplace") is True
-                             or any(_nodes_in(kwargs[name]) for name in keywords if name in kwargs))
+    if not kwargs:
+        return False
+    if kwargs.get("inplace") is True:
+        return True
+    for name in keywords:  # noqa: SIM110 - a loop: any() would add a generator for each call with keywords
+        if name in kwargs and _nodes_in(kwargs[name]):
+            return True
+    return False
 
 
 class GraphEffects:
@@ -555,7 +563,13 @@ class GraphEffects:
         returned = self._returned
         if returned is None:  # the first question: the classes as they are now, this rewrite added below
             returned = self._returned = _returned_aliases(self.graph)
-        if _joins_returned(returned, replaced, values, created):
+        if not created and len(replaced) == 1 and isinstance(values[0], torch.fx.Node):  # most rewrites: x * 1 => x
+            # exact: all _joins_returned asks of one output, one node for it and no new node (its loops of the
+            # new nodes and their inputs are empty), without its call
+            joins = replaced[0] in returned or values[0] in returned
+        else:
+            joins = _joins_returned(returned, replaced, values, created)
+        if joins:
             for node in (*replaced, *created, *nodes_of(values)):
                 returned.update(alias_class(node))
         return returned
@@ -587,22 +601,47 @@ class GraphEffects:
         return known
 
 
-_KWARGS = operator.attrgetter("_kwargs")  # what ``Node.kwargs`` returns, without its Python call
-
-
 def _writers(graph: torch.fx.Graph) -> list[torch.fx.Node]:
     """The nodes :func:`may_write_in_place` says write, in no particular order.  The graph files its function
-    calls by target (``find_nodes``): what a target does is decided once for all its calls, and where only a
-    keyword can make it write (nearly every target: ``out=``, ``inplace=True``), only its calls with keyword
-    arguments are looked at."""
+    calls by target and its method calls together (``find_nodes``): how the targets of a group write is decided
+    once for the group, and where only a keyword, or an argument at an ``inplace`` position, can make a call
+    write (nearly every target), only the calls with keywords, or with an argument there, are asked."""
     found: list[torch.fx.Node] = []
     for (op, target), nodes in graph._find_nodes_lookup_table.table.items():
-        writing = writing_arguments(op, target) if op == "call_function" else None
-        if writing is not None and writing[0] is None:  # only a keyword argument can make a call write
-            found += [node for node in filter(_KWARGS, nodes) if may_write_in_place(node)]  # (filter: in C)
-        else:  # the methods, modules...: filed together, whatever their target
+        position = _group_inplace_position(op, target, nodes)
+        if position is _BY_ITSELF:  # a target that writes by itself (``add_``), a module...: each call is asked
             found += [node for node in nodes if may_write_in_place(node)]
+        elif position is None:  # only a keyword can make one write (exact: :func:`_writes_by_arguments`)
+            found += [node for node in nodes if node._kwargs and may_write_in_place(node)]
+        else:  # or ``True`` at its inplace position (each ``len`` asked only here: it costs)
+            found += [node for node in nodes if (node._kwargs or len(node._args) > position)
+                      and may_write_in_place(node)]
     return found
+
+
+#: :func:`_group_inplace_position` of a group of calls whose arguments alone do not decide whether they write.
+_BY_ITSELF = -1
+
+
+def _group_inplace_position(op: str, target: Any, nodes: Iterable[torch.fx.Node]) -> int | None:
+    """The first position of an ``inplace`` parameter among the targets of a group of calls the graph files
+    under ``(op, target)``, where each of them writes only as its arguments say (:func:`writing_arguments`);
+    None if none has one; ``_BY_ITSELF`` where a target may write whatever its arguments (or is no function
+    or method)."""
+    if op == "call_function":
+        targets: Iterable[Any] = (target,)
+    elif op == "call_method":
+        targets = {node.target for node in nodes}  # a few names for thousands of calls
+    else:
+        return _BY_ITSELF
+    positions = []
+    for each in targets:
+        writing = writing_arguments(op, each)
+        if writing is None:
+            return _BY_ITSELF
+        if writing[0] is not None:
+            positions.append(writing[0])
+    return min(positions, default=None)
 
 
 @functools.cache

@@ -19,7 +19,6 @@ instead of working on a copy of the graph.
 from __future__ import annotations
 
 import functools
-import itertools
 import operator
 from collections.abc import Callable, Collection, Container, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -163,7 +162,9 @@ class Rewriter:
         checks = per_rule.emit[writers]
         if checks:
             run_checks(checks, splice)
-        mark = transaction.mark(self.graph)
+        # a replacement of captures and literals makes no node (the Emitter makes a symbolic size a literal, or skips):
+        # nothing to take back, so no mark but the first, which must come before any change (:meth:`Transaction.mark`)
+        mark = transaction.mark(self.graph) if per_rule.shape.values is None or transaction.names is None else None
         try:  # a skip halfway (a helper's value unknown, no aten spelling...) leaves nothing behind
             values, created = splice.values, splice.created = self._emit(match, per_rule.shape, splice.anchor)
             splice.grad_modes, splice.autocast = self.grad_modes, self.autocast
@@ -172,7 +173,8 @@ class Rewriter:
             if checks:
                 run_checks(checks, splice)
         except Skip:
-            transaction.undo_since(mark, self.graph)
+            if mark is not None:
+                transaction.undo_since(mark, self.graph)
             raise
         if created:
             self._annotate(match, per_rule.provenance, created, values)
@@ -182,10 +184,12 @@ class Rewriter:
                 self.effects.created_writers(writing)
         redirected: list[tuple[torch.fx.Node, Any]] = []
         noticed: list[torch.fx.Node] = []
-        for output, value in zip(outputs, values, strict=True):
+        # one output (most rules) without a zip: a strict one costs as much as the rest of the loop
+        for output, value in ((outputs[0], values[0]),) if len(outputs) == 1 else zip(outputs, values, strict=True):
             if value is not output:
                 users = self._redirect(output, value, created)
-                redirected += zip(users, itertools.repeat(value, len(users)), strict=True)
+                for user in users:  # a loop: a zip with a repeat, or a comprehension (a frame), costs more
+                    redirected.append((user, value))
                 if users and not isinstance(value, torch.fx.Node):  # a node for a node writes as it did; a
                     noticed += users                                 # literal may be an `inplace` flag (True)
         if noticed:  # told once all are redirected: a user of two outputs may get two literals
@@ -249,10 +253,12 @@ class Rewriter:
 
     def _annotate(self, match: Match, provenance: dict[str, Any], created: list[torch.fx.Node],
                   values: list[Any]) -> None:
-        anchor_meta = match.outputs[0].meta
-        inherited = [(key, anchor_meta[key]) for key in INHERITED_META if key in anchor_meta]
+        outputs = match.outputs
+        anchor_meta = outputs[0].meta
+        inherited = [(key, anchor_meta[key]) for key in INHERITED_META if key in anchor_meta] if anchor_meta else ()
         # the output each value replaces, by the value's identity: every value is alive, so no two share an id
-        replaced_by = dict(zip(map(id, values), match.outputs, strict=True))
+        replaced_by = {id(values[0]): outputs[0]} if len(outputs) == 1 else \
+            dict(zip(map(id, values), outputs, strict=True))
         for node in created:
             meta = node.meta
             meta.update(inherited)
@@ -295,10 +301,12 @@ class Rewriter:
         elif len(nodes) > 2:
             nodes = sorted(nodes, key=_SORT_KEY, reverse=True)
         # a node's inputs as ``all_input_nodes`` lists them (a copy of the keys of FX's ``_input_nodes``), uncopied
-        # ``users.keys() <= retired.keys()``: no live user (a test in C, of the users' keys first by number)
+        # ``users.keys() <= retired.keys()``: no live user (a test in C, of the users' keys first by number); the
+        # view of ``retired`` made once: a view sees the nodes retired since
         lost_user: list[torch.fx.Node] = []
+        retired_keys = retired.keys()
         for node in nodes:  # users before what they use
-            if node.users.keys() <= retired.keys():
+            if node.users.keys() <= retired_keys:
                 lost_user += node._input_nodes
                 retired[node] = None
         touched: list[torch.fx.Node] = []
@@ -306,7 +314,7 @@ class Rewriter:
             node = lost_user.pop()
             if node in retired:
                 continue
-            if not node.users.keys() <= retired.keys() or self.effects.has_side_effects(node):
+            if not node.users.keys() <= retired_keys or self.effects.has_side_effects(node):
                 touched.append(node)
             else:
                 lost_user += node._input_nodes
@@ -515,7 +523,8 @@ class _DirectCall:
         """The new node, inserted before ``before``; None when the :class:`Emitter` must do it (a module value, a
         symbolic size, numbers to fold)."""
         args = tuple([bindings[key] if is_capture else key for is_capture, key in self.args])
-        kwargs = {name: bindings[key] if is_capture else key for name, is_capture, key in self.kwargs}
+        kwargs = {name: bindings[key] if is_capture else key for name, is_capture, key in self.kwargs} \
+            if self.kwargs else {}  # (a comprehension is a frame, even of nothing)
         if self.foldable and _foldable(self.target, args, kwargs):
             return None
         # Exact: given no module (the Emitter says why that cannot be) and no symbolic size (it makes one a
@@ -528,8 +537,19 @@ class _DirectCall:
             for value in kwargs.values():
                 if isinstance(value, _NOT_AS_IS):
                     return None
-        with graph.inserting_before(before):
+        if getattr(graph.inserting_before, "__func__", None) is not _FX_INSERTING_BEFORE:  # a graph class's own
+            with graph.inserting_before(before):
+                return transaction.create_node(graph, self.op, self.target, args, kwargs)
+        # FX's ``with graph.inserting_before(before)`` less its context manager's Python calls: the insertion point
+        # set (``before`` is a node of this graph, as FX asserts), and put back however the creation ends
+        insert, graph._insert = graph._insert, before.prepend
+        try:
             return transaction.create_node(graph, self.op, self.target, args, kwargs)
+        finally:
+            graph._insert = insert
+
+
+_FX_INSERTING_BEFORE = vars(torch.fx.Graph)["inserting_before"]
 
 
 #: Bound values the :class:`Emitter` does not emit as they are: modules (an error) and symbolic sizes.
@@ -570,9 +590,12 @@ def _replacement_shape(rule: Rule) -> _ReplacementShape:
 
 def _used_by(created: list[torch.fx.Node] | tuple[()], values: list[Any]) -> tuple[torch.fx.Node, ...]:
     """The existing nodes a replacement uses: inputs of its new nodes, and outputs it reuses."""
-    if len(values) == 1 and not created:  # most rewrites: one output, replaced by an existing value
+    if len(values) == 1:
         value = values[0]
-        return (value,) if isinstance(value, torch.fx.Node) else ()
+        if not created:  # most rewrites: one output, replaced by an existing value
+            return (value,) if isinstance(value, torch.fx.Node) else ()
+        if len(created) == 1 and value is created[0]:  # one new node for it: its inputs, each once already, are
+            return tuple(value._input_nodes)           # existing (no node is its own input)
     used = [value for value in values if isinstance(value, torch.fx.Node)]
     if not created:
         return tuple(used)
