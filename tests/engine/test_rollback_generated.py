@@ -271,3 +271,29 @@ def test_an_interrupt_at_a_line_of_apply_leaves_the_generated_graph_as_it_was(se
         gm.graph.lint()
         fxrules.apply(gm, RULES)
         assert state(gm) == state(rewritten), (seed, index)
+
+
+LIST_RULES = fxrules.parse("""
+rule as_list:
+    torch.log1p(x) => [x, x]
+
+rule cat_one:
+    torch.cat([x], dim=0) => x
+""", "as_list.fxr")
+
+
+def _list_then_node(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return torch.cat([torch.log1p(y), torch.cat([x], dim=0)], dim=0)
+
+
+@pytest.mark.xfail(strict=True, reason="a user redirected to a list of nodes is not kept among those nodes' users")
+def test_a_failed_apply_gives_the_nodes_of_a_list_replacement_their_users_back() -> None:
+    """``cat([log1p(y), cat([x])])``: ``as_list`` puts ``[y, y]`` in the outer ``cat`` (``y`` gains it as a
+    user), then ``cat_one`` redirects it again; after a failed apply ``y`` is used by ``log1p`` alone."""
+    gm = torch.fx.symbolic_trace(_list_then_node)
+    before = state(gm)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(lint, "lint", _rejecting_lint(lint.lint))
+        with pytest.raises(fxrules.FxrError, match="the lint rejects"):
+            fxrules.apply(gm, LIST_RULES)
+    assert state(gm) == before
