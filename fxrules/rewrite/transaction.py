@@ -154,6 +154,9 @@ class Transaction:
     # existing nodes' users, in order, before the first change to them (FX appends a user it gains back)
     users: dict[torch.fx.Node, list[torch.fx.Node]] = attrs.Factory(dict)
     names: _Names | None = None  # taken at the first mark
+    # the graph's insertion point at the first mark: a rewrite moves it before its anchor for a while, and an
+    # interrupt there would leave it moved (later nodes, even the graph's output, would go there)
+    insert: Callable[[torch.fx.Node], None] | None = None
     # target -> the name Graph.create_node would base a new node's on (Graph._target_to_str, a function of the
     # target alone), found once per target: given as ``name``, create_node makes the same unique name of it
     stems: dict[Any, str] = attrs.Factory(dict)
@@ -188,6 +191,7 @@ class Transaction:
         """Where the log stands, for :meth:`undo_since` (a rewrite that is skipped halfway).  Every change
         comes after a mark: the first one also keeps the graph's namespace, for :meth:`rollback`."""
         if self.names is None:
+            self.insert = graph._insert
             self._keep_buckets(graph)
             namespace = graph._graph_namespace
             self.names = _Names(dict(namespace._base_count), set(namespace._used_names), len(namespace._obj_to_name))
@@ -242,8 +246,11 @@ class Transaction:
         # precede); otherwise each user's arguments are logged as they are
         is_node = isinstance(new, _NODE)
         invertible = is_node and new is not old and not hooked
-        if is_node and new not in kept:
-            kept[new] = list(new.users)
+        if is_node:
+            if new not in kept:
+                kept[new] = list(new.users)
+        else:  # a list or tuple of nodes gains the users as well (a literal has no node in it)
+            torch.fx.node.map_arg(new, self.keep_users)
         for user in users:
             inputs = user._input_nodes
             # else a plain node whose one input is ``old``: nothing more to keep, and ``new`` is not an input
@@ -379,6 +386,8 @@ class Transaction:
                 del own.table[key]
         self._restore_names(graph)
         graph._len = sum(1 for _ in graph.nodes)
+        if self.insert is not None:
+            graph._insert = self.insert
         for name in reversed(self.added):
             _delete_attribute(self.gm, name)
         self.added.clear()

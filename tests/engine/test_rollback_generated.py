@@ -286,7 +286,6 @@ def _list_then_node(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.cat([torch.log1p(y), torch.cat([x], dim=0)], dim=0)
 
 
-@pytest.mark.xfail(strict=True, reason="a user redirected to a list of nodes is not kept among those nodes' users")
 def test_a_failed_apply_gives_the_nodes_of_a_list_replacement_their_users_back() -> None:
     """``cat([log1p(y), cat([x])])``: ``as_list`` puts ``[y, y]`` in the outer ``cat`` (``y`` gains it as a
     user), then ``cat_one`` redirects it again; after a failed apply ``y`` is used by ``log1p`` alone."""
@@ -323,9 +322,6 @@ def _appended_last(gm: torch.fx.GraphModule) -> bool:
     return last is probe
 
 
-@pytest.mark.xfail(strict=True, reason="the rollback does not restore the graph's insertion point: an interrupt "
-                                       "between the rewriter setting it before the anchor and its try block (or its "
-                                       "with block's exit) leaves it there")
 def test_an_interrupt_at_any_line_of_a_rewrite_leaves_the_insertion_point_as_it_was() -> None:
     """A Ctrl-C at each line run in fxrules' rewriting code leaves the graph as it was, nodes made later
     included: they go last, as before ``apply``."""
