@@ -277,17 +277,18 @@ class Incremental(Scheduler):
         return in_graph_order(graph, anchors - set(self._candidates))
 
     def rewritten(self, anchor: Node, change: Rewrite) -> None:
-        state, redirected = self._pass, change.redirected
+        state = self._pass
         state.fired = True
+        created, redirected, _, gained_users = change  # one unpacking: no property per field
         touched = state.touched
-        touched.update(change.created)
+        touched.update(created)
         if redirected:
             self._wake(anchor, redirected)
         if state.domain is not None:
             self._wake_beyond_domain(anchor, change)
         self._look_around(change, touched)
         if self._counts_users:  # a capture's new users may make a guard that counts them hold
-            touched.update(change.gained_users)
+            touched.update(gained_users)
         if self.settles:
             self._note_changed(anchor, change)
 
@@ -302,14 +303,15 @@ class Incremental(Scheduler):
         """Note every node ``change`` changed at the position of the node being visited, the last one listed
         (now, while the rewrite has just read them: a log replayed when the pass ends would read them again)."""
         changed, position = self._pass.changed, len(self._pass.visited) - 1
+        created, redirected, lost_users, gained_users = change
         changed[anchor] = position
-        for node in change.created:  # a loop per part: cheaper than chaining them, or a dict made of them
+        for node in created:  # a loop per part: cheaper than chaining them, or a dict made of them
             changed[node] = position
-        for node in change.lost_users:
+        for node in lost_users:
             changed[node] = position
-        for node in change.gained_users:
+        for node in gained_users:
             changed[node] = position
-        for node, _ in change.redirected:
+        for node, _ in redirected:
             changed[node] = position
 
     def _wake(self, anchor: Node, redirected: tuple[tuple[Node, Any], ...]) -> None:
