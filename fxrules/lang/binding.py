@@ -88,6 +88,10 @@ _HANDLERS: dict[tuple[type, type], Any] = {}
 _UNKNOWN = object()
 
 
+#: The hint at a name only some options of a pattern's ``A | B`` bind, read by a guard or a replacement.
+PARTLY_BOUND_HINT = "bind it in every option of 'A | B', or write one rule per option"
+
+
 @attrs.define
 class Bindings:
     """What the sections of one rule share: the ``given`` types, and the names the pattern binds."""
@@ -96,6 +100,8 @@ class Bindings:
     untyped: set[str]  # given: names whose type was wrong (already reported)
     interior: dict[str, Template] = attrs.Factory(dict)  # names the pattern assigns
     used_captures: set[str] = attrs.Factory(set)
+    # captures and interior names only some options of an ``A | B`` bind (unbound when another matched)
+    partly_bound: set[str] = attrs.Factory(set)
     notes: list[str] = attrs.Factory(list)
     failures: set[int] = attrs.Factory(set)  # ids of the stand-ins for expressions that had an error
 

@@ -14,12 +14,14 @@ dunder attributes are load errors.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 import torch
 
 from fxrules.diagnostics import DiagnosticSink, Span, did_you_mean
 from fxrules.lang import syntax_tree as st
+from fxrules.lang.binding import PARTLY_BOUND_HINT
 from fxrules.lang.ir import (
     Guard,
     GuardAttr,
@@ -46,9 +48,11 @@ DTYPE_NAMES = {name for name in dir(torch) if isinstance(getattr(torch, name, No
 class GuardBuilder:
     """Checks a ``where`` clause and turns it into guard IR."""
 
-    def __init__(self, sink: DiagnosticSink, bound: set[str], scope_resolver: Any) -> None:
+    def __init__(self, sink: DiagnosticSink, bound: set[str], scope_resolver: Any,
+                 partly_bound: Collection[str] = ()) -> None:
         self.sink = sink
         self.bound = bound
+        self.partly_bound = partly_bound  # bound by some options of an ``A | B`` only
         self.scope_resolver = scope_resolver
         self.reads: set[str] = set()
         self.predicates: list[GuardCall] = []
@@ -99,6 +103,9 @@ class GuardBuilder:
         return GuardSeq(tuple(self.expr(i) for i in node.items), node.span, isinstance(node, st.TupleExpr))
 
     def name(self, node: st.Name) -> GuardExpr:
+        if node.id in self.partly_bound:
+            return self.fail(node.span, f"'{node.id}' is bound by only some alternatives of the pattern",
+                             PARTLY_BOUND_HINT)
         if node.id in self.bound:
             self.reads.add(node.id)
             return GuardName(node.id, node.span)

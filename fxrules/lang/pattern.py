@@ -11,6 +11,7 @@ would be a capture that matches anything.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from fxrules.diagnostics import DiagnosticSink, Span
@@ -23,6 +24,8 @@ from fxrules.lang.ir import (
     ModuleType,
     OpKind,
     OpTemplate,
+    SeqTemplate,
+    SliceTemplate,
     Template,
     Wildcard,
     describe_target,
@@ -85,3 +88,36 @@ class PatternResolver(SectionResolver):
         for argument in (*expr.args, *(k.value for k in expr.keywords)):
             self.template(argument)  # its captures still count as bound: one error, not two
         return self.error(expr.span, f"helper '@{expr.name}' may only be called in a replacement")
+
+
+def always_bound(outputs: Iterable[Template], interior: Mapping[str, Template]) -> set[str]:
+    """The names every match of a pattern binds: the captures, and the ``interior`` names of templates, outside
+    any ``A | B`` or bound by each of its options (a name one option binds alone is unbound when another
+    option matched)."""
+    named: dict[int, set[str]] = {}
+    for name, template in interior.items():
+        named.setdefault(id(template), set()).add(name)
+    known: dict[int, frozenset[str]] = {}  # by template: options may share a named operation
+
+    def bound(template: Template) -> frozenset[str]:
+        found = known.get(id(template))
+        if found is not None:
+            return found
+        if isinstance(template, Capture):
+            found = frozenset((template.name,))
+        elif isinstance(template, AltTemplate):
+            found = frozenset.intersection(*map(bound, template.options)) if template.options else frozenset()
+        elif isinstance(template, OpTemplate):
+            own = () if template.binds is None else (template.binds,)
+            found = frozenset(own).union(*map(bound, template.operands()))
+        elif isinstance(template, SeqTemplate):
+            found = frozenset().union(*map(bound, template.items))
+        elif isinstance(template, SliceTemplate):
+            found = frozenset().union(*map(bound, (template.start, template.stop, template.step)))
+        else:
+            found = frozenset()
+        found = found.union(named.get(id(template), ()))
+        known[id(template)] = found
+        return found
+
+    return set().union(*map(bound, outputs))

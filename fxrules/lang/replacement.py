@@ -14,7 +14,7 @@ from typing import Any
 
 from fxrules.diagnostics import Span, did_you_mean
 from fxrules.lang import syntax_tree as st
-from fxrules.lang.binding import SectionResolver, misspelt_constant
+from fxrules.lang.binding import PARTLY_BOUND_HINT, SectionResolver, misspelt_constant
 from fxrules.lang.ir import Capture, HelperTemplate, OpKind, Template
 
 
@@ -28,6 +28,9 @@ class ReplacementResolver(SectionResolver):
         if name in self.assigned:
             return self.assigned[name]
         bindings = self.bindings
+        if name in bindings.partly_bound:
+            return self.error(expr.span, f"'{name}' is bound by only some alternatives of the pattern",
+                              PARTLY_BOUND_HINT)
         if name in bindings.interior or name in bindings.used_captures or name in bindings.dim_symbols():
             return Capture(name, expr.span)
         bound = [*self.assigned, *bindings.interior, *bindings.used_captures, *bindings.dim_symbols()]

@@ -28,7 +28,7 @@ from fxrules.lang.binding import NOT_LITERAL, Bindings, folded_literal, number_l
 from fxrules.lang.given import SCALAR_TYPES, SEQUENCE_TYPES, GivenResolver
 from fxrules.lang.guards import GuardBuilder
 from fxrules.lang.ir import AltTemplate, Guard, OpTemplate, Rule, Template, Tolerance
-from fxrules.lang.pattern import PatternResolver
+from fxrules.lang.pattern import PatternResolver, always_bound
 from fxrules.lang.replacement import ReplacementResolver
 from fxrules.lang.scope import Scope, ScopeResolver
 
@@ -52,6 +52,9 @@ class RuleResolver:
             given.declare(declaration)
         bindings = Bindings(given.types, given.untyped)
         pattern = PatternResolver(self.sink, self.scope, bindings).statements(decl.pattern)
+        if not bindings.failures:  # a stand-in for an expression in error binds nothing: one error, not two
+            names = bindings.used_captures | bindings.interior.keys()
+            bindings.partly_bound = names - always_bound(pattern, bindings.interior)
         guard = self.guard(decl.where, bindings) if decl.where else None
         replacement = ReplacementResolver(self.sink, self.scope, bindings).statements(decl.replace)
         self.check_rule(pattern, replacement, bindings, given)
@@ -67,7 +70,7 @@ class RuleResolver:
 
     def guard(self, conditions: tuple[st.Expr, ...], bindings: Bindings) -> Guard | None:
         bound = set(bindings.used_captures) | set(bindings.interior) | bindings.dim_symbols()
-        builder = GuardBuilder(self.sink, bound, ScopeResolver(self.sink, self.scope))
+        builder = GuardBuilder(self.sink, bound, ScopeResolver(self.sink, self.scope), bindings.partly_bound)
         return builder.build(conditions)
 
     def check_rule(self, pattern: tuple[Template, ...], replacement: tuple[Template, ...], bindings: Bindings,

@@ -14,6 +14,8 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
+import torch.fx
 
 import fxrules
 from fxrules import FxrError, FxrLoadError, FxrSyntaxError
@@ -32,6 +34,7 @@ NO_OPERATION_HINT = "a rule's pattern is anchored at an operation, e.g. 'torch.n
 UNKNOWN_ROOT_HINT = "add 'use MODULE as NAME' or pass allow=[...]"
 BUNDLED = ruleset_names()  # the include hint lists them
 GUARD_CALLS = f"guards may call only {', '.join(GUARD_FUNCTIONS)} and the tensor methods .numel(), .size(), .dim()"
+PARTLY_BOUND = "bind it in every option of 'A | B', or write one rule per option"
 TYPES_HINT = ("types are Tensor[...], int, float, bool, str, Scalar, list, tuple, Node, Attr, or an nn.Module "
               "subclass such as nn.Conv2d")
 
@@ -209,6 +212,17 @@ SEMANTIC_CASES = [
                  id="replacement-name-not-bound"),
     pytest.param("rule r: torch.add(xs, w) => x\n", [(1, 29, "'x' is not bound by the pattern", "did you mean 'xs'?")],
                  id="replacement-name-not-bound-did-you-mean"),
+    pytest.param("rule r: torch.add(y, x) | torch.mul(z, x) => x + z\n",
+                 [(1, 50, "'z' is bound by only some alternatives of the pattern", PARTLY_BOUND)],
+                 id="replacement-name-bound-by-one-alternative"),
+    pytest.param("rule r:\n    pattern:\n        return torch.add(y, x) | torch.mul(z, x)\n    where:\n        y > 1\n"
+                 "    replace:\n        return x\n",
+                 [(5, 9, "'y' is bound by only some alternatives of the pattern", PARTLY_BOUND)],
+                 id="guard-name-bound-by-one-alternative"),
+    pytest.param("rule r:\n    pattern:\n        m = torch.neg(x)\n        return torch.add(m, x) | torch.mul(x, x)\n"
+                 "    replace:\n        return m\n",
+                 [(6, 16, "'m' is bound by only some alternatives of the pattern", PARTLY_BOUND)],
+                 id="interior-name-bound-by-one-alternative"),
     pytest.param("rule r:\n    given:\n        y: Tensor\n    pattern:\n        return torch.neg(x)\n"
                  "    replace:\n        return x\n",
                  [(3, 9, "'y' is declared in given: but the pattern does not use it")], id="given-capture-unused"),
@@ -319,6 +333,26 @@ SEMANTIC_CASES = [
 @pytest.mark.parametrize(("text", "expected"), SEMANTIC_CASES)
 def test_semantic_error(text: str, expected: list[Expected]) -> None:
     assert_diagnostics(load_error(text), expected)
+
+
+@pytest.mark.parametrize(("text", "fired"), [
+    pytest.param("rule r: torch.mul(x, torch.neg(y)) | torch.mul(torch.neg(y), x) => torch.neg(torch.mul(x, y))\n",
+                 2, id="bound-by-every-alternative"),
+    pytest.param("rule r:\n    pattern:\n        m = torch.neg(y) | torch.abs(z)\n        return torch.sub(m, z)\n"
+                 "    replace:\n        return torch.add(m, torch.neg(z))\n",
+                 1, id="bound-outside-the-alternatives"),
+])
+def test_a_name_every_match_binds_may_be_used(text: str, fired: int) -> None:
+    """A name bound by each option of ``A | B``, or outside it (an interior name of the choice itself), loads,
+    and each match's replacement uses what that match bound."""
+    def program(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.mul(a, torch.neg(b)) + torch.mul(torch.neg(b), a) + torch.sub(torch.abs(a), a)
+
+    gm = torch.fx.symbolic_trace(program)
+    a, b = torch.randn(3), torch.randn(3)
+    report = fxrules.apply(gm, fxrules.parse(text, filename="ok.fxr"))
+    assert report.counts() == {"r": fired}
+    torch.testing.assert_close(gm(a, b), program(a, b))
 
 
 # ---------------------------------------------------------------- safety: a rule file is data, never code
