@@ -258,6 +258,15 @@ class CompiledRule:
 
     def match_candidate(self, anchor: Node, matcher: Matcher) -> Match | None:
         """:meth:`match` at an anchor for which :attr:`may_match` holds (any node, with a tracer)."""
+        found = self.outcome(anchor, matcher)
+        if isinstance(found, Skip):
+            raise found
+        return found
+
+    def outcome(self, anchor: Node, matcher: Matcher) -> Match | Skip | None:
+        """:meth:`match_candidate`, its refusal returned rather than raised (a raise costs a traceback entry per
+        frame it leaves, and an anchor's refusal is the commonest skip); a skip for the anchor's step budget is
+        raised still."""
         rule, tracer = self._rule(), matcher.tracer
         assert rule is not None, "a compiled matcher outlived its rule"
         root, fails = self._root, self._fails
@@ -304,9 +313,7 @@ class CompiledRule:
                     seen.rejected(attempt.bindings, nodes)
                 continue
             replayed = attempt.next_replay(fails)
-        if skip is not None:
-            raise skip
-        return None
+        return skip
 
 
 @per_object

@@ -484,14 +484,17 @@ def _no_change(splice: Splice) -> Detail | None:
     names, and match again in the next pass, forever: ``aten.sin.default(x) => aten.sin(x)`` in an aten-level
     graph, where the packet is emitted as the overload it matched."""
     match, values, created = splice.match, splice.values, splice.created
-    for value, output in zip(values, match.outputs, strict=True):
+    outputs = match.outputs
+    # one output (most rules) without a zip: a strict one costs as much as the tests of the loop
+    pairs = ((values[0], outputs[0]),) if len(outputs) == 1 else tuple(zip(values, outputs, strict=True))
+    for value, output in pairs:
         if value is not output and not (isinstance(value, Node) and value.op == output.op
                                         and value.target == output.target and value in created
                                         and not _uses_another_node(value, output, created)):
             return None  # the first tests of _same_value, which would fail: the usual replacement differs here
     new = set(created)
     seen: dict[Node, Node] = {}
-    for value, output in zip(values, match.outputs, strict=True):
+    for value, output in pairs:
         if not _same_value(value, output, new, seen):
             return None
     if not created:
