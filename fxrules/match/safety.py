@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Container, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -483,7 +483,8 @@ def _no_change(splice: Splice) -> Detail | None:
     ``torch.sum(x, dim=-1)``), down to the same existing nodes.  Spliced, it would change nothing but node
     names, and match again in the next pass, forever: ``aten.sin.default(x) => aten.sin(x)`` in an aten-level
     graph, where the packet is emitted as the overload it matched."""
-    match, values, created = splice.match, splice.values, splice.created
+    match, created = splice.match, splice.created
+    values: Sequence[Any] = splice.values  # one per output, at the splice stage
     outputs = match.outputs
     # one output (most rules) without a zip: a strict one costs as much as the tests of the loop
     pairs = ((values[0], outputs[0]),) if len(outputs) == 1 else tuple(zip(values, outputs, strict=True))
@@ -699,7 +700,8 @@ def _used_late(splice: Splice) -> Detail | None:
 def _literal_receiver(splice: Splice) -> Detail | None:
     """The generated code would not compile (``1.contiguous()``), and it is generated at the commit, whose
     failure undoes the whole ``apply``; refused now, only this rewrite is skipped."""
-    retired, outputs, values = splice.retired, splice.match.outputs, splice.values
+    retired, outputs = splice.retired, splice.match.outputs
+    values: Sequence[Any] = splice.values  # one per output, at the splice stage
     if len(outputs) == 1 and isinstance(values[0], Node):  # most rewrites (x * 1 => x): the loop's one exit, unzipped
         return None
     for output, value in zip(outputs, values, strict=True):
