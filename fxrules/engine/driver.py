@@ -138,7 +138,7 @@ class _Attempt(NamedTuple):
     rule: Rule
     name: str
     may_match: Callable[[torch.fx.Node], bool] | None  # the compiled matcher's cheap test (None: none, or explain)
-    match_candidate: Callable[[torch.fx.Node, Matcher], Match | None]
+    outcome: Callable[[torch.fx.Node, Matcher], Match | Skip | None]  # CompiledRule.outcome
 
 
 @attrs.define
@@ -283,7 +283,7 @@ class _Run:
         # with explain=True the matcher's tracer hears what the cheap test would reject: it is not asked first
         tests = {} if self.explain else plan.anchor_tests
         found = self._attempts[(node.op, node.target)] = tuple(
-            _Attempt(rule, rule.name, tests.get(id(rule)), self.compiled[id(rule)].match_candidate)
+            _Attempt(rule, rule.name, tests.get(id(rule)), self.compiled[id(rule)].outcome)
             for rule in self.index.rules_at(node))
         return found
 
@@ -291,9 +291,12 @@ class _Run:
         """The rule of ``attempt`` at ``node`` (whose cheap test holds): rewrite its first usable match."""
         rule, matcher = attempt.rule, current.matcher
         try:
-            match = attempt.match_candidate(node, matcher)
-        except Skip as skip:
+            match = attempt.outcome(node, matcher)
+        except Skip as skip:  # the anchor's step budget exhausted
             self._skipped(rule, node, skip, matcher)
+            return False
+        if isinstance(match, Skip):
+            self._skipped(rule, node, match, matcher)
             return False
         if match is None:
             best = matcher.misses.best

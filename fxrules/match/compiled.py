@@ -97,7 +97,7 @@ from fxrules.match.primitives import (
     users_near,
     value_type_problem,
 )
-from fxrules.match.safety import checks_for
+from fxrules.match.safety import ESCAPING_ONLY, checks_for, pair_refusal
 from fxrules.match.skips import Skip
 from fxrules.memo import per_object
 
@@ -232,6 +232,9 @@ class CompiledRule:
         #: whether :meth:`Matcher.refusal` may refuse a structural match at all (exact when False: neither the
         #: conditions before the checks nor one of ``_checks``)
         self._refusable = bool(self._checks) or self._conditions
+        #: whether a match of two nodes is refused by :func:`~fxrules.match.safety.pair_refusal` alone (exact when
+        #: True: no conditions before the checks, ``escaping_user`` the one check, one output read without a call)
+        self._pair = not self._conditions and self._checks == ESCAPING_ONLY and self._output_key is not None
         #: option step -> a test of its value that is True only where it certainly fails (_certain_failure)
         self._fails = fails
 
@@ -247,8 +250,23 @@ class CompiledRule:
             return None
         return self.match_candidate(anchor, matcher)
 
+    def _all_outputs(self, nodes: Mapping[int, Node]) -> tuple[Node | None, ...]:
+        """The nodes a complete match binds to the pattern's outputs."""
+        outputs = self._outputs(nodes)
+        assert None not in outputs, "a complete match binds every output"
+        return outputs
+
     def match_candidate(self, anchor: Node, matcher: Matcher) -> Match | None:
         """:meth:`match` at an anchor for which :attr:`may_match` holds (any node, with a tracer)."""
+        found = self.outcome(anchor, matcher)
+        if isinstance(found, Skip):
+            raise found
+        return found
+
+    def outcome(self, anchor: Node, matcher: Matcher) -> Match | Skip | None:
+        """:meth:`match_candidate`, its refusal returned rather than raised (a raise costs a traceback entry per
+        frame it leaves, and an anchor's refusal is the commonest skip); a skip for the anchor's step budget is
+        raised still."""
         rule, tracer = self._rule(), matcher.tracer
         assert rule is not None, "a compiled matcher outlived its rule"
         root, fails = self._root, self._fails
@@ -276,15 +294,13 @@ class CompiledRule:
                 if tracer is not None:
                     tracer.output = ""  # what the refusal reports is the whole match's
                 key, nodes = self._output_key, attempt.nodes
-                if key is not None:
-                    outputs: tuple[Node | None, ...] = (nodes[key],)
-                else:
-                    outputs = self._outputs(nodes)
-                    assert None not in outputs, "a complete match binds every output"
+                outputs: tuple[Node | None, ...] = (nodes[key],) if key is not None else self._all_outputs(nodes)
                 if not self._refusable:
                     refusal = None
                 elif self._conditions:
                     refusal = matcher.refusal(rule, attempt, outputs, self._checks)
+                elif self._pair and len(nodes) == 2:  # two operations (a pattern may have more in choices)
+                    refusal = pair_refusal(nodes, outputs[0], matcher.found.retired)  # type: ignore[arg-type]
                 else:  # Matcher.refusal, from its checks on (see _conditions)
                     refusal = matcher.found.refusal(rule, self._checks, nodes, outputs, attempt.bindings)
                 if refusal is None:  # Matcher.to_match, without the look-ups it makes for the interpreter
@@ -297,9 +313,7 @@ class CompiledRule:
                     seen.rejected(attempt.bindings, nodes)
                 continue
             replayed = attempt.next_replay(fails)
-        if skip is not None:
-            raise skip
-        return None
+        return skip
 
 
 @per_object

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Container, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -311,6 +312,21 @@ def _escaping_user(found: Found) -> Detail | None:
     return lambda: escaping_detail(first, matched, retired)
 
 
+def pair_refusal(nodes: Mapping[int, Node], output: Node, retired: Mapping[Node, None]) -> Skip | None:
+    """:meth:`Found.refusal` of a match of two nodes, ``output`` its one output, for a rule whose only ``match``
+    check is ``escaping_user`` (:data:`ESCAPING_ONLY`): the same skip, or None, without filling the Found in nor
+    building the matched set unless it refuses (the commonest refusal: ``neg(neg(x))`` of a shared ``neg``).
+    Exact: :func:`_escaping_user` passes over the output and reads the users of the other node alone, which
+    escape when one is neither matched (the output, or that node) nor retired; its detail names that node, of
+    the same two matched nodes."""
+    first, second = nodes.values()
+    inner = second if first is output else first
+    for user in inner.users:
+        if user is not output and user is not inner and user not in retired:
+            return Skip(SkipReason.ESCAPING_USER, partial(escaping_detail, inner, {first, second}, retired))
+    return None
+
+
 def _may_escape(rule: Rule) -> bool:
     """Exact: a match binds one node per operation of the pattern (:attr:`Found.nodes` is keyed by operation), so
     a pattern of one operation matches one node, and :func:`_escaping_user` refuses nothing below two."""
@@ -467,15 +483,19 @@ def _no_change(splice: Splice) -> Detail | None:
     ``torch.sum(x, dim=-1)``), down to the same existing nodes.  Spliced, it would change nothing but node
     names, and match again in the next pass, forever: ``aten.sin.default(x) => aten.sin(x)`` in an aten-level
     graph, where the packet is emitted as the overload it matched."""
-    match, values, created = splice.match, splice.values, splice.created
-    for value, output in zip(values, match.outputs, strict=True):
+    match, created = splice.match, splice.created
+    values: Sequence[Any] = splice.values  # one per output, at the splice stage
+    outputs = match.outputs
+    # one output (most rules) without a zip: a strict one costs as much as the tests of the loop
+    pairs = ((values[0], outputs[0]),) if len(outputs) == 1 else tuple(zip(values, outputs, strict=True))
+    for value, output in pairs:
         if value is not output and not (isinstance(value, Node) and value.op == output.op
                                         and value.target == output.target and value in created
                                         and not _uses_another_node(value, output, created)):
             return None  # the first tests of _same_value, which would fail: the usual replacement differs here
     new = set(created)
     seen: dict[Node, Node] = {}
-    for value, output in zip(values, match.outputs, strict=True):
+    for value, output in pairs:
         if not _same_value(value, output, new, seen):
             return None
     if not created:
@@ -680,8 +700,11 @@ def _used_late(splice: Splice) -> Detail | None:
 def _literal_receiver(splice: Splice) -> Detail | None:
     """The generated code would not compile (``1.contiguous()``), and it is generated at the commit, whose
     failure undoes the whole ``apply``; refused now, only this rewrite is skipped."""
-    retired = splice.retired
-    for output, value in zip(splice.match.outputs, splice.values, strict=True):
+    retired, outputs = splice.retired, splice.match.outputs
+    values: Sequence[Any] = splice.values  # one per output, at the splice stage
+    if len(outputs) == 1 and isinstance(values[0], Node):  # most rewrites (x * 1 => x): the loop's one exit, unzipped
+        return None
+    for output, value in zip(outputs, values, strict=True):
         if isinstance(value, Node):
             continue
         for user in output.users:
@@ -859,6 +882,9 @@ SAFETY_CHECKS = (
                 "a returned output would share memory with a graph input, an attribute or another returned value",
                 _alias),
 )
+
+#: The ``match`` stage's checks of a rule whose matches only ``escaping_user`` may refuse (see :func:`pair_refusal`).
+ESCAPING_ONLY = tuple(check for check in SAFETY_CHECKS if check.name == "escaping_user")
 
 #: The checks of each stage, in order.
 MATCH_CHECKS, PASS_CHECKS, EMIT_CHECKS, SPLICE_CHECKS = (
