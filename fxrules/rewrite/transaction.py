@@ -156,7 +156,7 @@ class Transaction:
     names: _Names | None = None  # taken at the first mark
     # the graph's insertion point at the first mark: a rewrite moves it before its anchor for a while, and an
     # interrupt there would leave it moved (later nodes, even the graph's output, would go there)
-    insert: Callable[[torch.fx.Node], None] | None = None
+    insert: Callable[..., None] | None = None
     # target -> the name Graph.create_node would base a new node's on (Graph._target_to_str, a function of the
     # target alone), found once per target: given as ``name``, create_node makes the same unique name of it
     stems: dict[Any, str] = attrs.Factory(dict)

@@ -6,8 +6,6 @@ hooks or without (FX's own ``erase_node`` then erases, and its lines are interru
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
-from types import CodeType, FrameType
 from typing import Any
 
 import pytest
@@ -17,6 +15,7 @@ import torch.fx
 import fxrules
 from fxrules.rewrite import lint, transaction
 from tests.engine.test_all_or_nothing import assert_unchanged, snapshot
+from tests.interrupting import Interrupter
 
 RULES = fxrules.parse("""
 rule neg_twice:
@@ -64,24 +63,6 @@ def _model(hooked: bool) -> tuple[torch.fx.GraphModule, list[str]]:
 
 
 _TRACED = (transaction.__file__, torch.fx.Graph.erase_node.__code__)
-
-
-class Interrupter:
-    """A tracer (``sys.settrace(interrupter.call)``) counting the lines run in the code ``traced`` accepts and
-    raising KeyboardInterrupt at line ``index`` (None: never): a Ctrl-C at a chosen line."""
-
-    def __init__(self, index: int | None, traced: Callable[[CodeType], bool]) -> None:
-        self.index, self.traced, self.count = index, traced, 0
-
-    def _line(self, frame: FrameType, event: str, _: Any) -> Callable[..., Any]:
-        if event == "line":
-            if self.count == self.index:
-                raise KeyboardInterrupt
-            self.count += 1
-        return self._line
-
-    def call(self, frame: FrameType, event: str, _: Any) -> Callable[..., Any] | None:
-        return self._line if self.traced(frame.f_code) else None
 
 
 def run_commit_interrupted(gm: torch.fx.GraphModule, rules: fxrules.RuleSet, index: int | None) -> int:

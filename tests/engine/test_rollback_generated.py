@@ -16,7 +16,6 @@ import os
 import random
 import sys
 from collections.abc import Callable
-from types import FrameType
 from typing import Any
 
 import pytest
@@ -25,6 +24,7 @@ import torch.fx
 
 import fxrules
 from fxrules.rewrite import lint
+from tests.interrupting import Interrupter, apply_interrupted, under
 
 RULE_TEXT = """
 rule neg_twice:
@@ -173,34 +173,6 @@ def state(gm: torch.fx.GraphModule) -> dict[str, Any]:
     return {"nodes": nodes, "buckets": buckets, "code": gm.code, "modules": list(gm._modules)}
 
 
-class Interrupter:
-    """A tracer raising KeyboardInterrupt at the ``index``-th line run in fxrules' code (None: never); counts."""
-
-    def __init__(self, index: int | None) -> None:
-        self.index, self.count = index, 0
-        self.prefix = os.path.dirname(fxrules.__file__)
-
-    def _line(self, frame: FrameType, event: str, _: Any) -> Callable[..., Any]:
-        if event == "line":
-            if self.count == self.index:
-                raise KeyboardInterrupt
-            self.count += 1
-        return self._line
-
-    def call(self, frame: FrameType, event: str, _: Any) -> Callable[..., Any] | None:
-        return self._line if frame.f_code.co_filename.startswith(self.prefix) else None
-
-
-def _interrupted_apply(gm: torch.fx.GraphModule, index: int | None) -> int:
-    interrupter = Interrupter(index)
-    sys.settrace(interrupter.call)
-    try:
-        fxrules.apply(gm, RULES)
-    finally:
-        sys.settrace(None)
-    return interrupter.count
-
-
 def _rejecting_lint(real: Callable[[torch.fx.Graph], None]) -> Callable[[torch.fx.Graph], None]:
     def rejecting(graph: torch.fx.Graph) -> None:
         real(graph)
@@ -258,15 +230,16 @@ def test_an_interrupt_at_a_line_of_apply_leaves_the_generated_graph_as_it_was(se
     """A Ctrl-C at lines spread over the whole ``apply`` (matching, rewriting, committing) propagates and leaves
     the graph as it was, or, landing once the commit is done, as an uninterrupted ``apply`` leaves it; either
     way a later ``apply`` gives what it gives an untouched copy."""
-    _interrupted_apply(generated(seed), None)  # the rules' caches filled, as they are for the counted run below
-    lines = _interrupted_apply(generated(seed), None)
+    # the rules' caches filled, as they are for the counted run below
+    apply_interrupted(generated(seed), RULES, None, IN_FXRULES)
+    lines = apply_interrupted(generated(seed), RULES, None, IN_FXRULES)
     rewritten = generated(seed)
     fxrules.apply(rewritten, RULES)
     for index in sorted(random.Random(seed).sample(range(lines), min(lines, 6))):
         gm = generated(seed)
         before = state(gm)
         with pytest.raises(KeyboardInterrupt):
-            _interrupted_apply(gm, index)
+            apply_interrupted(gm, RULES, index, IN_FXRULES)
         assert state(gm) in (before, state(rewritten)), (seed, index)
         gm.graph.lint()
         fxrules.apply(gm, RULES)
@@ -306,12 +279,9 @@ def _relu_twice(x: torch.Tensor) -> torch.Tensor:
     return torch.relu(torch.relu(x)) + 1
 
 
-class RewriteInterrupter(Interrupter):
-    """An :class:`Interrupter` of the lines run in fxrules' rewriting code only (where nodes are made)."""
-
-    def __init__(self, index: int | None) -> None:
-        super().__init__(index)
-        self.prefix = os.path.join(self.prefix, "rewrite", "")
+#: the lines of fxrules' own code, and of its rewriting code alone (where the rewriter sets the insertion point)
+IN_FXRULES = under(os.path.dirname(fxrules.__file__))
+IN_REWRITING = under(os.path.join(os.path.dirname(fxrules.__file__), "rewrite"))
 
 
 def _appended_last(gm: torch.fx.GraphModule) -> bool:
@@ -325,7 +295,7 @@ def _appended_last(gm: torch.fx.GraphModule) -> bool:
 def test_an_interrupt_at_any_line_of_a_rewrite_leaves_the_insertion_point_as_it_was() -> None:
     """A Ctrl-C at each line run in fxrules' rewriting code leaves the graph as it was, nodes made later
     included: they go last, as before ``apply``."""
-    interrupter = RewriteInterrupter(None)
+    interrupter = Interrupter(None, IN_REWRITING)
     sys.settrace(interrupter.call)
     try:
         fxrules.apply(torch.fx.symbolic_trace(_relu_twice), ONE_CALL)
@@ -336,7 +306,7 @@ def test_an_interrupt_at_any_line_of_a_rewrite_leaves_the_insertion_point_as_it_
     for index in range(interrupter.count):
         gm = torch.fx.symbolic_trace(_relu_twice)
         before = state(gm)
-        interrupter = RewriteInterrupter(index)
+        interrupter = Interrupter(index, IN_REWRITING)
         sys.settrace(interrupter.call)
         try:
             fxrules.apply(gm, ONE_CALL)

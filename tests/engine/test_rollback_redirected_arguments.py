@@ -5,8 +5,6 @@ or may be changed by the module's replace hooks, is undone from the arguments as
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 import torch
 import torch.fx
@@ -15,7 +13,7 @@ import fxrules
 from fxrules.diagnostics import FxrConvergenceError
 from fxrules.rewrite import transaction
 from tests.engine.test_all_or_nothing import assert_unchanged, snapshot
-from tests.engine.test_interrupted_commit import Interrupter
+from tests.interrupting import apply_interrupted, in_file
 
 #: ``neg_twice`` redirects the users of a double negation to ``x``; ``grows`` keeps firing, so apply fails.
 RULES = fxrules.parse("""
@@ -121,27 +119,15 @@ def both_ways(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> tuple[torch.
     return torch.add(torch.neg(torch.neg(x)), x), torch.mul(torch.neg(torch.neg(y)), z), torch.sub(z, y)
 
 
-def _apply_interrupted(gm: torch.fx.GraphModule, index: int | None) -> int:
-    """``apply`` with every line of the transaction's code counted, raising KeyboardInterrupt at line
-    ``index`` (None: not at all); how many lines were counted."""
-    interrupter = Interrupter(index, lambda code: code.co_filename == transaction.__file__)
-    sys.settrace(interrupter.call)
-    try:
-        fxrules.apply(gm, NEG_TWICE)
-    finally:
-        sys.settrace(None)
-    return interrupter.count
-
-
 def test_an_interrupt_at_any_line_of_the_transaction_gives_redirected_users_their_arguments_back() -> None:
     """An interrupt anywhere in the transaction's code, between any two redirections of either kind or during
     the commit, propagates and leaves every node's arguments and users as they were."""
-    lines = _apply_interrupted(torch.fx.symbolic_trace(both_ways), None)
+    lines = apply_interrupted(torch.fx.symbolic_trace(both_ways), NEG_TWICE, None, in_file(transaction.__file__))
     assert lines > 20
     for index in range(lines):
         gm = torch.fx.symbolic_trace(both_ways)
         before, arguments = snapshot(gm), _arguments(gm)
         with pytest.raises(KeyboardInterrupt):
-            _apply_interrupted(gm, index)
+            apply_interrupted(gm, NEG_TWICE, index, in_file(transaction.__file__))
         assert _arguments(gm) == arguments, index
         assert_unchanged(before, gm)

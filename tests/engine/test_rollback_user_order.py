@@ -3,8 +3,6 @@ rewrite gave a new input: undoing the redirection must not move that node to the
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 import torch
 import torch.fx
@@ -13,7 +11,7 @@ import fxrules
 from fxrules.diagnostics import FxrConvergenceError
 from fxrules.rewrite import transaction
 from tests.engine.test_all_or_nothing import assert_unchanged, snapshot
-from tests.engine.test_interrupted_commit import Interrupter
+from tests.interrupting import apply_interrupted, in_file
 
 #: ``neg_twice`` redirects ``add`` from the double negation to ``x``; ``grows`` keeps firing, so apply fails.
 RULES = fxrules.parse("""
@@ -47,31 +45,20 @@ def two_redirected_users(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> t
     return torch.add(negated, y), torch.mul(negated, z), torch.sub(y, 1.0), torch.sub(z, 1.0)
 
 
-def _apply_interrupted(gm: torch.fx.GraphModule, index: int | None) -> int:
-    """``apply`` with every line of the transaction's code counted, raising KeyboardInterrupt at line
-    ``index`` (None: not at all); how many lines were counted."""
-    interrupter = Interrupter(index, lambda code: code.co_filename == transaction.__file__)
-    sys.settrace(interrupter.call)
-    try:
-        fxrules.apply(gm, NEG_TWICE)
-    finally:
-        sys.settrace(None)
-    return interrupter.count
-
-
 NEG_TWICE = fxrules.parse("rule neg_twice:\n    torch.neg(torch.neg(x)) => x\n", "interrupt.fxr")
 
 
 def test_an_interrupt_at_any_line_of_the_transaction_keeps_the_user_order_of_redirected_nodes_inputs() -> None:
     """An interrupt anywhere in the transaction's code (a rewrite's redirections of ``add`` and ``mul``, the
     commit) propagates and leaves the module as it was, the users of ``y`` and ``z`` in their order."""
-    lines = _apply_interrupted(torch.fx.symbolic_trace(two_redirected_users), None)
+    gm = torch.fx.symbolic_trace(two_redirected_users)
+    lines = apply_interrupted(gm, NEG_TWICE, None, in_file(transaction.__file__))
     assert lines > 20
     for index in range(lines):
         gm = torch.fx.symbolic_trace(two_redirected_users)
         before = snapshot(gm)
         with pytest.raises(KeyboardInterrupt):
-            _apply_interrupted(gm, index)
+            apply_interrupted(gm, NEG_TWICE, index, in_file(transaction.__file__))
         try:
             assert_unchanged(before, gm)
         except AssertionError as error:
