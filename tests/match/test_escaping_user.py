@@ -39,15 +39,17 @@ rule triple_neg:
 """
 
 
+def shared(x: torch.Tensor) -> torch.Tensor:
+    """``neg(neg(x))`` whose inner ``neg`` is also used outside it."""
+    inner = torch.neg(x)
+    return torch.neg(inner) + inner
+
+
 def _skips(report: fxrules.Report, rule: str) -> list[tuple[str, str, str]]:
     return [(s.reason, s.node, s.detail) for s in report[rule].skipped]
 
 
 def test_an_inner_node_used_outside_the_match_refuses_it_and_is_named() -> None:
-    def shared(x: torch.Tensor) -> torch.Tensor:
-        inner = torch.neg(x)
-        return torch.neg(inner) + inner
-
     report = fxrules.apply(trace(shared), fxrules.parse(DOUBLE_NEG))
     assert report.total_fired == 0
     assert _skips(report, "double_neg") == [("escaping user", "neg_1", "'neg' is also used by add outside the match")]
@@ -75,10 +77,6 @@ def test_a_user_rewritten_away_earlier_in_the_pass_does_not_escape() -> None:
 
 
 def test_a_typed_capture_without_metadata_is_reported_before_an_escaping_user() -> None:
-    def shared(x: torch.Tensor) -> torch.Tensor:
-        inner = torch.neg(x)
-        return torch.neg(inner) + inner
-
     report = fxrules.apply(trace(shared), fxrules.parse(DOUBLE_NEG_TYPED))
     assert report.total_fired == 0
     [(reason, node, detail)] = _skips(report, "double_neg_typed")
