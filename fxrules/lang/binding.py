@@ -109,6 +109,15 @@ class Bindings:
         """The symbolic dims of the ``given`` tensor types (``M`` of ``Tensor[M, K]``): bound by a match."""
         return {s for t in self.types.values() if isinstance(t, TensorType) for s in t.symbols()}
 
+    def dims_of(self, capture: str) -> tuple[str, ...]:
+        """The symbolic dims the ``given`` type of ``capture`` carries (a match binding it binds them)."""
+        declared = self.types.get(capture)
+        return tuple(declared.symbols()) if isinstance(declared, TensorType) else ()
+
+    def note_always_bound(self, always: set[str]) -> None:
+        """Given the names (and dims) every match binds, note the rest the pattern binds as :attr:`partly_bound`."""
+        self.partly_bound = (self.used_captures | self.interior.keys() | self.dim_symbols()) - always
+
 
 class SectionResolver(abc.ABC):
     """Resolves the statements of one rule section into templates, reporting problems to the sink."""

@@ -11,7 +11,7 @@ would be a capture that matches anything.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from fxrules.diagnostics import DiagnosticSink, Span
@@ -90,10 +90,11 @@ class PatternResolver(SectionResolver):
         return self.error(expr.span, f"helper '@{expr.name}' may only be called in a replacement")
 
 
-def always_bound(outputs: Iterable[Template], interior: Mapping[str, Template]) -> set[str]:
-    """The names every match of a pattern binds: the captures, and the ``interior`` names of templates, outside
-    any ``A | B`` or bound by each of its options (a name one option binds alone is unbound when another
-    option matched)."""
+def always_bound(outputs: Iterable[Template], interior: Mapping[str, Template],
+                 dims: Callable[[str], Iterable[str]]) -> set[str]:
+    """The names every match of a pattern binds: the captures with the ``dims`` of their types, and the
+    ``interior`` names of templates, outside any ``A | B`` or bound by each of its options (a name one option
+    binds alone is unbound when another option matched)."""
     named: dict[int, set[str]] = {}
     for name, template in interior.items():
         named.setdefault(id(template), set()).add(name)
@@ -104,11 +105,11 @@ def always_bound(outputs: Iterable[Template], interior: Mapping[str, Template]) 
         if found is not None:
             return found
         if isinstance(template, Capture):
-            found = frozenset((template.name,))
+            found = frozenset((template.name, *dims(template.name)))
         elif isinstance(template, AltTemplate):
             found = frozenset.intersection(*map(bound, template.options)) if template.options else frozenset()
         elif isinstance(template, OpTemplate):
-            own = () if template.binds is None else (template.binds,)
+            own = () if template.binds is None else (template.binds, *dims(template.binds))
             found = frozenset(own).union(*map(bound, template.operands()))
         elif isinstance(template, SeqTemplate):
             found = frozenset().union(*map(bound, template.items))

@@ -53,8 +53,7 @@ class RuleResolver:
         bindings = Bindings(given.types, given.untyped)
         pattern = PatternResolver(self.sink, self.scope, bindings).statements(decl.pattern)
         if not bindings.failures:  # a stand-in for an expression in error binds nothing: one error, not two
-            names = bindings.used_captures | bindings.interior.keys()
-            bindings.partly_bound = names - always_bound(pattern, bindings.interior)
+            bindings.note_always_bound(always_bound(pattern, bindings.interior, bindings.dims_of))
         guard = self.guard(decl.where, bindings) if decl.where else None
         replacement = ReplacementResolver(self.sink, self.scope, bindings).statements(decl.replace)
         self.check_rule(pattern, replacement, bindings, given)

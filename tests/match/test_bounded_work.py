@@ -288,9 +288,11 @@ def test_a_stack_of_alternatives_within_the_budget_matches() -> None:
 
 
 def test_alternatives_that_bind_differently_are_bounded_by_the_budget() -> None:
-    """``torch.cat([a0 | b0, ..., a15 | b15])``: 2 ** 16 structural matches that bind different names."""
+    """``torch.cat([a0 | b0, ..., a15 | b15])``: 2 ** 16 structural matches that bind different names, each
+    refused by a guard that holds for none."""
     items = ", ".join(f"a{i} | b{i}" for i in range(16))
-    rules = fxrules.parse(f"rule cat_choices:\n    torch.cat([{items}]) => a0 where a0 is None\n")
+    rules = fxrules.parse(f"rule cat_choices:\n    pattern:\n        c = torch.cat([{items}])\n        return c\n"
+                          "    where:\n        c is None\n    replace:\n        return torch.neg(c)\n")
     graph = torch.fx.Graph()
     x = graph.placeholder("x")
     graph.output(graph.call_function(torch.cat, ([x] * 16,)))
