@@ -2,7 +2,7 @@
 
 :class:`ReferenceMatcher` interprets a rule's templates with backtracking generators over immutable
 states, from the same pieces as the compiled matcher the engine runs (:mod:`fxrules.match.primitives`
-for types, argument binding and steps; :meth:`Matcher.check_usable` once the structure matched): the
+for types, argument binding and steps; :meth:`Matcher.refusal` once the structure matched): the
 ``matching`` fixture of ``conftest.py`` runs the matching tests against both, and the differential
 tests compare the engine with :func:`reference_matches`, every rule at every node, no index, no early
 reject.
@@ -48,6 +48,8 @@ from fxrules.match.primitives import (
     Unreadable,
     describe_node,
     named_values,
+    output_keys,
+    output_nodes,
     same_function,
     show,
     tensor_fit,
@@ -78,13 +80,15 @@ class ReferenceMatcher(Matcher):
                 if not seen.is_new(state.bindings, state.nodes):
                     continue
                 self.misses.output = ""
-                try:
-                    self.check_usable(rule, state)
-                except Skip as reason:
-                    skip = skip or reason
+                refusal = self.refusal(rule, state)
+                if refusal is not None:
+                    skip = skip or refusal
                     seen.rejected(state.bindings, state.nodes)
                     continue
-                return self.to_match(rule, state)
+                outputs = output_nodes(output_keys(rule.pattern), state.nodes)
+                assert None not in outputs, "a complete match binds every output"
+                return Match(rule, outputs, tuple(state.nodes.values()), state.bindings,  # type: ignore[arg-type]
+                             state.modules)
         except BudgetExhausted:
             raise budget.skip() from None
         if skip is not None:

@@ -303,7 +303,7 @@ class CompiledRule:
                     refusal = pair_refusal(nodes, outputs[0], matcher.found.retired)  # type: ignore[arg-type]
                 else:  # Matcher.refusal, from its checks on (see _conditions)
                     refusal = matcher.found.refusal(rule, self._checks, nodes, outputs, attempt.bindings)
-                if refusal is None:  # Matcher.to_match, without the look-ups it makes for the interpreter
+                if refusal is None:  # the match keeps the attempt's mappings: the attempt is dropped
                     return Match(rule, outputs, tuple(nodes.values()), attempt.bindings,  # type: ignore[arg-type]
                                  attempt.modules)
                 skip = skip or refusal  # go on to the other options, and raise the first if none is usable

@@ -1,7 +1,7 @@
 """Matching one rule at one node of an FX graph: the one entry point the engine and the loop check call.
 
 * :meth:`Matcher.match` runs the rule's compiled matcher (:mod:`fxrules.match.compiled`, built once
-  per rule): the first structural match in depth-first order that :meth:`Matcher.check_usable` accepts,
+  per rule): the first structural match in depth-first order that :meth:`Matcher.refusal` does not refuse,
   else the first reason one was not (:class:`~fxrules.match.skips.Skip`), else None.
 * A :class:`Matcher` holds what matching reads besides the node: the graph module (its submodules and
   attributes), the nodes rewritten away in this pass (``retired``: no longer users of anything), and,
@@ -98,12 +98,6 @@ class Matcher:
 
     # ---------------------------------------------------------------- after the structure matched
 
-    def check_usable(self, rule: Rule, state: Bound, outputs: Outputs | None = None) -> None:
-        """Raise :class:`Skip` when a structural match cannot be used (see :meth:`refusal`)."""
-        skip = self.refusal(rule, state, outputs)
-        if skip is not None:
-            raise skip
-
     def refusal(self, rule: Rule, state: Bound, outputs: Outputs | None = None,
                 checks: tuple[SafetyCheck, ...] | None = None) -> Skip | None:
         """Why a structural match cannot be used, or None: a typed capture without metadata, the guard, then the
@@ -152,12 +146,3 @@ class Matcher:
             return type(value)(self.guard_value(v) for v in value)
         return value
 
-    def to_match(self, rule: Rule, state: Bound, outputs: Outputs | None = None) -> Match:
-        """The usable match a structural match makes (``outputs`` as for :meth:`check_usable`).
-
-        It keeps the state's mappings, not copies: neither execution changes them once a match is made of
-        them (the compiled matcher drops its attempt, the interpreter's states are immutable)."""
-        if outputs is None:
-            outputs = output_nodes(output_keys(rule.pattern), state.nodes)
-        assert None not in outputs and len(outputs) == len(rule.pattern), "a complete match binds every output"
-        return Match(rule, outputs, tuple(state.nodes.values()), state.bindings, state.modules)  # type: ignore[arg-type]

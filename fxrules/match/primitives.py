@@ -80,7 +80,7 @@ class Budget:
 
 def binding_key(bindings: Mapping[str, Any], nodes: Mapping[int, torch.fx.Node]) -> tuple[frozenset[Any], ...]:
     """What a structural match binds, by identity: two matches with the same key get the same answer from
-    :meth:`Matcher.check_usable` (same values for the types and guard, same nodes for users and cycles)."""
+    :meth:`Matcher.refusal` (same values for the types and guard, same nodes for users and cycles)."""
     return frozenset((name, id(value)) for name, value in bindings.items()), frozenset(map(id, nodes.values()))
 
 
@@ -109,7 +109,7 @@ class SeenMatches:
 
 
 class Bound(Protocol):
-    """What a structural match bound, as :meth:`Matcher.check_usable` and :meth:`Matcher.to_match` read it: a
+    """What a structural match bound, as :meth:`Matcher.refusal` reads it and a :class:`Match` keeps it: a
     :class:`State` of the interpreter, or the compiled matcher's attempt itself (no copy on the hot path)."""
 
     @property

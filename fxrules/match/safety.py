@@ -432,7 +432,7 @@ def _overlap(in_pass: InPass) -> Detail | None:
 
 def _several_outputs(rule: Rule) -> bool:
     """Exact for the checks that return at once for a match of one output: a match has an output node per
-    output of the pattern (:meth:`~fxrules.match.matcher.Matcher.to_match`)."""
+    output of the pattern (a complete match binds every output)."""
     return len(rule.pattern) > 1
 
 
