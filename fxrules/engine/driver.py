@@ -211,7 +211,7 @@ class _Run:
     def _erase_and_recompile(self, transaction: Transaction) -> None:
         gm, graph = self.gm, self.gm.graph
         referenced_before = _module_targets(graph)
-        transaction.erase_dead(graph, _removable(transaction.retired))
+        transaction.erase_dead(graph, _removable())
         transaction.recompile(gm)
         referenced_after = _module_targets(graph)
         unreferenced = referenced_before - referenced_after
@@ -410,9 +410,10 @@ def _commit_failure(graph: torch.fx.Graph, path: str, error: Exception) -> str:
     return f"{where}the rewritten graph could not be committed, so nothing was changed: {type(error).__name__}: {error}"
 
 
-def _removable(retired: Mapping[torch.fx.Node, None]) -> Callable[[torch.fx.Node], bool]:
-    """Whether the commit may erase an unused node: a retired one (a rewrite replaced it; an impure one
-    only where the pattern named its target), or one without side effects.
+def _removable() -> Callable[[torch.fx.Node], bool]:
+    """Whether the commit may erase an unused node a rewrite did not retire: one without side effects (a
+    retired node, which a rewrite replaced, is erased whatever it does: an impure one is retired only where
+    the pattern named its target).
 
     ``impure_random`` is the value ``Graph.eliminate_dead_code`` passes by default.  FX deems an in-place
     call such as ``x.add_(1)`` pure, so an unused one would be erased and every later reader of ``x`` see
@@ -423,7 +424,7 @@ def _removable(retired: Mapping[torch.fx.Node, None]) -> Callable[[torch.fx.Node
         impure_random = torch._inductor.config.fallback_random
 
     def removable(node: torch.fx.Node) -> bool:
-        return node in retired or not has_side_effects(node, impure_random)
+        return not has_side_effects(node, impure_random)
 
     return removable
 

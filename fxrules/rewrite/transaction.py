@@ -302,17 +302,17 @@ class Transaction:
     # ------------------------------------------------------------------ the commit's changes
 
     def erase_dead(self, graph: torch.fx.Graph, removable: Callable[[torch.fx.Node], bool]) -> None:
-        """Erase, last to first, every node nothing uses that ``removable`` allows, as
-        ``Graph.eliminate_dead_code`` does, logging each before it goes."""
+        """Erase, last to first, every node nothing uses that is retired or that ``removable`` allows (it is
+        not asked of a retired node), as ``Graph.eliminate_dead_code`` does, logging each before it goes."""
         self._keep_buckets(graph)
-        kept, erased = self.users, self.erased
+        kept, erased, retired = self.users, self.erased, self.retired
         # a module's erase hooks (a GraphTransformObserver's, say) are run by FX's own erase_node
         hooked = getattr(graph.owning_module, "_erase_node_hooks", None)
         erase = graph.erase_node if hooked else functools.partial(erase_node, graph)
         # the nodes without users, filtered in C as the walk reaches each (so one whose last user was erased
         # just before is among them, as in a loop asking each node): most nodes have users
         for node in itertools.filterfalse(_USERS, reversed(graph.nodes)):
-            if not removable(node):
+            if node not in retired and not removable(node):  # most dead nodes are retired: no call for them
                 continue
             # what .all_input_nodes, .args and .kwargs return, without their Python calls and list
             for used in node._input_nodes:
@@ -320,7 +320,7 @@ class Transaction:
                     kept[used] = list(used.users)
             erased.append((node, node._prev, node._args, node._kwargs, node._sort_key))
             erase(node)
-        self.retired.clear()  # erased: each retired node's users are retired, and come after it
+        retired.clear()  # erased: each retired node's users are retired, and come after it
 
     def recompile(self, gm: torch.fx.GraphModule) -> None:
         """``gm.recompile()``, which recompiles every GraphModule under ``gm``; their generated code is kept

@@ -115,3 +115,41 @@ def test_a_helper_buffer_still_read_is_kept() -> None:
     assert "two" in gm.state_dict()
     t = torch.randn(3)
     torch.testing.assert_close(gm(t), t * 2)
+
+
+class _DeadBeforeAndAfter(torch.nn.Module):
+    """Dead code from the start (a pure product, an assertion that writes nothing but must run) and code a
+    rewrite leaves dead (a random call the rule names, a pair of negations)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.sin() * 2  # unused from the start: the commit erases it, and the sin only it reads
+        torch._assert(x.numel() > 0, "empty")
+        return torch.neg(torch.neg(torch.nn.functional.dropout(x, 0.5, True))) + 1
+
+
+DROP_DROPOUT_AND_NEGATIONS = """
+rule drop:
+    F.dropout(x, 0.5, True) => x
+
+rule neg_twice:
+    torch.neg(torch.neg(x)) => x
+"""
+
+
+def test_the_commit_erases_the_retired_nodes_and_the_pure_code_dead_from_the_start() -> None:
+    """The commit erases, last to first, every unused node a rewrite retired (the random dropout too: the rule
+    names it) and every unused pure node, also one that was unused before ``apply`` and the nodes only it
+    used; an unused call with an effect (``torch._assert``) stays, and so do the nodes it reads.  With an
+    erase hook or without one, the same nodes go."""
+    codes: list[str] = []
+    heard: list[str] = []  # the hooked module's, the second
+    for hooked in (False, True):
+        gm = torch.fx.symbolic_trace(_DeadBeforeAndAfter())
+        if hooked:
+            gm._register_erase_node_hook(lambda node: heard.append(node.name))
+        report = fxrules.apply(gm, fxrules.parse(DROP_DROPOUT_AND_NEGATIONS))
+        assert report.counts() == {"drop": 1, "neg_twice": 1}
+        assert [n.name for n in gm.graph.nodes] == ["x", "numel", "gt", "_assert", "add", "output"]
+        codes.append(gm.code)
+    assert heard == ["neg_1", "neg", "dropout", "mul", "sin"]
+    assert codes[0] == codes[1]

@@ -51,6 +51,17 @@ def _duplicate_name(gm: torch.fx.GraphModule) -> None:
     _node(gm, "neg").name = "inner"
 
 
+def _output_named_as_the_input(gm: torch.fx.GraphModule) -> None:
+    """The last node takes the first node's name: the two are as far apart as a graph allows."""
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    output.name = next(iter(gm.graph.nodes)).name
+
+
+def _listed_node_of_another_graph(gm: torch.fx.GraphModule) -> None:
+    """In the node list and the table, but naming another graph as its own."""
+    object.__setattr__(_node(gm, "neg"), "graph", torch.fx.Graph())
+
+
 def _function_not_callable(gm: torch.fx.GraphModule) -> None:
     _node(gm, "neg").target = "neg"
 
@@ -103,6 +114,8 @@ BREAKAGES: dict[str, Callable[[torch.fx.GraphModule], None]] = {
     "missing from the find_nodes table": _missing_from_the_table,
     "used before it is defined": _used_before_defined,
     "duplicate name": _duplicate_name,
+    "the output named as the input": _output_named_as_the_input,
+    "a listed node of another graph": _listed_node_of_another_graph,
     "call_function target not callable": _function_not_callable,
     "call_method target not a string": _method_not_a_string,
     "get_attr of a missing attribute": _missing_attribute,
