@@ -33,7 +33,8 @@ capture, :class:`Reach`):
   after them; the next pass's candidates are narrowed from it.  A node outside it is woken only when a
   rewrite of that pass reaches it (:meth:`Incremental._wake_beyond_domain`).
 * **visited** / **changed**: where (the count of nodes the pass had listed so far) the pass looked at a
-  node / last rewrote something that changed a node's inputs or users.
+  node / last rewrote something that changed a node's inputs or users (but for the nodes it gave a new
+  input: they come after every node visited so far, :meth:`Incremental._note_changed`).
 * **settled**: candidates of the next pass whose outcome the pass just done knows already (looked at
   after every change within their reach, and no overlap there): nothing fires there, so the next pass
   passes over them until it first fires.
@@ -319,11 +320,12 @@ class Incremental(Scheduler):
         """Note the nodes a rewrite changed at the position of the node being visited, the last one listed
         (now, while the rewrite has just read them: a log replayed when the pass ends would read them again).
 
-        Not the nodes it gave a new input (the most): they were users of ``anchor``, so they and every node
-        whose inputs they are come after it in graph order, which the pass visits in (candidates in order, woken
-        nodes ahead of the rewritten one), and the graph keeps (an existing node never moves).  Such a node was
-        not visited yet, so the change is before the visit :func:`changed_since` compares it with: it never
-        decides whether a node settled.
+        Not the nodes it gave a new input (most of what it changed): passes settle only with single-output
+        patterns, so those nodes used ``anchor``, and they and every node that uses them (where a match that
+        contains them may be anchored) come after ``anchor`` in graph order.  A pass visits in graph order
+        (candidates in order, woken nodes ahead of the rewritten one) and an existing node never moves, so none
+        of them was visited yet: :func:`changed_since` would only compare this change with a later visit, and
+        it never decides whether a node settled.
         """
         changed, position = self._pass.changed, len(self._pass.visited) - 1
         changed[anchor] = position
