@@ -33,7 +33,8 @@ capture, :class:`Reach`):
   after them; the next pass's candidates are narrowed from it.  A node outside it is woken only when a
   rewrite of that pass reaches it (:meth:`Incremental._wake_beyond_domain`).
 * **visited** / **changed**: where (the count of nodes the pass had listed so far) the pass looked at a
-  node / last rewrote something that changed a node's inputs or users.
+  node / last rewrote something that changed a node's inputs or users (but for the nodes it gave a new
+  input: they come after every node visited so far, :meth:`Incremental._note_changed`).
 * **settled**: candidates of the next pass whose outcome the pass just done knows already (looked at
   after every change within their reach, and no overlap there): nothing fires there, so the next pass
   passes over them until it first fires.
@@ -50,7 +51,7 @@ import functools
 import heapq
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import attrs
 import torch.fx
@@ -63,7 +64,7 @@ from fxrules.memo import per_object
 from fxrules.rewrite.rewriter import Rewrite
 
 Node = torch.fx.Node
-_UNSEEN: Any = object()  # a key _satisfiers_at has not been asked about yet
+_UNSEEN: Any = object()  # a key _wakers_at has not been asked about yet
 
 #: Guard functions whose value depends on a value's users, which rewrites elsewhere can change.
 USER_COUNTING = frozenset({"num_users", "is_mutated"})
@@ -199,6 +200,14 @@ class VisitEverything(Scheduler):
         return self.plan.index.candidates(NodeIndex(self.plan.gm.graph))
 
 
+class _Wakers(NamedTuple):
+    """What may wake a node of one key: the :class:`Satisfiers` of the rules filed under it, and whether they
+    admit each node given as a new input so far (a node's op and target stay as they are during an apply)."""
+
+    satisfiers: Satisfiers
+    admitted: dict[Node, bool]
+
+
 @attrs.define
 class _PassState:
     """What :class:`Incremental` keeps about the current pass (see the glossary of the module)."""
@@ -233,7 +242,7 @@ class Incremental(Scheduler):
         self._counts_users, self._multi_output = reach.counts_users, reach.multi_output  # read at every rewrite
         # how many levels of use edges _wake walks from a node given a new input: a node, a literal
         self._wake_levels = max(reach.depth - 1, 1), max(reach.depth, 1)
-        self._satisfiers_by_key: dict[tuple[str, Any], Satisfiers | None] = {}
+        self._wakers_by_key: dict[tuple[str, Any], _Wakers | None] = {}
         self._candidates: list[Node] = []
         self._settled: set[Node] = set()
         self._pass = _PassState(set(), None)
@@ -277,33 +286,48 @@ class Incremental(Scheduler):
         return in_graph_order(graph, anchors - set(self._candidates))
 
     def rewritten(self, anchor: Node, change: Rewrite) -> None:
+        """Wake what the rewrite may have made candidates ahead (:meth:`_wake`), note what the next pass looks
+        around (touched), and, when passes settle, where the rewrite changed each node (:meth:`_note_changed`).
+
+        The next pass looks around the nodes the rewrite created and the existing ones it touched, but not
+        those it gave a new input within the pass's domain: they come after the rewritten node, so this pass
+        visits them later (with their new inputs) if it may match there, and a change after that visit is
+        another rewrite's, which the next pass looks around.  The nodes that lost a user are ahead of the pass
+        or behind it, and so are the outputs of a multi-output pattern.
+        """
         state = self._pass
         state.fired = True
-        created, redirected, _, gained_users = change  # one unpacking: no property per field
-        touched = state.touched
+        created, redirected, lost_users, gained_users = change  # one unpacking: no property per field
+        domain, touched = state.domain, state.touched
         touched.update(created)
         if redirected:
             self._wake(anchor, redirected)
-        if state.domain is not None:
+        if domain is not None:
             self._wake_beyond_domain(anchor, change)
-        self._look_around(change, touched)
+        if self._multi_output:
+            touched.update(change.touched)
+        else:
+            touched.update(lost_users)
+            if domain is not None:  # pass 1's domain is every node
+                touched.update(user for user, _ in redirected if user not in domain)
         if self._counts_users:  # a capture's new users may make a guard that counts them hold
             touched.update(gained_users)
         if self.settles:
-            self._note_changed(anchor, change)
+            self._note_changed(anchor, created, lost_users, gained_users)
 
-    def next_pass(self) -> None:
-        done = self._pass
-        anchors, domain = self._worklist(done.touched)
-        self._candidates = in_graph_order(self.plan.gm.graph, anchors)
-        self._settled = self._settled_after(done)
-        self._pass = _PassState(anchors, domain)  # the set the candidates were ordered from: listed so far
+    def _note_changed(self, anchor: Node, created: tuple[Node, ...], lost_users: tuple[Node, ...],
+                      gained_users: tuple[Node, ...]) -> None:
+        """Note the nodes a rewrite changed at the position of the node being visited, the last one listed
+        (now, while the rewrite has just read them: a log replayed when the pass ends would read them again).
 
-    def _note_changed(self, anchor: Node, change: Rewrite) -> None:
-        """Note every node ``change`` changed at the position of the node being visited, the last one listed
-        (now, while the rewrite has just read them: a log replayed when the pass ends would read them again)."""
+        Not the nodes it gave a new input (most of what it changed): passes settle only with single-output
+        patterns, so those nodes used ``anchor``, and they and every node that uses them (where a match that
+        contains them may be anchored) come after ``anchor`` in graph order.  A pass visits in graph order
+        (candidates in order, woken nodes ahead of the rewritten one) and an existing node never moves, so none
+        of them was visited yet: :func:`changed_since` would only compare this change with a later visit, and
+        it never decides whether a node settled.
+        """
         changed, position = self._pass.changed, len(self._pass.visited) - 1
-        created, redirected, lost_users, gained_users = change
         changed[anchor] = position
         for node in created:  # a loop per part: cheaper than chaining them, or a dict made of them
             changed[node] = position
@@ -311,8 +335,13 @@ class Incremental(Scheduler):
             changed[node] = position
         for node in gained_users:
             changed[node] = position
-        for node, _ in redirected:
-            changed[node] = position
+
+    def next_pass(self) -> None:
+        done = self._pass
+        anchors, domain = self._worklist(done.touched)
+        self._candidates = in_graph_order(self.plan.gm.graph, anchors)
+        self._settled = self._settled_after(done)
+        self._pass = _PassState(anchors, domain)  # the set the candidates were ordered from: listed so far
 
     def _wake(self, anchor: Node, redirected: tuple[tuple[Node, Any], ...]) -> None:
         """Queue the nodes ahead that the pass left out when it started and the rewrite may have made
@@ -337,18 +366,27 @@ class Incremental(Scheduler):
     def _wake_among(self, anchor: Node, given: Iterable[tuple[Node, Any]]) -> None:
         """:meth:`_wake` for each node of ``given`` and the new input ``value`` it reaches: queue the node if
         it is not listed, lies ahead of ``anchor``, and ``value`` may satisfy a required argument there."""
-        state, retired, by_key = self._pass, self.plan.retired, self._satisfiers_by_key
+        state, retired, by_key = self._pass, self.plan.retired, self._wakers_by_key
         listed, domain = state.listed, state.domain
         here = anchor._sort_key
         for node, value in given:
             if node in listed:
                 continue
             # first: most users have no rule filed under their key (looked up here, not by a call)
-            satisfiers = by_key.get((node.op, node.target), _UNSEEN)
-            if satisfiers is _UNSEEN:
-                satisfiers = self._satisfiers_at(node)
-            if satisfiers is None or node in retired or (domain is not None and node not in domain) \
-                    or node._sort_key <= here or not satisfiers.admit(value):
+            wakers = by_key.get((node.op, node.target), _UNSEEN)
+            if wakers is _UNSEEN:
+                wakers = self._wakers_at(node)
+            if wakers is None or node in retired or (domain is not None and node not in domain) \
+                    or node._sort_key <= here:
+                continue
+            satisfiers, admitted = wakers
+            if isinstance(value, Node):  # most new inputs are nodes, and few distinct ones per key
+                admits = admitted.get(value)
+                if admits is None:
+                    admits = admitted[value] = satisfiers.admit(value)
+            else:
+                admits = satisfiers.admit(value)
+            if not admits:
                 continue
             listed.add(node)
             heapq.heappush(state.woken, (node._sort_key, id(node), node))
@@ -382,38 +420,18 @@ class Incremental(Scheduler):
             if level < steps:
                 layer = set().union(*[n.users for n in layer]) - seen
 
-    def _look_around(self, change: Rewrite, touched: set[Node]) -> None:
-        """Add to ``touched`` the existing nodes ``change`` touched whose surroundings the next pass must look
-        at again.
-
-        Not the nodes it gave a new input within the pass's domain: they come after the rewritten node, so
-        this pass visits them later (with their new inputs) if it may match there (:meth:`_wake`), and a
-        change after that visit is another rewrite's, which the next pass looks around.  The nodes that lost
-        a user are ahead of the pass or behind it, and so are the outputs of a multi-output pattern.
-        """
-        if self._multi_output:
-            touched.update(change.touched)
-            return
-        touched.update(change.lost_users)
-        domain = self._pass.domain
-        if domain is not None:  # pass 1's domain is every node
-            touched.update(user for user, _ in change.redirected if user not in domain)
-
-    def _satisfiers_at(self, node: Node) -> Satisfiers | None:
+    def _wakers_at(self, node: Node) -> _Wakers | None:
         """What may satisfy a required argument of the rules filed under the node's key (None: no rule is),
-        once per key."""
+        once per key; with the nodes asked about so far (:class:`_Wakers`)."""
         key = (node.op, node.target)
         try:
-            return self._satisfiers_by_key[key]
+            return self._wakers_by_key[key]
         except KeyError:
-            found = self._satisfiers_by_key[key] = self._satisfiers_of(self.plan.index.rules_at(node))
+            rules = self.plan.index.rules_at(node)
+            compiled = self.plan.compiled
+            found = self._wakers_by_key[key] = None if not rules else _Wakers(functools.reduce(
+                operator.or_, (compiled[id(rule)].satisfiers for rule in rules), Satisfiers()), {})
             return found
-
-    def _satisfiers_of(self, rules: tuple[Rule, ...]) -> Satisfiers | None:
-        if not rules:
-            return None
-        compiled = self.plan.compiled
-        return functools.reduce(operator.or_, (compiled[id(rule)].satisfiers for rule in rules), Satisfiers())
 
     def _worklist(self, touched: set[Node]) -> tuple[set[Node], set[Node]]:
         """Every node that rules may anchor at and whose match may contain a touched node, narrowed; and the
