@@ -457,6 +457,7 @@ class Emitter:
         function = self.rewriter.helpers[template.name]
         args = [self._helper_argument(self.emit(a)) for a in template.args]
         kwargs = {name: self._helper_argument(self.emit(v)) for name, v in template.kwargs}
+        self.rewriter.transaction.keep_names(self.graph)  # a helper may name something in the graph
         try:
             with read_only(template.name, [*args, *kwargs.values()]):
                 return function(*args, **kwargs)
