@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
@@ -200,8 +200,9 @@ class Transaction:
     # list: the one :meth:`redirect` was given, which may be the users of ``old`` kept in ``users`` below, too)
     redirected: list[tuple[Any, Any, Any]] = attrs.Factory(list)
     retired: dict[torch.fx.Node, None] = attrs.Factory(dict)  # ordered: nodes rewrites left dead, erased at commit
-    # existing nodes' users, in order, before the first change to them (FX appends a user it gains back)
-    users: dict[torch.fx.Node, list[torch.fx.Node]] = attrs.Factory(dict)
+    # existing nodes' users, in order, before the first change to them (FX appends a user it gains back); tuples
+    # where this class copies them (freed at once, and a node without users, a new one say, shares the empty one)
+    users: dict[torch.fx.Node, Sequence[torch.fx.Node]] = attrs.Factory(dict)
     names: _Names | None = None  # taken at the first mark
     # the graph's insertion point at the first mark: a rewrite moves it before its anchor for a while, and an
     # interrupt there would leave it moved (later nodes, even the graph's output, would go there)
@@ -284,7 +285,7 @@ class Transaction:
             kind = type(value)
             if kind is _NODE:
                 if value not in kept:
-                    kept[value] = list(value.users)
+                    kept[value] = tuple(value.users)
             elif kind not in _PLAIN_ARGUMENT:
                 return False
         return True
@@ -306,7 +307,7 @@ class Transaction:
         # whose one input is ``old`` (most users) has nothing more to keep, so its inputs are not walked
         if old not in kept:
             # all of its users (nearly every output), in order: ``users`` is that list, kept as it is (no copy)
-            kept[old] = users if len(users) == len(old.users) else list(old.users)
+            kept[old] = users if len(users) == len(old.users) else tuple(old.users)
         hooked = getattr(old.graph._owning_module, "_replace_hooks", None)
         # undone by replacing ``new`` with ``old`` again (:meth:`_undo_redirected`) if no user has ``new`` among
         # its inputs yet and each is a plain ``Node`` (FX's own ``_replace_input_with``, which hooks do not
@@ -315,7 +316,7 @@ class Transaction:
         invertible = is_node and new is not old and not hooked
         if is_node:
             if new not in kept:
-                kept[new] = list(new.users)
+                kept[new] = tuple(new.users)
         else:  # a list or tuple of nodes gains the users as well (a literal has no node in it)
             torch.fx.node.map_arg(new, self.keep_users)
         for user in users:
@@ -324,7 +325,7 @@ class Transaction:
             if len(inputs) != 1 or old not in inputs or type(user) is not _NODE:
                 for used in inputs:
                     if used not in kept:
-                        kept[used] = list(used.users)
+                        kept[used] = tuple(used.users)
                 # ``new`` asked of a node only: a literal may not be hashable
                 if invertible and (type(user) is not _NODE or new in inputs):
                     invertible = False
@@ -343,7 +344,7 @@ class Transaction:
 
     def keep_users(self, node: torch.fx.Node) -> torch.fx.Node:
         if node not in self.users:
-            self.users[node] = list(node.users)
+            self.users[node] = tuple(node.users)
         return node
 
     def _keep_buckets(self, graph: torch.fx.Graph) -> None:
