@@ -247,10 +247,10 @@ class Transaction:
             namespace = graph._graph_namespace
             self.names = _Names(dict(namespace._base_count), len(namespace._obj_to_name))
             module = graph._owning_module
-            # a hook (of any kind) may take a name whenever it runs, and a namespace or create_node of a
-            # graph's own does not name as _create_plain does
-            if not _plain_graph(graph) or getattr(module, "_replace_hooks", None) \
-                    or getattr(module, "_erase_node_hooks", None):
+            # a hook (of any kind) may take a name whenever it runs, a namespace or create_node of a graph's own
+            # does not name as _create_plain does, and a graph class's own methods (inserting_before...) may name
+            if type(graph) is not torch.fx.Graph or not _plain_graph(graph) \
+                    or getattr(module, "_replace_hooks", None) or getattr(module, "_erase_node_hooks", None):
                 self.names.keep(namespace)
         return len(self.created), len(self.added)
 
