@@ -168,7 +168,9 @@ class Rewriter:
         try:  # a skip halfway (a helper's value unknown, no aten spelling...) leaves nothing behind
             values, created = splice.values, splice.created = self._emit(match, per_rule.shape, splice.anchor)
             splice.grad_modes, splice.autocast = self.grad_modes, self.autocast
-            writing = [node for node in created if may_write_in_place(node)] if created else created
+            # one new node (most replacements that make any) without a comprehension: that is a call in itself
+            writing = [node for node in created if may_write_in_place(node)] if len(created) > 1 else \
+                created if created and may_write_in_place(created[0]) else ()
             checks = (per_rule.splice or self._splice_checks(per_rule))[writers or bool(writing)]
             if checks:
                 run_checks(checks, splice)
@@ -267,7 +269,9 @@ class Rewriter:
             replaced = replaced_by.get(id(node))
             if replaced is not None:
                 replaced_meta = replaced.meta
-                shape = [(key, replaced_meta[key]) for key in SHAPE_META if key in replaced_meta]
+                # (a graph without metadata has empty dicts: asked first, as a comprehension is a call)
+                shape = [(key, replaced_meta[key]) for key in SHAPE_META if key in replaced_meta] \
+                    if replaced_meta else ()
                 if shape:
                     node.meta.update(shape)
                     continue
@@ -457,6 +461,7 @@ class Emitter:
         function = self.rewriter.helpers[template.name]
         args = [self._helper_argument(self.emit(a)) for a in template.args]
         kwargs = {name: self._helper_argument(self.emit(v)) for name, v in template.kwargs}
+        self.rewriter.transaction.keep_names(self.graph)  # a helper may name something in the graph
         try:
             with read_only(template.name, [*args, *kwargs.values()]):
                 return function(*args, **kwargs)

@@ -19,13 +19,13 @@ from __future__ import annotations
 import functools
 import itertools
 import operator
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import attrs
 import torch
 import torch.fx
-from torch.fx.graph import _FindNodesLookupTable, _Namespace
+from torch.fx.graph import _FindNodesLookupTable, _illegal_char_regex, _illegal_names, _name_regex, _Namespace
 from torch.fx.immutable_collections import immutable_dict
 from torch.fx.node import _fx_map_arg
 
@@ -53,13 +53,45 @@ def first_free(name: str, taken: set[str] | Callable[[str], bool]) -> str:
     return candidate
 
 
-@attrs.frozen
+@attrs.define
 class _Names:
-    """The graph's namespace before the first change: the names later nodes will get depend on it."""
+    """The graph's namespace before the first change: the names later nodes will get depend on it.
+
+    The names taken (one per node: thousands) are not copied while every name is taken by :func:`_create_plain`,
+    which names its node before it takes the name: the names taken since the first mark are then those of the
+    objects named since (FX appends each to ``_obj_to_name``), whatever an interruption left.  They are copied
+    (:meth:`keep`) before anything else may take one: FX's own ``create_node`` (its hooks, or an interruption
+    between its steps, may leave a name no object has), a helper, a hook.  A rollback frees the names of the
+    objects named since the first mark, from the copy as it was taken if there is one."""
 
     counters: dict[str, int]
-    used: set[str]
     associated: int  # how many objects had names: FX appends each new node's name at the end
+    used: set[str] | None = None  # the names taken, once something but _create_plain may take one
+
+    def keep(self, namespace: _Namespace) -> None:
+        """Copy the names taken (the first time): something but :func:`_create_plain` may take one next."""
+        if self.used is None:
+            self.used = set(namespace._used_names)
+
+
+#: How ``_Namespace.create_name`` takes a candidate apart, found once per candidate (a function of it alone):
+#: the candidate made an identifier, its base and number (None: it has none), and whether it is a keyword or
+#: builtin (``_illegal_names``).
+_Stem = tuple[str, str, str | None, bool]
+
+
+def _stem(candidate: str) -> _Stem:
+    """The steps of ``_Namespace.create_name(candidate, None)`` that depend on ``candidate`` alone, in FX's words."""
+    match = _name_regex.match(candidate)
+    if match is None:
+        candidate = _illegal_char_regex.sub("_", candidate) or "_unnamed"
+        if candidate[0].isdigit():
+            candidate = f"_{candidate}"
+        match = _name_regex.match(candidate)
+        if match is None:
+            raise AssertionError(f"Name regex failed to match candidate: {candidate}")
+    base, number = match.group(1, 2)
+    return candidate, base, number, _illegal_names.get(candidate, None) is not None
 
 
 #: A node the commit erased, and where and how it was, to put it back: (node, previous, args, kwargs, sort
@@ -108,20 +140,36 @@ def _plain_graph(graph: torch.fx.Graph) -> bool:
 
 
 def _create_plain(graph: torch.fx.Graph, op: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-                  name: str) -> torch.fx.Node:
+                  stem: _Stem) -> torch.fx.Node:
     """``graph.create_node(op, target, args, kwargs, name=name)`` in a :func:`_plain_graph`, of a tuple and a dict
-    of arguments each of a :data:`_PLAIN_ARGUMENT` type.
+    of arguments each of a :data:`_PLAIN_ARGUMENT` type (``stem``: ``_stem(name)``).
 
-    FX's steps in FX's order (so an interruption leaves what FX's would), less one: the scan of the
-    arguments' leaves for a raw ``SymInt``/``SymFloat``/``SymBool``, which only warns about one.  Exact:
-    every argument is a leaf of a plain type (no container to look into), so that scan finds nothing;
-    the create-node hooks FX would run are none (an empty list or no attribute).  Two of FX's steps are
-    taken inline, as FX's own classes take them: ``associate_name_with_obj`` (its check that the node was
-    not named already cannot fail for a node just made) and the ``find_nodes`` table's ``insert``."""
+    FX's steps in FX's order, less one, and the name taken last: the scan of the arguments' leaves for a raw
+    ``SymInt``/``SymFloat``/``SymBool`` is left out, which only warns about one.  Exact: every argument is a leaf
+    of a plain type (no container to look into), so that scan finds nothing; the create-node hooks FX would run
+    are none (an empty list or no attribute).  Three of FX's steps are taken inline, as FX's own classes take
+    them: ``create_name`` (the steps that depend on the candidate alone taken once per candidate, :func:`_stem`),
+    ``associate_name_with_obj`` (its check that the node was not named already cannot fail for a node just made)
+    and the ``find_nodes`` table's ``insert``.  The name FX's ``create_name`` would return is found first and
+    taken (``_used_names``, ``_base_count``) once the node has it (``_obj_to_name``): whatever an interruption
+    leaves, the names a rollback frees are those of the objects named since its mark (:class:`_Names`)."""
     namespace = graph._graph_namespace
-    unique = namespace.create_name(name, None)
-    node = _NODE(graph, unique, op, target, args, kwargs or immutable_dict(), None)
-    namespace._obj_to_name.setdefault(node, unique)
+    used = namespace._used_names
+    candidate, base, number, illegal = stem
+    if number is None or candidate in used:
+        count = namespace._base_count.get(base, 0)
+        if illegal:
+            count += 1
+            candidate = f"{base}_{count}"
+    else:
+        count = int(number)
+    while candidate in used:
+        count += 1
+        candidate = f"{base}_{count}"
+    node = _NODE(graph, candidate, op, target, args, kwargs or immutable_dict(), None)
+    namespace._obj_to_name.setdefault(node, candidate)
+    used.add(candidate)
+    namespace._base_count[base] = count
     graph._insert(node)
     graph._find_nodes_lookup_table.table[op, target if op == "call_function" else None][node] = None
     graph._len += 1
@@ -148,18 +196,21 @@ class Transaction:
     added: list[str] = attrs.Factory(list)
     created: list[torch.fx.Node] = attrs.Factory(list)
     # (user, args, kwargs) before a rewrite redirected it: FX replaces args and kwargs, never mutates them;
-    # or (users, old, new) of a redirection that is undone by replacing ``new`` with ``old`` again
+    # or (users, old, new) of a redirection that is undone by replacing ``new`` with ``old`` again (``users`` a
+    # list: the one :meth:`redirect` was given, which may be the users of ``old`` kept in ``users`` below, too)
     redirected: list[tuple[Any, Any, Any]] = attrs.Factory(list)
     retired: dict[torch.fx.Node, None] = attrs.Factory(dict)  # ordered: nodes rewrites left dead, erased at commit
-    # existing nodes' users, in order, before the first change to them (FX appends a user it gains back)
-    users: dict[torch.fx.Node, list[torch.fx.Node]] = attrs.Factory(dict)
+    # existing nodes' users, in order, before the first change to them (FX appends a user it gains back); tuples
+    # where this class copies them (freed at once, and a node without users, a new one say, shares the empty one)
+    users: dict[torch.fx.Node, Sequence[torch.fx.Node]] = attrs.Factory(dict)
     names: _Names | None = None  # taken at the first mark
     # the graph's insertion point at the first mark: a rewrite moves it before its anchor for a while, and an
     # interrupt there would leave it moved (later nodes, even the graph's output, would go there)
     insert: Callable[..., None] | None = None
     # target -> the name Graph.create_node would base a new node's on (Graph._target_to_str, a function of the
-    # target alone), found once per target: given as ``name``, create_node makes the same unique name of it
-    stems: dict[Any, str] = attrs.Factory(dict)
+    # target alone), found once per target: given as ``name``, create_node makes the same unique name of it; and
+    # its :func:`_stem`, for :func:`_create_plain`
+    stems: dict[Any, tuple[str, _Stem]] = attrs.Factory(dict)
     erased: list[_Erased] = attrs.Factory(list)
     # the order of find_nodes buckets (by table and key) before the first change to the graph
     buckets: dict[tuple[Any, Any], list[torch.fx.Node]] = attrs.Factory(dict)
@@ -194,21 +245,35 @@ class Transaction:
             self.insert = graph._insert
             self._keep_buckets(graph)
             namespace = graph._graph_namespace
-            self.names = _Names(dict(namespace._base_count), set(namespace._used_names), len(namespace._obj_to_name))
+            self.names = _Names(dict(namespace._base_count), len(namespace._obj_to_name))
+            module = graph._owning_module
+            # a hook (of any kind) may take a name whenever it runs, a namespace or create_node of a graph's own
+            # does not name as _create_plain does, and a graph class's own methods (inserting_before...) may name
+            if type(graph) is not torch.fx.Graph or not _plain_graph(graph) \
+                    or getattr(module, "_replace_hooks", None) or getattr(module, "_erase_node_hooks", None):
+                self.names.keep(namespace)
         return len(self.created), len(self.added)
+
+    def keep_names(self, graph: torch.fx.Graph) -> None:
+        """Before something but :func:`_create_plain` may name an object in ``graph`` (a helper, FX's own
+        ``create_node``...): the names taken are copied, if they were not (:class:`_Names`)."""
+        if self.names is not None:
+            self.names.keep(graph._graph_namespace)
 
     def create_node(self, graph: torch.fx.Graph, op: str, target: Any, args: tuple[Any, ...],
                     kwargs: dict[str, Any]) -> torch.fx.Node:
         """``graph.create_node`` at the insertion point, logged; the users of its inputs are kept first."""
-        stem = self.stems.get(target)
-        if stem is None:
-            stem = self.stems[target] = graph._target_to_str(target)
+        stems = self.stems.get(target)
+        if stems is None:
+            name = graph._target_to_str(target)
+            stems = self.stems[target] = name, _stem(name)
         if type(args) is tuple and type(kwargs) is dict and _plain_graph(graph) and self._kept_plain(args) \
                 and (not kwargs or self._kept_plain(kwargs.values())):
-            node = _create_plain(graph, op, target, args, kwargs, stem)
+            node = _create_plain(graph, op, target, args, kwargs, stems[1])
         else:
             torch.fx.node.map_arg((args, kwargs), self.keep_users)
-            node = graph.create_node(op, target, args, kwargs, name=stem)
+            self.keep_names(graph)
+            node = graph.create_node(op, target, args, kwargs, name=stems[0])
         self.created.append(node)
         return node
 
@@ -220,18 +285,20 @@ class Transaction:
             kind = type(value)
             if kind is _NODE:
                 if value not in kept:
-                    kept[value] = list(value.users)
+                    kept[value] = tuple(value.users)
             elif kind not in _PLAIN_ARGUMENT:
                 return False
         return True
 
     def get_attr(self, graph: torch.fx.Graph, name: str) -> torch.fx.Node:
+        self.keep_names(graph)
         node = graph.get_attr(name)
         self.created.append(node)
         return node
 
     def redirect(self, old: torch.fx.Node, new: Any, users: list[torch.fx.Node]) -> None:
-        """``user.replace_input_with(old, new)`` for each of ``users``, each logged before it changes."""
+        """``user.replace_input_with(old, new)`` for each of ``users`` (some of the users of ``old``, in their order;
+        the list is the log's from then on: the caller does not change it), each logged before it changes."""
         if not users:
             return
         kept = self.users
@@ -239,7 +306,8 @@ class Transaction:
         # rollback, moves it to the end of the users of each of its inputs.  ``old`` is kept once, here; a user
         # whose one input is ``old`` (most users) has nothing more to keep, so its inputs are not walked
         if old not in kept:
-            kept[old] = list(old.users)
+            # all of its users (nearly every output), in order: ``users`` is that list, kept as it is (no copy)
+            kept[old] = users if len(users) == len(old.users) else tuple(old.users)
         hooked = getattr(old.graph._owning_module, "_replace_hooks", None)
         # undone by replacing ``new`` with ``old`` again (:meth:`_undo_redirected`) if no user has ``new`` among
         # its inputs yet and each is a plain ``Node`` (FX's own ``_replace_input_with``, which hooks do not
@@ -248,7 +316,7 @@ class Transaction:
         invertible = is_node and new is not old and not hooked
         if is_node:
             if new not in kept:
-                kept[new] = list(new.users)
+                kept[new] = tuple(new.users)
         else:  # a list or tuple of nodes gains the users as well (a literal has no node in it)
             torch.fx.node.map_arg(new, self.keep_users)
         for user in users:
@@ -257,16 +325,17 @@ class Transaction:
             if len(inputs) != 1 or old not in inputs or type(user) is not _NODE:
                 for used in inputs:
                     if used not in kept:
-                        kept[used] = list(used.users)
+                        kept[used] = tuple(used.users)
                 # ``new`` asked of a node only: a literal may not be hashable
                 if invertible and (type(user) is not _NODE or new in inputs):
                     invertible = False
         # logged all at once before the first change: undoing one that did not change sets what it has
         if invertible:
-            self.redirected.append((tuple(users), old, new))
+            self.redirected.append((users, old, new))
         else:
             self.redirected += zip(users, map(_ARGS, users), map(_KWARGS, users), strict=True)
         if hooked:
+            self.keep_names(old.graph)  # a hook may name something
             for user in users:
                 user.replace_input_with(old, new)  # calls the module's replace hooks first
             return
@@ -275,7 +344,7 @@ class Transaction:
 
     def keep_users(self, node: torch.fx.Node) -> torch.fx.Node:
         if node not in self.users:
-            self.users[node] = list(node.users)
+            self.users[node] = tuple(node.users)
         return node
 
     def _keep_buckets(self, graph: torch.fx.Graph) -> None:
@@ -290,6 +359,8 @@ class Transaction:
         """Erase the nodes and attributes made since ``mark``, newest first (nothing outside uses them yet),
         and free the nodes' names: erasing a node keeps its name taken."""
         created, added = mark
+        if getattr(graph._owning_module, "_erase_node_hooks", None):  # a hook may name something
+            self.keep_names(graph)
         used_names = graph._graph_namespace._used_names
         for node in reversed(self.created[created:]):
             graph.erase_node(node)
@@ -409,7 +480,7 @@ class Transaction:
         are set, so both ways give equal arguments; the users of every node and the find_nodes buckets are
         put back in order afterwards."""
         for entry in reversed(self.redirected):
-            if type(entry[0]) is tuple:
+            if type(entry[0]) is list:
                 users, old, new = entry
                 for user in reversed(users):
                     user._replace_input_with(new, old)
@@ -490,10 +561,14 @@ class Transaction:
         namespace = graph._graph_namespace
         namespace._base_count.clear()
         namespace._base_count.update(self.names.counters)
-        namespace._used_names.clear()
-        namespace._used_names.update(self.names.used)
+        used = namespace._used_names
+        if self.names.used is not None:  # as when they were copied
+            used.clear()
+            used.update(self.names.used)
+        # less the names of the objects named since the first mark: those names were taken since (:class:`_Names`)
         associated = namespace._obj_to_name
         for obj in list(itertools.islice(associated, self.names.associated, None)):
+            used.discard(associated[obj])
             del associated[obj]
         self.names = None
 
