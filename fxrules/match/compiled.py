@@ -65,6 +65,7 @@ from fxrules.lang.ir import (
     Template,
     TensorType,
     Wildcard,
+    children,
     matching_order,
     walk,
 )
@@ -114,13 +115,20 @@ class _Attempt:
                  "tracer")
 
     def __init__(self, replayed: tuple[int, ...], matcher: Matcher, budget: Budget, tracer: Tracer | None) -> None:
+        self.matcher = matcher  # the graph module (the module a call_module calls), the retired nodes, the tracer
+        self.tracer = tracer  # the matcher's
+        self.budget = budget  # the anchor's, shared by its replays
+        self.restart(replayed)
+
+    def restart(self, replayed: tuple[int, ...]) -> None:
+        """Make this a new run, from the choices ``replayed`` on, with nothing bound.  A matcher's runs reuse one
+        attempt (:meth:`CompiledRule.outcome`): an object and its ``__init__`` per run were about 0.3 us of the 1 to
+        4 us of an anchor's matching.  What a run leaves (a match keeps its mappings) is left as it is: each
+        mapping is made anew."""
         self.bindings: dict[str, Any] = {}  # in binding order
         self.nodes: dict[int, Node] = {}  # id(OpTemplate) -> node, in matching order
         self.modules: dict[str, str] = {}  # module capture -> qualified name
         self.missing_metadata: Skip | None = None  # the first typed capture bound without metadata
-        self.matcher = matcher  # the graph module (the module a call_module calls), the retired nodes, the tracer
-        self.tracer = tracer  # the matcher's
-        self.budget = budget  # the anchor's, shared by its replays
         self.replayed = replayed  # the options to take at the first choices
         self.orders: list[_Order] = []  # at each choice met
 
@@ -277,9 +285,12 @@ class CompiledRule:
         budget = matcher.budget  # the anchor's steps, shared by its replays: counted afresh, not a new Budget
         budget.taken = 0
         seen: SeenMatches | None = None  # made once a match is rejected and another run may find it again
+        attempt = matcher.attempt
+        if attempt is None:  # the matcher's first run: one attempt for all (see _Attempt.restart)
+            attempt = matcher.attempt = _Attempt((), matcher, budget, tracer)
         replayed: tuple[int, ...] | None = ()
         while replayed is not None:
-            attempt = _Attempt(replayed, matcher, budget, tracer)
+            attempt.restart(replayed)
             try:
                 matched = root(anchor, attempt)
                 if matched:  # a step, counted (Budget.step inlined: a call costs more than the count)
@@ -303,16 +314,17 @@ class CompiledRule:
                     refusal = pair_refusal(nodes, outputs[0], matcher.found.retired)  # type: ignore[arg-type]
                 else:  # Matcher.refusal, from its checks on (see _conditions)
                     refusal = matcher.found.refusal(rule, self._checks, nodes, outputs, attempt.bindings)
-                if refusal is None:  # the match keeps the attempt's mappings: the attempt is dropped
+                if refusal is None:  # the match keeps the attempt's mappings: its next run makes new ones
                     return Match(rule, outputs, tuple(nodes.values()), attempt.bindings,  # type: ignore[arg-type]
                                  attempt.modules)
                 skip = skip or refusal  # go on to the other options, and raise the first if none is usable
-                replayed = attempt.next_replay(fails)
+                replayed = attempt.next_replay(fails) if attempt.orders else None
                 if replayed is not None:
                     seen = seen or SeenMatches()
                     seen.rejected(attempt.bindings, nodes)
                 continue
-            replayed = attempt.next_replay(fails)
+            # a run that met no choice (most runs) has nothing to replay: no call asks
+            replayed = attempt.next_replay(fails) if attempt.orders else None
         return skip
 
 
@@ -324,7 +336,7 @@ def compiled_rule(rule: Rule) -> CompiledRule:
 
 def compile_rule(rule: Rule) -> CompiledRule:
     """The rule's compiled matcher."""
-    compiler = _Compiler(rule.types)
+    compiler = _Compiler(rule.types, rule.pattern)
     order = matching_order(rule.pattern)
     first = rule.pattern[order[0]]
     options = tuple(compiler.operation(o) for o in (first.options if isinstance(first, AltTemplate) else (first,))
@@ -448,11 +460,41 @@ def _helpers_in(template: Template) -> list[HelperTemplate]:
     return found
 
 
+def _path_operations(pattern: tuple[Template, ...]) -> frozenset[int]:
+    """The operations (by id) of a pattern of one output whose operations make one path down from it: each has at
+    most one operation among the templates below it before the next operation (through lists and slices), and
+    there is no ``A | B``; none otherwise.  Each of them is matched at an argument of the node matched by the
+    one above it, when only the operations above it have matched nodes: nodes that use that argument, directly
+    or not, so none is it (a graph has no cycle).  ``torch.neg(torch.neg(x))`` and ``torch.sigmoid(x) * x`` are
+    paths; ``torch.neg(x) + torch.neg(y)`` is not."""
+    if len(pattern) != 1:
+        return frozenset()
+    found: list[int] = []
+    current: Template | None = pattern[0]
+    while isinstance(current, OpTemplate):
+        found.append(id(current))
+        below: list[OpTemplate] = []
+        stack = list(children(current))
+        while stack:
+            template = stack.pop()
+            if isinstance(template, AltTemplate):
+                return frozenset()
+            if isinstance(template, OpTemplate):
+                below.append(template)
+            elif isinstance(template, SeqTemplate | SliceTemplate):
+                stack += children(template)
+        if len(below) > 1:
+            return frozenset()
+        current = below[0] if below else None
+    return frozenset(found)
+
+
 class _Compiler:
     """Builds the steps of one pattern, one per template object (a shared operation is one step)."""
 
-    def __init__(self, types: Mapping[str, CaptureType]) -> None:
+    def __init__(self, types: Mapping[str, CaptureType], pattern: tuple[Template, ...]) -> None:
         self.types = types
+        self.on_path = _path_operations(pattern)  # see _Operation._match_step
         self.steps: dict[int, Step] = {}
         self.operations: dict[int, _Operation] = {}
         self.satisfiers = Satisfiers()  # of every required argument of the pattern's operations
@@ -730,13 +772,15 @@ class _Operation:
                     compiler.fails[self.swapped] = _certain_failure((bound[1], bound[0], *bound[2:]), compiler)
         requirements = self._required_arguments(template, compiler)
         self.required = tuple(r.test for r in requirements)
+        #: every required test holds for some argument of the node (see :meth:`_required_arguments`)
+        self.has_required: Callable[[Node], bool] = self._required_test()
         # Operands first: narrowing by them follows use edges; by literals, it scans the nodes left.
         self.narrowers = tuple(r.narrow for r in sorted(requirements, key=lambda r: r.scans))
         #: argument count -> how a call without keywords of that many arguments is read (see _call_step)
         self.by_count: dict[int, _Read] = {}
         if self.kind in (OpKind.FUNCTION, OpKind.METHOD) and self.binds is None and self.signature is not None:
             self.match_checked = self._call_step()  # type: ignore[method-assign,assignment]
-        self.match: Step = self._match_step()
+        self.match: Step = self._match_step(self.key in compiler.on_path)
         #: the value may match this operation: a node passing :meth:`may_match` (a requirement of the operations
         #: that use it, see :func:`~fxrules.match.narrowing.operand_call`)
         self.may_be_operand: Callable[[Any], bool] = self._operand_test()
@@ -746,18 +790,26 @@ class _Operation:
         argument of the nodes that may use this operation, at every candidate of their rules)."""
         fits, required, has_required = self._fits_test(), self.required, self.has_required
         if required:
-            return lambda value: isinstance(value, Node) and fits(value) and has_required(value)
-        return lambda value: isinstance(value, Node) and fits(value)
+            return lambda value: fits(value) and has_required(value)
+        return fits
 
-    def _fits_test(self) -> Callable[[Node], bool]:
-        """:meth:`fits`, as a function of the node: a function's call inlined, with its target (no lookups)."""
-        if type(self).fits is not _Operation.fits or self.op != "call_function":
-            return self.fits
+    def _fits_test(self) -> Callable[[Any], bool]:
+        """:meth:`fits` as a test of any value (False for one that is not a node): a function's or a method's call
+        inlined, with its target (no lookups, one call per value)."""
+        fits = self.fits
+        if type(self).fits is not _Operation.fits or self.op not in ("call_function", "call_method"):
+            return lambda value: isinstance(value, Node) and fits(value)
         target = self.target
+        if self.op == "call_method":
 
-        def calls_target(node: Node) -> bool:
-            return node.op == "call_function" and (
-                node.target is target or getattr(node.target, "overloadpacket", None) is target)
+            def calls_method(value: Any) -> bool:
+                return isinstance(value, Node) and value.op == "call_method" and bool(value.target == target)
+
+            return calls_method
+
+        def calls_target(value: Any) -> bool:
+            return isinstance(value, Node) and value.op == "call_function" and (
+                value.target is target or getattr(value.target, "overloadpacket", None) is target)
 
         return calls_target
 
@@ -774,10 +826,14 @@ class _Operation:
             return target is self.target or getattr(target, "overloadpacket", None) is self.target
         return self.op != "call_method" or bool(node.target == self.target)
 
-    def _match_step(self) -> Step:
+    def _match_step(self, on_path: bool) -> Step:
         """The operation's step at any value (an operand): the node the operation matched before, or a new node
         passing :meth:`may_match`, then :meth:`match_checked`.  A closure of what it reads of the operation
-        (several lookups per operand matched, and a call to :meth:`fits` of a function's call, saved)."""
+        (several lookups per operand matched, and a call to :meth:`fits` of a function's call, saved).
+
+        ``on_path``: the operation is on the one path of a pattern's operations (:func:`_path_operations`), where
+        no node is matched before it but those above it, which use its value: the tests of an operation matched
+        before and of a node matched already cannot fail, and a value that may match goes on at once."""
         key, template, required, has_required, match_checked = \
             self.key, self.template, self.required, self.has_required, self.match_checked
         fits = self._fits_test()
@@ -806,7 +862,15 @@ class _Operation:
                 return False
             return match_checked(value, attempt)
 
-        return match
+        if not on_path:
+            return match
+
+        def match_on_path(value: Any, attempt: _Attempt) -> bool:
+            if fits(value) and (not required or has_required(value)):
+                return match_checked(value, attempt)
+            return match(value, attempt)  # fails: it tells the tracer why
+
+        return match_on_path
 
     def match_checked(self, node: Node, attempt: _Attempt) -> bool:
         """:attr:`match` at a node already found new to the attempt and passing :meth:`may_match`."""
@@ -1030,8 +1094,23 @@ class _Operation:
             found.of_operation[self.key] = nodes
         return nodes
 
-    def has_required(self, node: Node) -> bool:
-        """Every required test holds for some argument of the node (see :meth:`_required_arguments`)."""
+    def _required_test(self) -> Callable[[Node], bool]:
+        """:attr:`has_required`: with one required test (most operations with any), a closure of that test,
+        without the loop over the tests."""
+        if len(self.required) != 1:
+            return self._has_every_required
+        (test,) = self.required
+
+        def has_required_argument(node: Node) -> bool:
+            for value in node._args:  # the arguments, then the keywords' values: no tuple of both built
+                if test(value):
+                    return True
+            kwargs = node._kwargs
+            return bool(kwargs) and any(map(test, kwargs.values()))
+
+        return has_required_argument
+
+    def _has_every_required(self, node: Node) -> bool:
         args, kwargs = node._args, node._kwargs
         for test in self.required:
             for value in args:  # the arguments, then the keywords' values: no tuple of both built

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.fx
@@ -35,6 +35,9 @@ from fxrules.match.index import NodeIndex, Nodes, RuleIndex, in_graph_order, nod
 from fxrules.match.primitives import AttrValue, Bound, Budget, Match, Miss, output_keys, output_nodes
 from fxrules.match.safety import Found, SafetyCheck, checks_for
 from fxrules.match.skips import Skip, SkipReason
+
+if TYPE_CHECKING:
+    from fxrules.match.compiled import _Attempt
 
 #: The nodes a pattern's outputs matched, in order (None: not matched).
 Outputs = tuple[torch.fx.Node | None, ...]
@@ -84,6 +87,7 @@ class Matcher:
         self.retired = retired if retired is not None else {}  # rewritten away: no longer users of anything
         self.budget = Budget()
         self.found = Found(self.retired, self.module_of)  # the safety checks' view of each structural match
+        self.attempt: _Attempt | None = None  # the compiled matchers' run, reused by each (see _Attempt.restart)
 
     def match(self, rule: Rule, anchor: torch.fx.Node) -> Match | None:
         """The first usable match of ``rule`` anchored at ``anchor``, or None; raises :class:`Skip`."""

@@ -323,7 +323,7 @@ def pair_refusal(nodes: Mapping[int, Node], output: Node, retired: Mapping[Node,
     inner = second if first is output else first
     for user in inner.users:
         if user is not output and user is not inner and user not in retired:
-            return Skip(SkipReason.ESCAPING_USER, partial(escaping_detail, inner, {first, second}, retired))
+            return Skip(SkipReason.ESCAPING_USER, partial(escaping_detail, inner, (first, second), retired))
     return None
 
 
@@ -333,9 +333,10 @@ def _may_escape(rule: Rule) -> bool:
     return len(_operations(rule)) >= 2
 
 
-def escaping_detail(node: Node, matched: set[Node], retired: Mapping[Node, None]) -> str:
+def escaping_detail(node: Node, matched: Container[Node], retired: Mapping[Node, None]) -> str:
     """The escaping users by name, the first few only: a node may have thousands (a shared input), and the
-    detail is one line of the report."""
+    detail is one line of the report.  ``matched``: the match's nodes (a pair's as a tuple: no set is made for a
+    detail most reports never write)."""
     escaping = [u.name for u in node.users if u not in matched and u not in retired]
     named = ", ".join(escaping[:ESCAPING_NAMED])
     more = len(escaping) - ESCAPING_NAMED
