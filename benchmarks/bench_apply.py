@@ -531,8 +531,12 @@ def default_runs(size: int) -> tuple[int, int]:
 
 
 def slope(small: dict[str, Any], big: dict[str, Any], key: str) -> float:
-    """log-log slope of a median time between two sizes: 1.0 is linear, 2.0 quadratic."""
-    return math.log(big["median"][key] / small["median"][key]) / math.log(big["nodes"] / small["nodes"])
+    """log-log slope of a median time between two sizes: 1.0 is linear, 2.0 quadratic; nan when a median is
+    not positive (at 1k nodes, ``apply - recompile`` is a few ms, and a noisy recompile can exceed it)."""
+    small_time, big_time = small["median"][key], big["median"][key]
+    if small_time <= 0 or big_time <= 0:
+        return math.nan
+    return math.log(big_time / small_time) / math.log(big["nodes"] / small["nodes"])
 
 
 def ratios(row: dict[str, Any]) -> dict[str, float]:
@@ -612,13 +616,17 @@ def print_results(result: dict[str, Any]) -> None:
         print(f"{'sizes':>15} " + " ".join(f"{k:>22}" for k in keys))
         for small, big in itertools.pairwise(rows):
             label = f"{small['nodes']}->{big['nodes']}"
-            print(f"{label:>15} " + " ".join(f"{slope(small, big, k):22.3f}" for k in keys))
+            print(f"{label:>15} " + " ".join(_slope_cell(slope(small, big, k)) for k in keys))
     print()
     print("bars")
     for bar in result["bars"]:
         verdict = "n/a " if bar["pass"] is None else "PASS" if bar["pass"] else "FAIL"
         value = "not measured" if bar["value"] is None else f"{bar['value']:.3f}"
         print(f"  {verdict}  {bar['bar']}: {value} (need {bar['limit']})")
+
+
+def _slope_cell(value: float) -> str:
+    return f"{'n/a':>22}" if math.isnan(value) else f"{value:22.3f}"
 
 
 def fxrules_version() -> str:
