@@ -9,6 +9,7 @@ from collections.abc import Callable
 from types import CodeType, FrameType
 from typing import Any
 
+import pytest
 import torch.fx
 
 import fxrules
@@ -54,3 +55,22 @@ def apply_interrupted(gm: torch.fx.GraphModule, rules: fxrules.RuleSet, index: i
     finally:
         sys.settrace(None)
     return interrupter.count
+
+
+def interrupt_at_every_line(make: Callable[[], torch.fx.GraphModule], rules: fxrules.RuleSet,
+                            traced: Callable[[CodeType], bool],
+                            expect: Callable[[torch.fx.GraphModule], Callable[[], None]]) -> int:
+    """``apply`` of ``rules`` to a fresh module from ``make`` interrupted at each line of the code ``traced``
+    accepts in turn: the interrupt must propagate, and the check ``expect`` made of the fresh module before its
+    apply must then hold (its failure names the line).  Returns how many lines there were."""
+    lines = apply_interrupted(make(), rules, None, traced)
+    for index in range(lines):
+        gm = make()
+        check = expect(gm)
+        with pytest.raises(KeyboardInterrupt):
+            apply_interrupted(gm, rules, index, traced)
+        try:
+            check()
+        except AssertionError as error:
+            raise AssertionError(f"interrupted at line {index} of {lines}") from error
+    return lines

@@ -4,14 +4,15 @@ interrupt came."""
 
 from __future__ import annotations
 
-import pytest
+from collections.abc import Callable
+
 import torch
 import torch.fx
 
 import fxrules
 from fxrules.rewrite import transaction
 from tests.engine.test_all_or_nothing import assert_unchanged, snapshot
-from tests.interrupting import apply_interrupted, in_file
+from tests.interrupting import in_file, interrupt_at_every_line
 
 #: each rewrite makes a ``relu`` node, named after those the graph has
 RELU_TWICE = fxrules.parse("rule relu_twice:\n    torch.relu(torch.relu(x)) => torch.relu(x)\n", "names.fxr")
@@ -33,16 +34,15 @@ def test_an_interrupt_at_any_line_of_the_transaction_leaves_the_names_new_nodes_
     it was, and the graph names its next ``relu`` node as an untouched copy does: no name the rewrites took is
     left taken, and the count the graph numbers ``relu`` nodes from is as it was."""
     expected = next_relu_name(torch.fx.symbolic_trace(two_double_relus))
-    lines = apply_interrupted(torch.fx.symbolic_trace(two_double_relus), RELU_TWICE, None,
-                              in_file(transaction.__file__))
-    assert lines > 20
-    for index in range(lines):
-        gm = torch.fx.symbolic_trace(two_double_relus)
+
+    def expect(gm: torch.fx.GraphModule) -> Callable[[], None]:
         before = snapshot(gm)
-        with pytest.raises(KeyboardInterrupt):
-            apply_interrupted(gm, RELU_TWICE, index, in_file(transaction.__file__))
-        try:
+
+        def check() -> None:
             assert_unchanged(before, gm)
             assert next_relu_name(gm) == expected
-        except AssertionError as error:
-            raise AssertionError(f"interrupted at line {index} of {lines}") from error
+
+        return check
+
+    assert interrupt_at_every_line(lambda: torch.fx.symbolic_trace(two_double_relus), RELU_TWICE,
+                                   in_file(transaction.__file__), expect) > 20

@@ -5,6 +5,8 @@ or may be changed by the module's replace hooks, is undone from the arguments as
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 import torch.fx
@@ -13,7 +15,7 @@ import fxrules
 from fxrules.diagnostics import FxrConvergenceError
 from fxrules.rewrite import transaction
 from tests.engine.test_all_or_nothing import assert_unchanged, snapshot
-from tests.interrupting import apply_interrupted, in_file
+from tests.interrupting import in_file, interrupt_at_every_line
 
 #: ``neg_twice`` redirects the users of a double negation to ``x``; ``grows`` keeps firing, so apply fails.
 RULES = fxrules.parse("""
@@ -122,12 +124,14 @@ def both_ways(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> tuple[torch.
 def test_an_interrupt_at_any_line_of_the_transaction_gives_redirected_users_their_arguments_back() -> None:
     """An interrupt anywhere in the transaction's code, between any two redirections of either kind or during
     the commit, propagates and leaves every node's arguments and users as they were."""
-    lines = apply_interrupted(torch.fx.symbolic_trace(both_ways), NEG_TWICE, None, in_file(transaction.__file__))
-    assert lines > 20
-    for index in range(lines):
-        gm = torch.fx.symbolic_trace(both_ways)
+    def expect(gm: torch.fx.GraphModule) -> Callable[[], None]:
         before, arguments = snapshot(gm), _arguments(gm)
-        with pytest.raises(KeyboardInterrupt):
-            apply_interrupted(gm, NEG_TWICE, index, in_file(transaction.__file__))
-        assert _arguments(gm) == arguments, index
-        assert_unchanged(before, gm)
+
+        def check() -> None:
+            assert _arguments(gm) == arguments
+            assert_unchanged(before, gm)
+
+        return check
+
+    assert interrupt_at_every_line(lambda: torch.fx.symbolic_trace(both_ways), NEG_TWICE,
+                                   in_file(transaction.__file__), expect) > 20

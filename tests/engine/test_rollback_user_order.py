@@ -3,6 +3,8 @@ rewrite gave a new input: undoing the redirection must not move that node to the
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 import torch.fx
@@ -11,7 +13,7 @@ import fxrules
 from fxrules.diagnostics import FxrConvergenceError
 from fxrules.rewrite import transaction
 from tests.engine.test_all_or_nothing import assert_unchanged, snapshot
-from tests.interrupting import apply_interrupted, in_file
+from tests.interrupting import in_file, interrupt_at_every_line
 
 #: ``neg_twice`` redirects ``add`` from the double negation to ``x``; ``grows`` keeps firing, so apply fails.
 RULES = fxrules.parse("""
@@ -51,15 +53,9 @@ NEG_TWICE = fxrules.parse("rule neg_twice:\n    torch.neg(torch.neg(x)) => x\n",
 def test_an_interrupt_at_any_line_of_the_transaction_keeps_the_user_order_of_redirected_nodes_inputs() -> None:
     """An interrupt anywhere in the transaction's code (a rewrite's redirections of ``add`` and ``mul``, the
     commit) propagates and leaves the module as it was, the users of ``y`` and ``z`` in their order."""
-    gm = torch.fx.symbolic_trace(two_redirected_users)
-    lines = apply_interrupted(gm, NEG_TWICE, None, in_file(transaction.__file__))
-    assert lines > 20
-    for index in range(lines):
-        gm = torch.fx.symbolic_trace(two_redirected_users)
+    def expect(gm: torch.fx.GraphModule) -> Callable[[], None]:
         before = snapshot(gm)
-        with pytest.raises(KeyboardInterrupt):
-            apply_interrupted(gm, NEG_TWICE, index, in_file(transaction.__file__))
-        try:
-            assert_unchanged(before, gm)
-        except AssertionError as error:
-            raise AssertionError(f"interrupted at line {index} of {lines}") from error
+        return lambda: assert_unchanged(before, gm)
+
+    assert interrupt_at_every_line(lambda: torch.fx.symbolic_trace(two_redirected_users), NEG_TWICE,
+                                   in_file(transaction.__file__), expect) > 20
