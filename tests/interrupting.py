@@ -13,6 +13,7 @@ import pytest
 import torch.fx
 
 import fxrules
+from fxrules.match.guards import Predicates
 
 
 class Interrupter:
@@ -45,13 +46,13 @@ def under(directory: str) -> Callable[[CodeType], bool]:
 
 
 def apply_interrupted(gm: torch.fx.GraphModule, rules: fxrules.RuleSet, index: int | None,
-                      traced: Callable[[CodeType], bool]) -> int:
-    """``apply`` with every line of the code ``traced`` accepts counted, raising KeyboardInterrupt at line
-    ``index`` (None: not at all); how many lines were counted."""
+                      traced: Callable[[CodeType], bool], predicates: Predicates | None = None) -> int:
+    """``apply`` (with the user ``predicates``) with every line of the code ``traced`` accepts counted, raising
+    KeyboardInterrupt at line ``index`` (None: not at all); how many lines were counted."""
     interrupter = Interrupter(index, traced)
     sys.settrace(interrupter.call)
     try:
-        fxrules.apply(gm, rules)
+        fxrules.apply(gm, rules, predicates=predicates)
     finally:
         sys.settrace(None)
     return interrupter.count
@@ -59,16 +60,18 @@ def apply_interrupted(gm: torch.fx.GraphModule, rules: fxrules.RuleSet, index: i
 
 def interrupt_at_every_line(make: Callable[[], torch.fx.GraphModule], rules: fxrules.RuleSet,
                             traced: Callable[[CodeType], bool],
-                            expect: Callable[[torch.fx.GraphModule], Callable[[], None]]) -> int:
-    """``apply`` of ``rules`` to a fresh module from ``make`` interrupted at each line of the code ``traced``
-    accepts in turn: the interrupt must propagate, and the check ``expect`` made of the fresh module before its
-    apply must then hold (its failure names the line).  Returns how many lines there were."""
-    lines = apply_interrupted(make(), rules, None, traced)
+                            expect: Callable[[torch.fx.GraphModule], Callable[[], None]],
+                            predicates: Predicates | None = None) -> int:
+    """``apply`` of ``rules`` (with the user ``predicates``) to a fresh module from ``make`` interrupted at each
+    line of the code ``traced`` accepts in turn: the interrupt must propagate, and the check ``expect`` made of
+    the fresh module before its apply must then hold (its failure names the line).  Returns how many lines
+    there were."""
+    lines = apply_interrupted(make(), rules, None, traced, predicates)
     for index in range(lines):
         gm = make()
         check = expect(gm)
         with pytest.raises(KeyboardInterrupt):
-            apply_interrupted(gm, rules, index, traced)
+            apply_interrupted(gm, rules, index, traced, predicates)
         try:
             check()
         except AssertionError as error:

@@ -28,6 +28,7 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -502,17 +503,17 @@ def apply(
                 for path, sub, context in higher_order_subgraphs(module)]
         runs.append(("", _Run(module, ruleset, helper_table, max_passes, explain, TOP_LEVEL, static_shapes,
                               scheduler)))
-        with using_predicates(predicate_table(predicates)):
-            return _rewrite_all(runs)
+        return _rewrite_all(runs, predicate_table(predicates))
     except BaseException:
         if restore_metadata is not None:  # all or nothing: the shapes propagated for this apply go too
             restore_metadata()
         raise
 
 
-def _rewrite_all(runs: list[tuple[str, _Run]]) -> Report:
+def _rewrite_all(runs: list[tuple[str, _Run]], predicates: Predicates | None = None) -> Report:
     """Rewrite each graph (subgraphs innermost first, the module last) to its fixpoint, then commit them all,
-    and report: all or nothing together.
+    and report: all or nothing together.  Guards call the user predicates of ``predicates`` (None: those of
+    the caller's context) while the passes run, which is also undone if its end is interrupted.
 
     Each graph's undo log exists before its first change, and every step of the rewrite and of the commit
     is logged, so a failure anywhere (a ``KeyboardInterrupt`` too) undoes every graph from wherever it
@@ -522,10 +523,11 @@ def _rewrite_all(runs: list[tuple[str, _Run]]) -> Report:
     started = time.perf_counter()
     done: list[tuple[str, _Run, _Rewritten]] = []
     try:
-        for path, run in runs:
-            rewritten = run.begin()
-            done.append((path, run, rewritten))
-            run.rewrite(rewritten)
+        with contextlib.nullcontext() if predicates is None else using_predicates(predicates):
+            for path, run in runs:
+                rewritten = run.begin()
+                done.append((path, run, rewritten))
+                run.rewrite(rewritten)
         for path, run, rewritten in done:
             run.commit(rewritten, path)
         reports = [(path, run.report_of(rewritten)) for path, run, rewritten in done]
