@@ -88,8 +88,11 @@ _HANDLERS: dict[tuple[type, type], Any] = {}
 _UNKNOWN = object()
 
 
-#: The hint at a name only some options of a pattern's ``A | B`` bind, read by a guard or a replacement.
-PARTLY_BOUND_HINT = "bind it in every option of 'A | B', or write one rule per option"
+def partly_bound_error(name: str) -> tuple[str, str]:
+    """The error and hint at ``name``, which only some options of a pattern's ``A | B`` bind, where a guard or a
+    replacement reads it."""
+    return (f"'{name}' is bound by only some alternatives of the pattern",
+            "bind it in every option of 'A | B', or write one rule per option")
 
 
 @attrs.define

@@ -21,7 +21,7 @@ import torch
 
 from fxrules.diagnostics import DiagnosticSink, Span, did_you_mean
 from fxrules.lang import syntax_tree as st
-from fxrules.lang.binding import PARTLY_BOUND_HINT
+from fxrules.lang.binding import partly_bound_error
 from fxrules.lang.ir import (
     Guard,
     GuardAttr,
@@ -104,8 +104,7 @@ class GuardBuilder:
 
     def name(self, node: st.Name) -> GuardExpr:
         if node.id in self.partly_bound:
-            return self.fail(node.span, f"'{node.id}' is bound by only some alternatives of the pattern",
-                             PARTLY_BOUND_HINT)
+            return self.fail(node.span, *partly_bound_error(node.id))
         if node.id in self.bound:
             self.reads.add(node.id)
             return GuardName(node.id, node.span)

@@ -14,7 +14,7 @@ from typing import Any
 
 from fxrules.diagnostics import Span, did_you_mean
 from fxrules.lang import syntax_tree as st
-from fxrules.lang.binding import PARTLY_BOUND_HINT, SectionResolver, misspelt_constant
+from fxrules.lang.binding import SectionResolver, misspelt_constant, partly_bound_error
 from fxrules.lang.ir import Capture, HelperTemplate, OpKind, Template
 
 
@@ -29,8 +29,7 @@ class ReplacementResolver(SectionResolver):
             return self.assigned[name]
         bindings = self.bindings
         if name in bindings.partly_bound:
-            return self.error(expr.span, f"'{name}' is bound by only some alternatives of the pattern",
-                              PARTLY_BOUND_HINT)
+            return self.error(expr.span, *partly_bound_error(name))
         if name in bindings.interior or name in bindings.used_captures or name in bindings.dim_symbols():
             return Capture(name, expr.span)
         bound = [*self.assigned, *bindings.interior, *bindings.used_captures, *bindings.dim_symbols()]
