@@ -60,27 +60,32 @@ def _filed(graph: torch.fx.Graph, listed: set[torch.fx.Node]) -> bool:
     with a legal opcode and, if the graph has a module, a target of the right kind that resolves.
 
     Shown per bucket, not per node: every node in a bucket is listed and has the bucket's key (the same
-    opcode; for ``call_function``, the very target object the key holds, so a lookup of its key hashes
-    and compares as the key does), so each bucket entry is a distinct listed node in its own bucket;
-    there are as many entries as listed nodes, so every listed node is one of them.  Then the checks of
-    a node's opcode and target are checks of its bucket's key and, for strings, of the bucket's targets.
+    opcode; for ``call_function``, the very target object the key holds), and the key looked up again
+    reaches the bucket, so a lookup of a node's key, which hashes and compares as the key does, reaches it
+    too; so each bucket entry is a distinct listed node in its own bucket; there are as many entries as
+    listed nodes, so every listed node is one of them.  Then the checks of a node's opcode and target are
+    checks of its bucket's key and, for strings, of the bucket's targets.
     A table with more entries (a stale one ``Graph.lint`` would not mind) is left to ``Graph.lint``."""
     buckets = graph._find_nodes_lookup_table.table
     if sum(map(len, buckets.values())) != len(listed):
         return False
     module = graph.owning_module
     module = module if module else None  # Graph.lint asks `if self.owning_module`: an empty nn.Sequential is falsy
-    return all(_bucket_valid(key, bucket, listed, module) for key, bucket in buckets.items() if bucket)
+    return all(_bucket_valid(key, bucket, buckets, listed, module) for key, bucket in buckets.items() if bucket)
 
 
-def _bucket_valid(key: tuple[Any, Any], bucket: Mapping[torch.fx.Node, None], listed: set[torch.fx.Node],
+def _bucket_valid(key: tuple[Any, Any], bucket: Mapping[torch.fx.Node, None],
+                  buckets: Mapping[tuple[Any, Any], Mapping[torch.fx.Node, None]], listed: set[torch.fx.Node],
                   module: torch.nn.Module | None) -> bool:
     """The bucket holds listed nodes of its key's (legal) opcode and targets of the right kind: the key's
     own object for ``call_function`` (callable), exact strings for the other opcodes, whose key has no
     target (attribute paths that resolve, for two of them); targets are checked only with a module."""
     op, target = key
-    if type(op) is not str or op not in _legal_ops or set(map(_OP, bucket)) != {op} \
-            or not listed.issuperset(bucket):
+    # ``Graph.lint`` looks each node up by a key made of its opcode and target, hashed then: the table reaches
+    # this bucket by the key only if the key still hashes as when it was filed (a target's hash may change)
+    # and equals no other key first
+    if type(op) is not str or op not in _legal_ops or buckets.get(key) is not bucket \
+            or set(map(_OP, bucket)) != {op} or not listed.issuperset(bucket):
         return False
     if op == "call_function":
         return all(map(is_, map(_TARGET, bucket), repeat(target))) and (module is None or callable(target))
