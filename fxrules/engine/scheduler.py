@@ -202,10 +202,17 @@ class VisitEverything(Scheduler):
 
 class _Wakers(NamedTuple):
     """What may wake a node of one key: the :class:`Satisfiers` of the rules filed under it, and whether they
-    admit each node given as a new input so far (a node's op and target stay as they are during an apply)."""
+    admit a node given as a new input, by the node's (op, target) met so far.
+
+    :meth:`Satisfiers.admit` reads nothing else of a node (its op and target, the target's overload packet), so
+    nodes of one (op, target) are admitted alike: the node that each rewrite of a rule creates is a new one, but
+    its (op, target) was met at the rule's first rewrite.  The pair is hashable: the graph's own index keys
+    call_function nodes by target, and the other ops name their targets by strings (the key of
+    :attr:`Incremental._wakers_by_key` is such a pair too).
+    """
 
     satisfiers: Satisfiers
-    admitted: dict[Node, bool]
+    admitted: dict[tuple[str, Any], bool]
 
 
 @attrs.define
@@ -376,18 +383,22 @@ class Incremental(Scheduler):
             wakers = by_key.get((node.op, node.target), _UNSEEN)
             if wakers is _UNSEEN:
                 wakers = self._wakers_at(node)
-            if wakers is None or node in retired or (domain is not None and node not in domain) \
-                    or node._sort_key <= here:
+            if wakers is None:
                 continue
             satisfiers, admitted = wakers
-            if isinstance(value, Node):  # most new inputs are nodes, and few distinct ones per key
-                admits = admitted.get(value)
-                if admits is None:
-                    admits = admitted[value] = satisfiers.admit(value)
-            else:
-                admits = satisfiers.admit(value)
-            if not admits:
+            # most new inputs are nodes, of few distinct ops and targets per key: whether they are admitted is
+            # mostly known, and a known refusal ends the tests first (the others only read sets and positions)
+            value_key = (value.op, value.target) if isinstance(value, Node) else None
+            admits = admitted.get(value_key) if value_key is not None else None
+            if admits is False or node in retired or (domain is not None and node not in domain) \
+                    or node._sort_key <= here:
                 continue
+            if admits is None:  # asked where the tests above let it be asked, as each node was before
+                admits = satisfiers.admit(value)
+                if value_key is not None:
+                    admitted[value_key] = admits
+                if not admits:
+                    continue
             listed.add(node)
             heapq.heappush(state.woken, (node._sort_key, id(node), node))
 
