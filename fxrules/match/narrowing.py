@@ -115,10 +115,16 @@ def operand_call(operation: Operand) -> Requirement:
         operands = operation.candidates(found)
         if operands is None:
             return nodes
+        wanted = operands if isinstance(operands, set) else None
         if len(operands) <= len(nodes):  # fewer operands: their users (a node's users use it somewhere)
-            return in_any([o.users for o in operands], nodes)
-        return _with_argument_in(nodes, operands if isinstance(operands, set) else set(operands),
-                                 operation.may_be_operand)
+            users = [o.users for o in operands]
+            if sum(map(len, users)) <= 2 * len(nodes):
+                return in_any(users, nodes)
+            # operands with many users (a shared input): the nodes whose inputs hold one, found from the nodes.
+            # The same set: FX keeps a node in ``o.users`` exactly while ``o`` is among its ``_input_nodes``
+            wanted = wanted or set(operands)
+            return {n for n in nodes if not wanted.isdisjoint(n._input_nodes)}
+        return _with_argument_in(nodes, wanted or set(operands), operation.may_be_operand)
 
     return Requirement(operation.may_be_operand, narrow, scans=False)
 
