@@ -144,14 +144,15 @@ class Report:
 class _RuleStats:
     anchors: list[str] = attrs.Factory(list)  # one per rewrite: the rule fired len(anchors) times
     skipped: dict[tuple[str, str], SkippedMatch] = attrs.Factory(dict)  # the first KEEP_EXAMPLES
-    #: every (reason, node), once however often seen, in the order first seen: the counts by reason
-    #: (:meth:`skip_counts`) are found from it as the report is built, not counted at every skip
-    skipped_at: dict[tuple[str, str], None] = attrs.Factory(dict)
+    #: reason -> every node skipped for it, once however often seen; the reasons in the order first seen.  The
+    #: counts by reason (:meth:`skip_counts`) are the sizes, found as the report is built, not counted at every
+    #: skip; and a skip makes no (reason, node) key to hash
+    skipped_at: dict[str, dict[str, None]] = attrs.Factory(dict)
     misses: list[Miss] = attrs.Factory(list)
 
     def skip_counts(self) -> dict[str, int]:
         """How many nodes were skipped for each reason, the reasons in the order first seen."""
-        return dict(Counter(reason for reason, _ in self.skipped_at))
+        return {reason: len(nodes) for reason, nodes in self.skipped_at.items()}
 
 
 #: The stats of a rule that did nothing (read only).
@@ -177,13 +178,15 @@ class ReportBuilder:
     def skipped(self, rule: Rule, node: str, reason: SkipReason, detail: Callable[[], str]) -> None:
         """A match of ``rule`` at ``node`` not used for ``reason``; ``detail()`` is called if it is kept."""
         stats = self.stats[rule.name]
-        key, seen = (reason, node), stats.skipped_at
+        seen = stats.skipped_at.get(reason)
+        if seen is None:
+            seen = stats.skipped_at[reason] = {}
         known = len(seen)
-        seen[key] = None  # the key hashed once, to ask and to add (a reason's hash is a Python call)
+        seen[node] = None  # the name hashed once, to ask and to add
         if len(seen) == known:
             return
         if len(stats.skipped) < KEEP_EXAMPLES:
-            stats.skipped[key] = SkippedMatch(reason, node, detail())
+            stats.skipped[reason, node] = SkippedMatch(reason, node, detail())
 
     def keeps_miss(self, rule: str, anchor: str, progress: int, condition: str) -> bool:
         """Whether :meth:`missed` would keep such a miss (so its detail need not be written otherwise)."""
