@@ -108,6 +108,10 @@ class Operand(Protocol):
     def candidates(self, found: Candidates, among: set[Node] | None = None) -> Nodes | None: ...
 
 
+#: How many operands' users :func:`operand_call` counts to judge how many users all have.
+_SAMPLE = 64
+
+
 def operand_call(operation: Operand) -> Requirement:
     """An argument is a node that may match ``operation``."""
 
@@ -118,7 +122,9 @@ def operand_call(operation: Operand) -> Requirement:
         wanted = operands if isinstance(operands, set) else None
         if len(operands) <= len(nodes):  # fewer operands: their users (a node's users use it somewhere)
             users = [o.users for o in operands]
-            if sum(map(len, users)) <= 2 * len(nodes):
+            # the users there are, judged from the first operands' (either way finds the same nodes)
+            sample = users[:_SAMPLE]
+            if sum(map(len, sample)) * len(users) <= 2 * len(nodes) * len(sample):
                 return in_any(users, nodes)
             # operands with many users (a shared input): the nodes whose inputs hold one, found from the nodes.
             # The same set: FX keeps a node in ``o.users`` exactly while ``o`` is among its ``_input_nodes``
