@@ -34,6 +34,7 @@ import torch
 import torch.fx
 from torch.export import ExportedProgram
 from torch.export.graph_signature import (
+    ConstantArgument,
     ExportGraphSignature,
     InputKind,
     InputSpec,
@@ -220,6 +221,21 @@ def _output_specs(graph: torch.fx.Graph, program: ExportedProgram) -> list[Outpu
     """The original output specs, naming the values the output node returns now."""
     returned = torch.fx.node.map_aggregate(graph.output_node().args[0], lambda v: v)
     flat = list(returned) if isinstance(returned, list | tuple) else [returned]
-    return [dataclasses.replace(spec, arg=TensorArgument(value.name))
-            if isinstance(spec.arg, TensorArgument) and isinstance(value, torch.fx.Node) else spec
-            for spec, value in zip(program.graph_signature.output_specs, flat, strict=True)]
+    return [_output_spec(spec, value) for spec, value in zip(program.graph_signature.output_specs, flat, strict=True)]
+
+
+def _output_spec(spec: OutputSpec, value: Any) -> OutputSpec:
+    """``spec`` for the value its output returns now: a node's name, or, for a user output a rule replaced by a
+    literal (``x * 0 => 0``), that constant, as ``torch.export`` describes a program returning one (and as
+    ``apply`` on a traced module returns it).  Anything else stays as it was, for the verifier to judge."""
+    if not isinstance(spec.arg, TensorArgument):
+        return spec
+    if isinstance(value, torch.fx.Node):
+        return dataclasses.replace(spec, arg=TensorArgument(value.name))
+    if spec.kind is OutputKind.USER_OUTPUT and type(value) in _CONSTANT_OUTPUTS:
+        return dataclasses.replace(spec, arg=ConstantArgument(name=spec.arg.name, value=value))
+    return spec
+
+
+#: The types of the values ``ConstantArgument`` holds.
+_CONSTANT_OUTPUTS = (int, float, bool, str, type(None))
