@@ -4,6 +4,8 @@ module returns it)."""
 
 from __future__ import annotations
 
+import io
+
 import pytest
 import torch
 from torch.export.graph_signature import ConstantArgument, OutputKind, TensorArgument
@@ -40,12 +42,17 @@ def test_a_returned_tensor_replaced_by_a_literal_is_returned_as_that_constant(li
     returned = rewritten.graph_module.graph.output_node().args[0]
     assert second.arg == TensorArgument(name=returned[1].name)
     assert returned[1].target is torch.ops.aten.relu.default
-    constant, rectified = rewritten.module()(x)
-    assert constant == value and type(constant) is type(value)
-    torch.testing.assert_close(rectified, torch.relu(x))
+    saved = io.BytesIO()  # a valid program: it is saved, loaded and run as it was made
+    torch.export.save(rewritten, saved)
+    saved.seek(0)
+    for module in (rewritten.module(), torch.export.load(saved).module()):
+        constant, rectified = module(x)
+        assert constant == value and type(constant) is type(value)
+        torch.testing.assert_close(rectified, torch.relu(x))
 
 
 def test_the_program_given_is_left_as_it_was() -> None:
+    """Rewriting a program whose output becomes a constant changes neither its graph nor its signature."""
     program = torch.export.export(ScaledAndRectified(), (torch.randn(3),))
     code, specs = program.graph_module.code, list(program.graph_signature.output_specs)
 
