@@ -119,7 +119,6 @@ def operand_call(operation: Operand) -> Requirement:
         operands = operation.candidates(found)
         if operands is None:
             return nodes
-        wanted = operands if isinstance(operands, set) else None
         if len(operands) <= len(nodes):  # fewer operands: their users (a node's users use it somewhere)
             users = [o.users for o in operands]
             # the users there are, judged from the first operands' (either way finds the same nodes)
@@ -128,11 +127,16 @@ def operand_call(operation: Operand) -> Requirement:
                 return in_any(users, nodes)
             # operands with many users (a shared input): the nodes whose inputs hold one, found from the nodes.
             # The same set: FX keeps a node in ``o.users`` exactly while ``o`` is among its ``_input_nodes``
-            wanted = wanted or set(operands)
+            wanted = _as_set(operands)
             return {n for n in nodes if not wanted.isdisjoint(n._input_nodes)}
-        return _with_argument_in(nodes, wanted or set(operands), operation.may_be_operand)
+        return _with_argument_in(nodes, _as_set(operands), operation.may_be_operand)
 
     return Requirement(operation.may_be_operand, narrow, scans=False)
+
+
+def _as_set(nodes: Nodes) -> set[Node]:
+    """``nodes`` as a set (the one given, if it is one: no copy)."""
+    return nodes if isinstance(nodes, set) else set(nodes)
 
 
 def literal_argument(value: Any) -> Requirement:

@@ -60,3 +60,18 @@ def test_the_program_given_is_left_as_it_was() -> None:
 
     assert program.graph_module.code == code
     assert list(program.graph_signature.output_specs) == specs
+
+
+def test_a_constant_output_of_a_program_with_a_dynamic_size_runs_at_other_sizes() -> None:
+    """An integer program exported with a dynamic dim keeps its dim, and its constant output, at every size."""
+    program = torch.export.export(ScaledAndRectified(), (torch.arange(4),),
+                                  dynamic_shapes=({0: torch.export.Dim("n")},))
+
+    rewritten = fxrules.apply(program, fxrules.parse(RULES.format(literal="0")))
+
+    assert rewritten.graph_signature.output_specs[0].arg == ConstantArgument(name="mul", value=0)
+    for size in (2, 7):
+        x = torch.arange(size) - 3
+        constant, rectified = rewritten.module()(x)
+        assert constant == 0
+        assert torch.equal(rectified, torch.relu(x))
